@@ -1,0 +1,11 @@
+"""Algorithm entries. Importing this package registers every built-in entry.
+
+Add an algorithm: write one file here (see ``grpo.py``), decorate its class with
+``@register`` and import the module below. Outside packages use the entry-point group
+``rlsuite.algorithms`` instead.
+"""
+
+from algorithms.base import ALGORITHMS, AdvOut, AlgoConfig, Algorithm, Behaviour, Context, Group, register
+from algorithms import grpo, ppo  # noqa: F401  (registration)
+
+__all__ = ["ALGORITHMS", "AdvOut", "AlgoConfig", "Algorithm", "Behaviour", "Context", "Group", "register"]

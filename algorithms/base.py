@@ -1,0 +1,227 @@
+"""The algorithm entry: a frozen config of the paper's knobs plus hooks with fixed signatures.
+
+An algorithm is a subclass of :class:`Algorithm` registered in ``ALGORITHMS`` (see
+``algorithms/grpo.py`` for a complete example). The shared trainer calls the hooks in this
+order every step, and never branches on the algorithm's name:
+
+==========================  ==========================================================
+hook                        contract (defaults in this class)
+==========================  ==========================================================
+``needs``                   set of extra inputs the entry requires (:data:`NEEDS`);
+                            the trainer computes only those and refuses at start (exit 2)
+                            what the chosen backends cannot produce
+``sample_prompts(ctx)``     → list of train-split indices for this step, or None for the
+                            trainer's seeded uniform draw of ``rollout.prompts_per_step``
+``before_rollout(ctx)``     → list of :class:`Behaviour` (weights + the sample rows each
+                            one draws), or None for the current policy for every sample
+``rewards(group, ctx)``     → ``[G]`` rewards of one prompt group (default: the task grade)
+``advantages(batch, ctx)``  → :class:`AdvOut` with ``adv [B, T]`` (and ``returns``)
+``filter(batch, ctx)``      → ``[B]`` bool keep-mask or None; the trainer's refill loop
+                            draws more batches (bounded by ``rollout.max_refill_tries``);
+                            discarded samples are charged to the budget
+``loss(fwd, batch, ctx)``   → (per-token loss ``[B, T]``, metrics); the trainer aggregates
+                            with ``cfg.aggregation`` using a global normaliser
+``value_loss(fwd, batch,    → (per-token value loss ``[B, T]``, metrics); only called when
+ctx)``                      ``"values"`` is in ``needs``
+``after_update(ctx)``       called after every optimizer update (e.g. reference refresh)
+``state_dict()`` /          algorithm state saved in checkpoints
+``load_state_dict(d)``
+==========================  ==========================================================
+
+KL to a reference policy is generic: every config carries ``kl_coef``, ``kl_estimator``
+and ``kl_where``; the trainer loads π_ref only when ``kl_coef > 0`` and applies the term as a
+loss (``+β·k`` per token, aggregated with the rest) or in the reward (``r_t −= β·k`` on
+policy tokens, with π_old's log-probs; sequence rewards get ``−β·Σ_t k``).
+
+Algorithm configs hold only the algorithm's knobs with paper defaults; learning rates, G,
+batch and lengths come from the task/model preset (:mod:`suite.config`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Literal, Mapping, Optional
+
+import torch
+from torch import Tensor
+
+from suite.aggregation import AggMode
+from suite.registry import Registry
+from suite.types import Batch, Forward
+
+#: Inputs an algorithm may declare in ``needs``. Policy-forward outputs: ``entropy``,
+#: ``hidden``, ``attn_stat``; batch fields: ``old_logp`` (π_old scoring pass), ``values``
+#: (a critic), ``topk`` (behaviour top-K log-probs from the rollout), ``behav_attn_stat``
+#: (the sampler's attention statistic), ``behav_hidden``. ``ref_logp`` is implied by
+#: ``kl_coef > 0`` and may also be declared.
+NEEDS = frozenset({"entropy", "hidden", "attn_stat", "old_logp", "ref_logp", "values", "topk",
+                   "behav_attn_stat", "behav_hidden"})
+
+Fidelity = Literal["code", "paper", "abstract", "description"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlgoConfig:
+    """Fields every algorithm has (the generic KL term and the aggregation mode)."""
+
+    name: str = ""
+    """Registry name of the algorithm (set by the registry; not a knob)."""
+    aggregation: AggMode = "token-mean"
+    """Loss aggregation mode (suite.aggregation); each entry sets its paper's default."""
+    kl_coef: float = 0.0
+    """β of the KL to the reference policy (0 = no reference model is loaded)."""
+    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
+    """Per-token KL estimator (suite.ops.kl_estimate)."""
+    kl_where: Literal["loss", "reward"] = "loss"
+    """Apply the KL as a loss term or subtract it from the reward."""
+
+    def __post_init__(self) -> None:
+        if self.kl_coef < 0:
+            raise ValueError(f"kl_coef must be ≥ 0, got {self.kl_coef}")
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    """A behaviour policy for part of a rollout batch (``before_rollout``).
+
+    ``state``: parameter tensors to load into the rollout engine (a full or partial state
+    dict of the policy), or None for the engine's current weights; ``rows``: the sample rows
+    ``[0, B)`` it generates. ``id`` ends up in ``Rollout.behaviour_id``.
+    """
+
+    id: int
+    rows: tuple[int, ...]
+    state: Optional[Mapping[str, Tensor]] = None
+
+
+@dataclass(frozen=True)
+class Group:
+    """One prompt's completions, given to ``rewards(group, ctx)``.
+
+    ``scores [G]`` are the task's grades; ``completions`` the decoded texts; ``example`` the
+    task's example object; ``parsed`` the task's parsed answers.
+    """
+
+    prompt: str
+    example: Any
+    completions: tuple[str, ...]
+    parsed: tuple[Optional[str], ...]
+    scores: Tensor
+
+
+@dataclass(frozen=True)
+class AdvOut:
+    """Output of ``advantages``: ``adv [B, T]`` (0 off the loss mask), ``returns [B, T]`` for
+    critics, and metrics. ``extras`` are stored into ``batch.extras`` for the loss."""
+
+    adv: Tensor
+    returns: Optional[Tensor] = None
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+    extras: Mapping[str, Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class Context:
+    """What hooks may read, and the one thing they may do (``charge`` extra compute).
+
+    step: the current step (1-based; 0 before training); progress: ∈ [0, 1] of the binding
+    budget; entropy: the last measured token-mean policy entropy (None before the first
+    update); max_new_tokens, group_size, prompts_per_step: from the run spec; n_train: size
+    of the task's train split; seed: the run seed; policy: the trained model (read-only by
+    convention; ``before_rollout`` may read its parameters); generator(stream): a fresh
+    ``torch.Generator`` seeded by (seed, stream, step); charge(kind, tokens, params): add
+    ``2·params·tokens`` FLOPs of an extra pass (``kind`` names it in the metrics).
+    """
+
+    step: int
+    progress: float
+    entropy: Optional[float]
+    max_new_tokens: int
+    group_size: int
+    prompts_per_step: int
+    n_train: int
+    seed: int
+    policy: Any
+    generator: Callable[[str], torch.Generator]
+    charge: Callable[[str, int, int], None]
+
+
+class Algorithm:
+    """Base class of every entry; subclasses set the metadata and override hooks."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    citation: ClassVar[str] = ""
+    fidelity: ClassVar[Fidelity] = "code"
+    assumptions: ClassVar[tuple[str, ...]] = ()
+    switches: ClassVar[tuple[str, ...]] = ()
+    """Config fields that are the paper's ablation switches."""
+    Config: ClassVar[type[AlgoConfig]] = AlgoConfig
+
+    def __init__(self, cfg: AlgoConfig) -> None:
+        self.cfg = cfg
+
+    # -- declarations ------------------------------------------------------------------
+    @property
+    def needs(self) -> frozenset[str]:
+        """Extra inputs required (subset of :data:`NEEDS`); ``ref_logp`` when kl_coef > 0."""
+        return frozenset({"ref_logp"}) if self.cfg.kl_coef > 0 else frozenset()
+
+    # -- hooks with defaults -----------------------------------------------------------
+    def sample_prompts(self, ctx: Context) -> Optional[list[int]]:
+        return None
+
+    def before_rollout(self, ctx: Context) -> Optional[list[Behaviour]]:
+        return None
+
+    def rewards(self, group: Group, ctx: Context) -> Tensor:
+        return group.scores
+
+    def advantages(self, batch: Batch, ctx: Context) -> AdvOut:
+        raise NotImplementedError(f"{type(self).__name__} must define advantages()")
+
+    def filter(self, batch: Batch, ctx: Context) -> Optional[Tensor]:
+        return None
+
+    def loss(self, fwd: Forward, batch: Batch, ctx: Context) -> tuple[Tensor, dict[str, Any]]:
+        raise NotImplementedError(f"{type(self).__name__} must define loss()")
+
+    def value_loss(self, fwd: Forward, batch: Batch, ctx: Context) -> tuple[Tensor, dict[str, Any]]:
+        raise NotImplementedError(f"{type(self).__name__} declares 'values' but no value_loss()")
+
+    def after_update(self, ctx: Context) -> None:
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        return None
+
+    # -- metadata for `rlsuite list` ---------------------------------------------------
+    @classmethod
+    def describe(cls) -> dict[str, Any]:
+        cfg = cls.Config()
+        fields = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "name"}
+        return {
+            "name": cls.name,
+            "summary": cls.summary,
+            "citation": cls.citation,
+            "fidelity": cls.fidelity,
+            "assumptions": list(cls.assumptions),
+            "switches": {k: fields[k] for k in cls.switches},
+            "needs": sorted(cls(cfg).needs),
+            "defaults": fields,
+        }
+
+
+ALGORITHMS: Registry[type[Algorithm]] = Registry("algorithm", "rlsuite.algorithms")
+
+
+def register(cls: type[Algorithm]) -> type[Algorithm]:
+    """Class decorator: register an algorithm under ``cls.name``."""
+    if not cls.name:
+        raise ValueError(f"{cls.__name__} has no name")
+    ALGORITHMS.register(cls.name, cls)
+    return cls

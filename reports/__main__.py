@@ -1,0 +1,7 @@
+"""`python -m reports ROOT --out DIR [options]`: the same as `rlsuite report`."""
+
+import argparse
+
+from reports.cli import add_arguments, main
+
+raise SystemExit(main(add_arguments(argparse.ArgumentParser(prog="python -m reports")).parse_args()))

@@ -1,0 +1,331 @@
+"""`build_report`: run folders -> tables, figures, report.md and a self-contained report.html.
+
+Pipeline: load (read-only) -> score + classify stability -> tables -> figures -> render.
+Everything is written under `out` atomically (tmp + rename); `out` may not lie inside a
+run folder.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from reports import ablation, scaling, tables, timing
+from reports.atomic import atomic_write_text
+from reports.config import ReportConfig
+from reports.errors import ReportError
+from reports.figures import Figure, build_figures
+from reports.load import RunSet, load_runs
+from reports.render import Block, render_html, render_markdown, write_table
+from reports.scores import BASE_LABEL, Scored, config_fingerprint, score_runs
+from reports.stats import UNDER_COVERAGE_NOTE
+from reports.tables import Table
+
+MAX_PROBLEMS_SHOWN = 50
+MAX_TEXT = 300
+
+
+def check_out(out: Path, runset: RunSet) -> None:
+    """Refuse an output folder inside (or equal to) a run folder, or one that is a file."""
+    o = Path(out).resolve()
+    if o.exists() and not o.is_dir():
+        raise ReportError(f"--out {out} exists and is not a directory")
+    for p in runset.runs["path"]:
+        rp = Path(p).resolve()
+        if o == rp or rp in o.parents:
+            raise ReportError(f"--out {out} is inside run folder {p}; reports never write into run folders")
+
+
+def code_commit() -> str:
+    """Short git SHA of the reports code itself ("unknown" outside a git checkout)."""
+    try:
+        res = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return res.stdout.strip() or "unknown"
+
+
+def run_commits(runset: RunSet) -> str:
+    """The runs' code commits (short), with how many runs were dirty."""
+    r = runset.runs
+    shas = sorted({str(c)[:7] for c in r["git_commit"].dropna()})
+    dirty = int(r["git_dirty"].fillna(False).astype(bool).sum())
+    text = ", ".join(shas) if shas else "unknown"
+    return text + (f" ({dirty} run(s) dirty)" if dirty else "")
+
+
+class Context:
+    """Values shared by the table builders of one report (footers, percent display)."""
+
+    def __init__(self, runset: RunSet, scored: Scored, cfg: ReportConfig):
+        self.runset, self.scored, self.cfg = runset, scored, cfg
+        self.code = code_commit()
+        self.commits = run_commits(runset)
+        vals = scored.scores["score"].to_numpy(dtype=float)
+        vals = vals[np.isfinite(vals)]
+        self.percent = bool(vals.size) and bool(np.all((vals >= 0) & (vals <= 1)))
+        counts = scored.scores.groupby(["task", "algorithm"]).size()
+        self.seeds = (f"{counts.min()}" if counts.min() == counts.max() else f"{counts.min()}-{counts.max()}") \
+            if len(counts) else "0"
+        self.n_tasks = scored.scores["task"].nunique()
+
+    def footer(self, method: str, reps: int | None = None, scores: bool = True) -> str:
+        """Table footer: seeds, tasks, resamples, CI method, commits, and the coverage caveat."""
+        reps = self.cfg.reps if reps is None else reps
+        unit = "scores in percentage points; " if self.percent and scores else ""
+        return (f"n = {self.seeds} seeds per cell, {self.n_tasks} task(s); {reps} bootstrap resamples "
+                f"(random state {self.cfg.seed}); {self.cfg.confidence:.0%} CI: {method}; {unit}"
+                f"runs at commit {self.commits}; report code {self.code}. {UNDER_COVERAGE_NOTE}")
+
+    def pct(self, *cols: str) -> tuple[str, ...]:
+        return cols if self.percent else ()
+
+
+def score_tables(ctx: Context) -> tuple[list[Table], str | None]:
+    """Leaderboard, aggregates, P(improvement), paired differences; and the reference label."""
+    cfg, sc = ctx.cfg, ctx.scored
+    ci_name = {"percentile": "percentile", "bca": "BCa"}[cfg.ci]
+    lb = tables.leaderboard(sc, cfg)
+    agg = tables.aggregate_table(sc, cfg)
+    ref = tables.choose_reference(agg, cfg)
+    out = [
+        Table("leaderboard", "Leaderboard", lb, ctx.footer(f"{ci_name} bootstrap over seeds (scipy.stats.bootstrap)"),
+              f"Score: eval metric `{cfg.metric}`, " + _score_rule(cfg) + ".",
+              ctx.pct("mean", "ci_low", "ci_high", "iqm"), tables.LEADERBOARD_EXPLAINED),
+        Table("aggregate", "Aggregates across tasks", agg, ctx.footer("stratified percentile bootstrap (runs "
+              "resampled within each task)"), "Mean (tasks weighted equally) and IQM (middle 50% of all "
+              "run x task scores) per algorithm, rliable-style; raw scores, not normalised per task.",
+              ctx.pct("mean", "mean_ci_low", "mean_ci_high", "iqm", "iqm_ci_low", "iqm_ci_high", "median",
+                      "optimality_gap")),
+        Table("prob_improvement", "Probability of improvement", tables.poi_table(sc, cfg, ref),
+              ctx.footer("independent stratified percentile bootstraps of both algorithms", scores=False),
+              "P(X > Y): chance that a run of X beats a run of Y on the same task (ties count 1/2), "
+              "averaged over tasks; 0.5 = no difference."),
+        Table("paired_differences", f"Differences from {ref}", tables.paired_table(sc, cfg, ref),
+              ctx.footer("percentile bootstrap of per-seed differences (paired over shared seeds; "
+                         "stratified by task)"),
+              f"Each algorithm minus the reference `{ref}` (chosen: "
+              f"{'--reference' if cfg.reference else 'best aggregate IQM'}).", ctx.pct("diff", "ci_low", "ci_high")),
+    ]
+    return out, ref
+
+
+def _score_rule(cfg: ReportConfig) -> str:
+    if cfg.score == "final":
+        return "final test eval at the matched budget (diverged runs: last finite eval)"
+    return f"mean of the last {cfg.k} val evals (diverged runs: last finite eval)"
+
+
+def stability_tables(ctx: Context) -> list[Table]:
+    """Flag counts per algorithm and the unstable runs with reasons."""
+    th = ctx.cfg.stability
+    desc = "Thresholds: " + ", ".join(f"{f}={getattr(th, f)}" for f in th.__slots__) + \
+        ". Unstable runs stay in every aggregate."
+    return [Table("stability_counts", "Stability flags per algorithm", tables.stability_counts(ctx.scored),
+                  "", desc),
+            Table("stability_runs", "Unstable runs", tables.stability_table(ctx.scored), "",
+                  "Every run with at least one flag, and why.")]
+
+
+def ablation_tables(ctx: Context) -> list[Table]:
+    """Variant-vs-base and 2x2 interaction tables (empty list when there is no sweep with variants)."""
+    abl = ablation.ablation_table(ctx.scored, ctx.runset, ctx.cfg)
+    if abl.empty:
+        return []
+    inter = ablation.interaction_table(ctx.scored, ctx.runset, ctx.cfg)
+    out = [Table("ablation", "Ablations: each variant vs its base arm", abl,
+                 ctx.footer("bootstrap over seeds; differences paired over shared seeds"),
+                 "Per sweep group (sweep, task, algorithm): the step-0 row, the base arm, then each variant "
+                 "with its difference from the base arm and P(variant > base).",
+                 ctx.pct("mean", "ci_low", "ci_high", "diff", "diff_ci_low", "diff_ci_high"))]
+    if not inter.empty:
+        out.append(Table("interactions", "2x2 interaction contrasts", inter,
+                         ctx.footer("percentile bootstrap over seeds shared by all four arms"),
+                         "(y11 - y01) - (y10 - y00): positive when the two changes help more together than "
+                         "the sum of their separate effects.", ctx.pct("interaction", "ci_low", "ci_high")))
+    return out
+
+
+def timing_tables(ctx: Context) -> list[Table]:
+    """Time-to-target per algorithm and, for batch-size sweeps, the batch-size rule table."""
+    cfg = ctx.cfg
+    times = timing.run_times(ctx.scored, cfg, cfg.x)
+    desc = (f"First `{cfg.x}` at which the val score ({cfg.smooth}-eval trailing mean) reaches the target "
+            f"({'--target' if cfg.target is not None else '80% of the best mean score of the task'}); "
+            "inf = not reached (censored), median over runs.")
+    out = [Table("time_to_target", "Time to target", timing.ttt_table(times, cfg, cfg.x),
+                 ctx.footer("percentile bootstrap of the median over runs"), desc, ctx.pct("target"))]
+    batch = timing.batch_table(ctx.scored, ctx.runset, cfg)
+    if not batch.empty:
+        out.append(Table("batch_size", "Batch size: throughput gain vs samples-to-target penalty", batch,
+                         ctx.footer("percentile bootstrap of the ratio of medians (runs resampled per arm)",
+                                    scores=False),
+                         "Against the smallest batch of each sweep: a larger batch pays off only when its "
+                         "throughput gain exceeds its samples-to-target penalty (speed-up = gain / penalty)."))
+    return out
+
+
+def scaling_tables(ctx: Context) -> list[Table]:
+    """Sigmoid compute-scaling fits."""
+    fits = scaling.scaling_table(ctx.scored, ctx.cfg)
+    return [Table("scaling_fits", "Compute-scaling fits", fits,
+                  ctx.footer("percentile bootstrap of refits over seeds", reps=ctx.cfg.scaling_reps),
+                  f"R(C) - R0 = (A - R0) / (1 + (C_mid / C)^B) fitted to val `{ctx.cfg.metric}` against "
+                  f"`{ctx.cfg.scaling_x}` (first {ctx.cfg.scaling_skip_frac:.0%} of each run dropped); R0 = mean "
+                  "step-0 score. holdout_rmse: fit on the first 60% of compute, error on the rest.",
+                  ctx.pct("R0", "A", "A_ci_low", "A_ci_high", "rmse", "holdout_rmse"))]
+
+
+def provenance(runset: RunSet, scored: Scored, cfg: ReportConfig, code: str) -> list[str]:
+    """Bullet lines: what the report summarises (commit, seeds, budget, model, hardware, tuning)."""
+    r = runset.runs
+
+    def uniq(col):
+        vals = sorted({str(v) for v in r[col].dropna()})
+        return ", ".join(vals) if vals else "not recorded"
+    seeds = sorted({s for s in r["seed"].dropna()}, key=lambda s: (str(type(s)), s))
+    budgets = sorted({f"{u}={b:g}" for u, b in zip(r["budget_unit"], r["budget"]) if u and pd.notna(b)})
+    hw = sorted({f"{d}/{p}/{t} thread(s)" for d, p, t in zip(r["device"], r["precision"], r["num_threads"])
+                 if pd.notna(d)})
+    states = r["state"].value_counts().to_dict()
+    return [
+        f"Root: `{runset.root}`; {len(r)} run folders ({', '.join(f'{k}: {v}' for k, v in sorted(states.items()))}); "
+        f"{len(scored.scores)} scored, {len(scored.excluded)} excluded.",
+        f"Code commit of the runs: {run_commits(runset)}; report code: {code}.",
+        f"Seeds: {', '.join(map(str, seeds)) if len(seeds) <= 30 else f'{len(seeds)} distinct'}.",
+        f"Matched budget: {', '.join(budgets) or 'not recorded'}.",
+        f"Model: {uniq('model')}; tasks: {uniq('task')}.",
+        f"Hardware (device/precision/threads): {', '.join(hw) or 'not recorded'}; hosts: {uniq('host')}.",
+        "Tuning budget (configurations under this root, seeds excluded): " + tuning_budget(runset) + ".",
+        f"Report settings: score={cfg.score}{f' (k={cfg.k})' if cfg.score == 'last-k' else ''}, metric={cfg.metric}, "
+        f"reps={cfg.reps}, CI={cfg.ci} at {cfg.confidence:.0%}, random state {cfg.seed}, x={cfg.x}; generated "
+        f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}.",
+    ]
+
+
+def tuning_budget(runset: RunSet) -> str:
+    """Per algo.name: distinct configurations per task and runs (and any spec `tuning` entry).
+
+    Only what lies under the root is counted: a tuning sweep kept elsewhere is invisible
+    unless spec.json declares it under `tuning`.
+    """
+    r = runset.runs.assign(cfg=[config_fingerprint(runset.specs[i]) for i in runset.runs["run_id"]])
+    parts = []
+    for algo, g in r.groupby("algo", sort=True):
+        per_task = g.groupby("task")["cfg"].nunique()
+        parts.append(f"{algo}: {per_task.max()} config(s) per task (variants included), {len(g)} run(s)")
+    declared = {json.dumps(s["tuning"], sort_keys=True) for s in runset.specs.values() if s.get("tuning")}
+    return "; ".join(parts) + (f"; declared in spec.json: {', '.join(sorted(declared))}" if declared else "")
+
+
+def headlines(lb: pd.DataFrame, inter: pd.DataFrame | None, percent: bool, confidence: float = 0.95) -> list[str]:
+    """One sentence per task (best vs runner-up) and per interaction contrast."""
+    f = (lambda v: f"{100 * v:.1f}%" if percent else f"{v:.3g}")  # noqa: E731
+    g = (lambda v: f"{100 * v:+.1f}" if percent else f"{v:+.3g}")  # noqa: E731
+
+    def ci(row, fmt):
+        if pd.isna(row["ci_low"]):
+            return "no CI: single seed"
+        return f"{fmt(row['ci_low']).rstrip('%')}, {fmt(row['ci_high']).rstrip('%')}"
+    out = []
+    for task, rows in lb[lb["algorithm"] != BASE_LABEL].groupby("task", sort=True):
+        rows = rows.sort_values("mean", ascending=False)
+        if rows.empty:
+            continue
+        a = rows.iloc[0]
+        text = f"On {task}, {a['algorithm']} reaches {f(a['mean'])} ({confidence:.0%} CI [{ci(a, f)}])"
+        if len(rows) > 1:
+            b = rows.iloc[1]
+            text += f" vs {f(b['mean'])} [{ci(b, f)}] for {b['algorithm']}"
+            text += f"; stable in {a['stable_k']}/{a['stable_n']} runs vs {b['stable_k']}/{b['stable_n']}."
+        else:
+            text += f"; stable in {a['stable_k']}/{a['stable_n']} runs."
+        out.append(text)
+    for row in (inter.itertuples(index=False) if inter is not None else []):
+        out.append(f"{row.algo} on {row.task} ({row.sweep}): interaction {row.factor_a} x {row.factor_b} "
+                   f"{g(row.interaction)} [{g(row.ci_low)}, {g(row.ci_high)}] over {row.n_seeds} seed(s).")
+    return out
+
+
+def examples(runset: RunSet, scored: Scored, n: int) -> pd.DataFrame:
+    """Up to `n` example completions per algorithm (latest step first)."""
+    s = runset.samples
+    cols = ["algorithm", "run_id", "step", "split", "prompt", "completion", "reward", "gold"]
+    if s.empty or n <= 0:
+        return pd.DataFrame(columns=cols)
+    label = scored.scores.set_index("run_id")["algorithm"]
+    s = s[s["run_id"].isin(label.index)].assign(algorithm=lambda d: d["run_id"].map(label))
+    s = s.sort_values(["algorithm", "step"], ascending=[True, False], kind="stable").groupby("algorithm").head(n)
+    s = s.assign(**{c: s[c].astype(str).str.slice(0, MAX_TEXT) for c in ("prompt", "completion", "gold")})
+    return s[cols].reset_index(drop=True)
+
+
+def build_report(root: Path, out: Path, config: ReportConfig | None = None) -> Path:
+    """Build the full report of the run folders under `root` into `out`.
+
+    Returns the path of `out/report.html`. Raises ReportError for bad input (no run
+    folders, unknown metric or reference, `out` inside a run folder).
+    """
+    cfg = config or ReportConfig()
+    root, out = Path(root), Path(out)
+    runset = load_runs(root, max_depth=cfg.max_depth, samples_per_run=max(20, cfg.examples_per_algorithm))
+    check_out(out, runset)
+    scored = score_runs(runset, cfg)
+    ctx = Context(runset, scored, cfg)
+    score_tabs, _ = score_tables(ctx)
+    abl_tabs = ablation_tables(ctx)
+    time_tabs = timing_tables(ctx)
+    scale_tabs = scaling_tables(ctx)
+    extra = [Table("excluded_runs", "Excluded runs", scored.excluded, "", "Runs not scored, and why."),
+             Table("examples", "Example completions", examples(runset, scored, cfg.examples_per_algorithm), "",
+                   "From samples.jsonl (latest step first).")]
+    stab_tabs = stability_tables(ctx)
+    all_tabs = score_tabs + stab_tabs + abl_tabs + time_tabs + scale_tabs + extra
+    out.mkdir(parents=True, exist_ok=True)
+    written = [f for t in all_tabs for f in write_table(t, out)]
+    figs = build_figures(runset, scored, scale_tabs[0].frame, cfg, out) if cfg.figures and len(scored.scores) else []
+    inter = next((t.frame for t in abl_tabs if t.name == "interactions"), None)
+    blocks = compose(ctx, score_tabs, stab_tabs, abl_tabs, time_tabs, scale_tabs, extra, figs,
+                     inter, written)
+    title = f"rlsuite report: {root.name or root}"
+    atomic_write_text(out / "report.md", render_markdown(title, blocks))
+    return atomic_write_text(out / "report.html", render_html(title, blocks))
+
+
+def _tables(tabs: list[Table]) -> list[Block]:
+    return [b for t in tabs for b in (Block("h3", t.title), Block("table", t))]
+
+
+def compose(ctx: Context, score_tabs, stab_tabs, abl_tabs, time_tabs, scale_tabs, extra, figs: list[Figure],
+            inter, written: list[str]) -> list[Block]:
+    """The report's blocks, in reading order."""
+    lb = score_tabs[0]
+    explained = [f"`{c}`: {d}" for c, d in lb.columns_explained.items()]
+    blocks = [Block("h2", "Summary"), Block("list", headlines(lb.frame, inter, ctx.percent, ctx.cfg.confidence) or ["No scored runs."]),
+              Block("h2", "What this report summarises"),
+              Block("list", provenance(ctx.runset, ctx.scored, ctx.cfg, ctx.code) + list(ctx.scored.notes)),
+              Block("h2", "Leaderboard"), Block("table", lb),
+              Block("p", "Columns:"), Block("list", explained)]
+    blocks += [Block("h2", "Comparisons")] + _tables(score_tabs[1:])
+    blocks += [Block("h2", "Stability")] + _tables(stab_tabs)
+    if abl_tabs:
+        blocks += [Block("h2", "Ablations")] + _tables(abl_tabs)
+    blocks += [Block("h2", "Time to target")] + _tables(time_tabs)
+    blocks += [Block("h2", "Compute scaling")] + _tables(scale_tabs)
+    if figs:
+        blocks += [Block("h2", "Figures")] + [b for f in figs for b in (Block("h3", f.title), Block("figure", f))]
+    blocks += [Block("h2", "Runs")] + _tables(extra)
+    problems = list(ctx.runset.problems)
+    if problems:
+        shown = problems[:MAX_PROBLEMS_SHOWN]
+        more = [f"... and {len(problems) - len(shown)} more"] if len(problems) > len(shown) else []
+        blocks += [Block("h3", "Unreadable input (skipped)"), Block("pre", "\n".join(shown + more))]
+    blocks += [Block("h2", "Files"), Block("p", "Tables as CSV (raw values), Markdown and LaTeX (booktabs): "
+                                                + ", ".join(f"`{w}`" for w in written) + ".")]
+    return blocks

@@ -1,0 +1,96 @@
+"""Command line: `rlsuite report ROOT --out DIR [options]` (also `python -m reports ...`).
+
+The lead's CLI calls `add_arguments(subparser)` and then `main(args)`; `main` returns the
+exit code: 0 on success, 2 on bad input (the message goes to stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from reports.build import build_report
+from reports.config import X_AXES, ReportConfig
+from reports.errors import ReportError
+from reports.stability import StabilityThresholds
+
+STABILITY_FIELDS = tuple(f.name for f in dataclasses.fields(StabilityThresholds))
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the report options to `parser` (defaults are ReportConfig's)."""
+    d = ReportConfig()
+    parser.add_argument("root", type=Path, help="report root: run folders (with spec.json) at depth <= 3")
+    parser.add_argument("--out", type=Path, default=None, help="output folder (default: ROOT/report)")
+    parser.add_argument("--score", choices=["final", "last-k"], default=d.score,
+                        help="final test eval at the matched budget, or the mean of the last k val evals")
+    parser.add_argument("--k", type=int, default=d.k, help="evals averaged by --score last-k")
+    parser.add_argument("--metric", default=d.metric, help="eval metric after eval/<task>/ (e.g. pass@1)")
+    parser.add_argument("--target", type=float, default=None,
+                        help="time-to-target threshold (default: 80%% of the best mean score per task)")
+    parser.add_argument("--reps", type=int, default=d.reps, help="bootstrap resamples (>= 2000 to publish)")
+    parser.add_argument("--ci", choices=["percentile", "bca"], default=d.ci, help="CI method per cell")
+    parser.add_argument("--confidence", type=float, default=d.confidence, help="interval level")
+    parser.add_argument("--seed", type=int, default=d.seed, help="random state of every bootstrap")
+    parser.add_argument("--x", default=d.x, choices=X_AXES, help="x-axis of curves and time-to-target")
+    parser.add_argument("--smooth", type=int, default=d.smooth, help="evals in the time-to-target moving average")
+    parser.add_argument("--reference", default=None, help="algorithm label that differences compare against")
+    parser.add_argument("--include-partial", action="store_true", help="score running/preempted/cancelled runs")
+    parser.add_argument("--scaling-x", default=d.scaling_x, choices=X_AXES, help="compute axis of the sigmoid fit")
+    parser.add_argument("--scaling-reps", type=int, default=d.scaling_reps, help="bootstrap refits per fit")
+    parser.add_argument("--scaling-skip-frac", type=float, default=d.scaling_skip_frac,
+                        help="fraction of each run's compute range dropped before fitting")
+    parser.add_argument("--examples", type=int, default=d.examples_per_algorithm, help="completions per algorithm")
+    parser.add_argument("--no-figures", action="store_true", help="tables only")
+    parser.add_argument("--stability", action="append", default=[], metavar="FIELD=VALUE",
+                        help=f"stability threshold override ('none' disables); fields: {', '.join(STABILITY_FIELDS)}")
+    return parser
+
+
+def parse_stability(items: list[str]) -> StabilityThresholds:
+    """Build thresholds from FIELD=VALUE strings; raises ReportError naming the valid fields."""
+    base, changes = StabilityThresholds(), {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        if not sep or name not in STABILITY_FIELDS:
+            raise ReportError(f"bad --stability {item!r}; expected FIELD=VALUE with FIELD in: "
+                              f"{', '.join(STABILITY_FIELDS)}")
+        default = getattr(base, name)
+        try:
+            changes[name] = None if raw.lower() == "none" else (int(raw) if isinstance(default, int) else float(raw))
+        except ValueError as exc:
+            raise ReportError(f"bad value for --stability {name}: {raw!r} ({exc})") from None
+    try:
+        return dataclasses.replace(base, **changes)
+    except ValueError as exc:
+        raise ReportError(str(exc)) from None
+
+
+def config_from_args(args: argparse.Namespace) -> ReportConfig:
+    """ReportConfig from parsed arguments (validation errors become ReportError)."""
+    return ReportConfig(
+        score=args.score, k=args.k, metric=args.metric, target=args.target, reps=args.reps, ci=args.ci,
+        confidence=args.confidence, seed=args.seed, x=args.x, smooth=args.smooth, reference=args.reference,
+        include_partial=args.include_partial, scaling_x=args.scaling_x, scaling_reps=args.scaling_reps,
+        scaling_skip_frac=args.scaling_skip_frac, examples_per_algorithm=args.examples,
+        figures=not args.no_figures, stability=parse_stability(args.stability),
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run a report; print the path of report.html. Returns 0, or 2 on bad input."""
+    try:
+        cfg = config_from_args(args)
+        out = args.out if args.out is not None else Path(args.root) / "report"
+        path = build_report(args.root, out, cfg)
+    except ReportError as exc:
+        print(f"rlsuite report: error: {exc}", file=sys.stderr)
+        return 2
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main(add_arguments(argparse.ArgumentParser(prog="rlsuite report")).parse_args()))

@@ -1,0 +1,97 @@
+"""Report configuration and the error type the CLI turns into exit code 2.
+
+Every knob of a report lives here, documented once under its field. Stability
+thresholds have their own dataclass in `reports.stability` and are nested here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from reports.errors import ReportError
+from reports.stability import StabilityThresholds
+
+__all__ = ["ReportConfig", "ReportError", "BUDGET_KEYS", "X_AXES"]
+
+ScoreMode = Literal["final", "last-k"]
+CIMethod = Literal["percentile", "bca"]
+
+BUDGET_KEYS = ("prompts", "samples", "gen_tokens", "train_tokens", "updates", "flops", "wall_s")
+"""Suffixes of the cumulative `budget/*` counters of the run-folder contract."""
+
+X_AXES = ("step",) + tuple(f"budget/{k}" for k in BUDGET_KEYS)
+"""Valid x-axes for curves, time-to-target and scaling fits."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ReportConfig:
+    """All settings of one report; defaults are the published-table settings."""
+
+    score: ScoreMode = "final"
+    """How a run is scored: `final` = the final test eval at the matched budget;
+    `last-k` = the mean of the last `k` val evals."""
+    k: int = 3
+    """Number of trailing val evals averaged when `score="last-k"`."""
+    metric: str = "greedy_acc"
+    """Eval metric (the part after `eval/<task>/`) used for scores, e.g. `pass@1`, `avg@8`."""
+    reps: int = 2000
+    """Bootstrap resamples for every CI in the tables (>= 2000 for published tables)."""
+    ci: CIMethod = "percentile"
+    """CI method for per-(algorithm, task) CIs: `percentile` or `bca` (both via
+    `scipy.stats.bootstrap`). Stratified/paired bootstraps always use percentile."""
+    confidence: float = 0.95
+    """Confidence level of every interval."""
+    seed: int = 0
+    """Random state of every bootstrap (fixed, so tables are reproducible)."""
+    x: str = "budget/samples"
+    """x-axis of curves and time-to-target: `step` or any `budget/*` counter."""
+    target: float | None = None
+    """Time-to-target threshold on the smoothed val score; None = 80% of the best
+    algorithm's mean score per task."""
+    smooth: int = 3
+    """Trailing window (in evals) of the moving average applied before time-to-target."""
+    reference: str | None = None
+    """Algorithm label that paired differences compare against; None = the best by IQM."""
+    include_partial: bool = False
+    """Score running/preempted/cancelled runs at their last eval (else they are listed
+    as excluded)."""
+    scaling_x: str = "budget/flops"
+    """Compute axis of the sigmoid scaling fit."""
+    scaling_skip_frac: float = 0.0
+    """Fraction of each run's compute range dropped from the start before fitting."""
+    scaling_reps: int = 200
+    """Bootstrap resamples over seeds for the fit parameters (each is one curve_fit)."""
+    examples_per_algorithm: int = 3
+    """Example completions shown per algorithm (from samples.jsonl)."""
+    max_depth: int = 3
+    """Maximum depth below the root at which run folders (with spec.json) are searched."""
+    figures: bool = True
+    """Draw figures (PNG + SVG); off makes a table-only report."""
+    figure_formats: tuple[str, ...] = ("png", "svg")
+    """File formats written for each figure; PNG is embedded in report.html."""
+    stability: StabilityThresholds = field(default_factory=StabilityThresholds)
+    """Thresholds of the stability classification."""
+
+    def __post_init__(self) -> None:
+        if self.score not in ("final", "last-k"):
+            raise ReportError(f"unknown score mode {self.score!r}; valid: final, last-k")
+        if self.ci not in ("percentile", "bca"):
+            raise ReportError(f"unknown CI method {self.ci!r}; valid: percentile, bca")
+        if self.k < 1:
+            raise ReportError(f"k must be >= 1, got {self.k}")
+        if self.reps < 10:
+            raise ReportError(f"reps must be >= 10 (>= 2000 for published tables), got {self.reps}")
+        if not 0.5 < self.confidence < 1:
+            raise ReportError(f"confidence must be in (0.5, 1), got {self.confidence}")
+        for name in ("x", "scaling_x"):
+            if getattr(self, name) not in X_AXES:
+                raise ReportError(f"unknown x-axis {getattr(self, name)!r} for {name}; "
+                                  f"valid: {', '.join(X_AXES)}")
+        if self.smooth < 1:
+            raise ReportError(f"smooth must be >= 1 eval, got {self.smooth}")
+        if not 0 <= self.scaling_skip_frac < 1:
+            raise ReportError(f"scaling_skip_frac must be in [0, 1), got {self.scaling_skip_frac}")
+        bad = set(self.figure_formats) - {"png", "svg", "pdf"}
+        if bad:
+            raise ReportError(f"unknown figure formats {sorted(bad)}; valid: png, svg, pdf")

@@ -1,0 +1,253 @@
+"""Figures (seaborn style, matplotlib Agg backend): curves, pass@k, profiles, scaling fits.
+
+Curves: every run is interpolated onto a common grid of the x-axis (never extrapolated
+beyond its own range), then the mean over seeds is drawn with a percentile bootstrap band
+that resamples whole runs (metrics-and-eval.md §4.4). One figure per task.
+Each figure is written as PNG and SVG (atomically); the PNG bytes are kept for embedding.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from reports import stats  # noqa: E402
+from reports.config import ReportConfig  # noqa: E402
+from reports.atomic import atomic_write_bytes  # noqa: E402
+from reports.load import RunSet  # noqa: E402
+from reports.scaling import sigmoid  # noqa: E402
+from reports.scores import Scored  # noqa: E402
+
+GRID_POINTS = 60
+MAX_BAND_REPS = 1000
+TRAIN_KEYS = ("reward/mean", "stats/entropy", "len/response_mean", "stats/kl_ref", "mismatch/kl")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A written figure: file stem, title, caption, PNG bytes, and the files written."""
+
+    name: str
+    title: str
+    caption: str
+    png: bytes
+    files: tuple[str, ...]
+
+
+def palette(algorithms: list[str]) -> dict[str, tuple]:
+    """Stable colour per algorithm label across all figures."""
+    algs = sorted(algorithms)
+    colors = sns.color_palette("tab10" if len(algs) <= 10 else "husl", len(algs))
+    return dict(zip(algs, colors))
+
+
+def grid_runs(frame: pd.DataFrame, x: str, y: str, grid: np.ndarray) -> np.ndarray:
+    """Interpolate each run's (x, y) onto `grid`; NaN outside the run's own x-range.
+
+    Shapes: frame rows = points of several runs (column `run_id`); grid (G,) -> (R, G).
+    """
+    out = []
+    for _, g in frame.groupby("run_id", sort=False):
+        xs, ys = g[x].to_numpy(dtype=float), g[y].to_numpy(dtype=float)
+        ok = np.isfinite(xs) & np.isfinite(ys)
+        if ok.sum() < 1:
+            continue
+        order = np.argsort(xs[ok], kind="stable")
+        out.append(np.interp(grid, xs[ok][order], ys[ok][order], left=np.nan, right=np.nan))
+    return np.array(out).reshape(-1, grid.size)
+
+
+def mean_band(curves: np.ndarray, cfg: ReportConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean over runs with a bootstrap band that resamples whole runs. Shapes: (R, G) -> 3 x (G,)."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN grid columns
+        mean = np.nanmean(curves, axis=0)
+        if len(curves) < 2:
+            return mean, mean, mean
+        rng = np.random.default_rng(cfg.seed)
+        idx = rng.integers(0, len(curves), size=(min(cfg.reps, MAX_BAND_REPS), len(curves)))
+        boot = np.nanmean(curves[idx], axis=1)
+        alpha = 100 * (1 - cfg.confidence) / 2
+        low, high = np.nanpercentile(boot, [alpha, 100 - alpha], axis=0)
+    return mean, low, high
+
+
+def _panel(ax, frame: pd.DataFrame, x: str, y: str, colors: dict, cfg: ReportConfig, title: str) -> bool:
+    xs = pd.to_numeric(frame[x], errors="coerce")
+    if not np.isfinite(xs).any() or y not in frame or not np.isfinite(pd.to_numeric(frame[y], errors="coerce")).any():
+        return False
+    grid = np.linspace(np.nanmin(xs), np.nanmax(xs), GRID_POINTS)
+    for alg, g in frame.groupby("algorithm", sort=True):
+        curves = grid_runs(g, x, y, grid)
+        if not curves.size:
+            continue
+        mean, low, high = mean_band(curves, cfg)
+        ax.plot(grid, mean, color=colors[alg], label=f"{alg} (n={len(curves)})", lw=1.6)
+        ax.fill_between(grid, low, high, color=colors[alg], alpha=0.2, lw=0)
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(x)
+    return True
+
+
+def save(fig, out: Path, name: str, cfg: ReportConfig) -> tuple[bytes, tuple[str, ...]]:
+    """Write `fig` as figures/<name>.<fmt> for each configured format; return PNG bytes, paths."""
+    files, png = [], b""
+    for fmt in dict.fromkeys(("png",) + tuple(cfg.figure_formats)):
+        buf = io.BytesIO()
+        fig.savefig(buf, format=fmt, dpi=100, bbox_inches="tight", metadata={"Date": None} if fmt == "svg" else None)
+        data = buf.getvalue()
+        if fmt == "png":
+            png = data
+        if fmt in cfg.figure_formats:
+            rel = f"figures/{name}.{fmt}"
+            atomic_write_bytes(out / rel, data)
+            files.append(rel)
+    plt.close(fig)
+    return png, tuple(files)
+
+
+def curves_figure(task: str, runset: RunSet, scored: Scored, colors: dict, cfg: ReportConfig,
+                  out: Path) -> Figure | None:
+    """Val score and training signals vs `cfg.x` for one task, mean and CI band per algorithm."""
+    label = scored.scores.set_index("run_id")["algorithm"]
+    runs = scored.scores.loc[scored.scores["task"] == task, "run_id"]
+    ev = scored.metric_evals
+    ev = ev[(ev["split"] == "val") & ev["run_id"].isin(runs)].assign(algorithm=lambda d: d["run_id"].map(label))
+    m = runset.metrics[runset.metrics["run_id"].isin(runs)].assign(algorithm=lambda d: d["run_id"].map(label))
+    panels = [(ev.assign(score=ev["value"]), "score", f"val {cfg.metric}")]
+    panels += [(m, k, k) for k in TRAIN_KEYS if k in m and pd.to_numeric(m[k], errors="coerce").notna().any()]
+    fig, axes = plt.subplots(2, 3, figsize=(14, 7.5))
+    drawn = [_panel(ax, f, cfg.x if cfg.x in f else "step", y, colors, cfg, t)
+             for ax, (f, y, t) in zip(axes.flat, panels)]
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    if not any(drawn):
+        plt.close(fig)
+        return None
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(5, max(1, len(labels))), fontsize=8, frameon=False)
+    fig.suptitle(f"{task}: curves vs {cfg.x}")
+    fig.tight_layout(rect=(0, 0.08, 1, 0.96))
+    png, files = save(fig, out, f"curves_{_slug(task)}", cfg)
+    return Figure(f"curves_{_slug(task)}", f"{task}: training curves", _band_caption(cfg), png, files)
+
+
+def _band_caption(cfg: ReportConfig) -> str:
+    return (f"Mean over seeds; bands: {cfg.confidence:.0%} percentile bootstrap CI resampling whole runs "
+            f"({min(cfg.reps, MAX_BAND_REPS)} resamples, seed {cfg.seed}); runs interpolated onto a common "
+            f"grid of {GRID_POINTS} points, never extrapolated.")
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in str(text))
+
+
+def passk_figure(task: str, runset: RunSet, scored: Scored, colors: dict, cfg: ReportConfig,
+                 out: Path) -> Figure | None:
+    """pass@k vs k at the final test eval, mean over seeds with bootstrap CIs, when logged."""
+    runs = scored.scores.loc[scored.scores["task"] == task, ["run_id", "algorithm"]]
+    ev = runset.evals
+    ev = ev[ev["run_id"].isin(runs["run_id"]) & ev["metric"].str.startswith("pass@") & ev["final"].astype(bool)
+            & (ev["split"] == "test") & (ev["eval_task"] == task)]
+    if ev.empty:
+        return None
+    ev = ev.assign(k=ev["metric"].str[5:].astype(int), algorithm=ev["run_id"].map(runs.set_index("run_id")["algorithm"]))
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for alg, g in ev.groupby("algorithm", sort=True):
+        pts = [(k, stats.bootstrap_ci(gk["value"].to_numpy(), reps=cfg.reps, confidence=cfg.confidence,
+                                      seed=cfg.seed)) for k, gk in g.groupby("k", sort=True)]
+        ks = np.array([p[0] for p in pts])
+        mean = np.array([p[1].point for p in pts])
+        low = np.array([p[1].low for p in pts])
+        high = np.array([p[1].high for p in pts])
+        ax.plot(ks, mean, marker="o", color=colors[alg], label=alg)
+        ax.fill_between(ks, np.where(np.isnan(low), mean, low), np.where(np.isnan(high), mean, high),
+                        color=colors[alg], alpha=0.2, lw=0)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("k")
+    ax.set_ylabel("pass@k (final test eval)")
+    ax.legend(fontsize=7, ncol=2)
+    ax.set_title(f"{task}: pass@k")
+    png, files = save(fig, out, f"passk_{_slug(task)}", cfg)
+    return Figure(f"passk_{_slug(task)}", f"{task}: pass@k", "Mean over seeds with bootstrap CI bands.", png, files)
+
+
+def profile_figure(scored: Scored, colors: dict, cfg: ReportConfig, out: Path) -> Figure | None:
+    """Performance profiles F(tau) across tasks with pointwise stratified-bootstrap CIs."""
+    from reports.scores import score_matrix
+    s = scored.scores
+    vals = s["score"].to_numpy(dtype=float)
+    vals = vals[np.isfinite(vals)]
+    if not vals.size:
+        return None
+    tasks = sorted(s["task"].unique())
+    taus = np.linspace(vals.min() - 1e-9, vals.max() + 1e-9, 101)
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for alg in sorted(s["algorithm"].unique()):
+        point, low, high = stats.profile_interval(score_matrix(s, alg, tasks), taus, reps=min(cfg.reps, MAX_BAND_REPS),
+                                                  confidence=cfg.confidence, seed=cfg.seed)
+        ax.plot(taus, point, color=colors[alg], label=alg)
+        ax.fill_between(taus, low, high, color=colors[alg], alpha=0.15, lw=0)
+    ax.set_xlabel(r"score threshold $\tau$")
+    ax.set_ylabel(r"fraction of runs with score > $\tau$")
+    ax.legend(fontsize=7, ncol=2)
+    ax.set_title("Performance profiles (all tasks)")
+    png, files = save(fig, out, "performance_profile", cfg)
+    return Figure("performance_profile", "Performance profiles", "Fraction of (run x task) scores above each "
+                  "threshold, tasks weighted equally; bands: pointwise stratified-bootstrap CIs.", png, files)
+
+
+def scaling_figure(task: str, scored: Scored, fits: pd.DataFrame, colors: dict, cfg: ReportConfig,
+                   out: Path) -> Figure | None:
+    """Mean val score vs compute with the fitted sigmoid per algorithm (one task)."""
+    f = fits[(fits["task"] == task) & (fits["status"].astype(str).str.startswith("ok"))]
+    if f.empty:
+        return None
+    label = scored.scores.set_index("run_id")["algorithm"]
+    ev = scored.metric_evals
+    ev = ev[(ev["split"] == "val") & ev["run_id"].isin(scored.scores.loc[scored.scores["task"] == task, "run_id"])]
+    ev = ev.assign(algorithm=ev["run_id"].map(label))
+    xs = pd.to_numeric(ev[cfg.scaling_x], errors="coerce")
+    pos = xs[xs > 0]
+    grid = np.geomspace(pos.min(), pos.max(), 40)
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for row in f.itertuples(index=False):
+        g = ev[ev["algorithm"] == row.algorithm]
+        mean, _, _ = mean_band(grid_runs(g, cfg.scaling_x, "value", grid), cfg)
+        ax.plot(grid, mean, "o", ms=3, color=colors[row.algorithm], alpha=0.6)
+        ax.plot(grid, sigmoid(grid, row.R0, row.A, row.B, row.C_mid), color=colors[row.algorithm],
+                label=f"{row.algorithm}: A={row.A:.3f}, B={row.B:.2f}")
+    ax.set_xscale("log")
+    ax.set_xlabel(cfg.scaling_x)
+    ax.set_ylabel(f"val {cfg.metric}")
+    ax.legend(fontsize=7)
+    ax.set_title(f"{task}: compute scaling fits")
+    name = f"scaling_{_slug(task)}"
+    png, files = save(fig, out, name, cfg)
+    return Figure(name, f"{task}: compute-scaling fits", "Dots: mean val score over seeds; lines: "
+                  "R(C) = R0 + (A - R0)/(1 + (C_mid/C)^B) fitted to all seeds' points.", png, files)
+
+
+def build_figures(runset: RunSet, scored: Scored, fits: pd.DataFrame, cfg: ReportConfig, out: Path) -> list[Figure]:
+    """Every figure of the report, written under out/figures/."""
+    sns.set_theme(style="whitegrid", context="paper")
+    colors = palette(scored.scores["algorithm"].unique().tolist())
+    figs: list[Figure | None] = []
+    tasks = sorted(scored.scores["task"].unique())
+    for task in tasks:
+        figs.append(curves_figure(task, runset, scored, colors, cfg, out))
+        figs.append(passk_figure(task, runset, scored, colors, cfg, out))
+    figs.append(profile_figure(scored, colors, cfg, out))
+    for task in tasks:
+        figs.append(scaling_figure(task, scored, fits, colors, cfg, out))
+    return [f for f in figs if f is not None]

@@ -1,0 +1,269 @@
+"""Run folders -> tidy pandas frames (read-only; tolerant of partial and corrupt runs).
+
+A run folder is any directory at depth <= `max_depth` below the root that holds a
+`spec.json` (the root itself counts, for a single run); its `checkpoint/` and `final/`
+are never entered. Every file is opened read-only. Whatever cannot be read is skipped
+with a message in `RunSet.problems` (also emitted as a `UserWarning`):
+
+- an unreadable or invalid `spec.json` skips the whole folder (it cannot be identified);
+- a missing `status.json` gives state `unknown`; a missing `env.json` empty provenance;
+- a bad JSONL line is skipped (a truncated last line is reported as "still being written?").
+
+Frames (one row per ...):
+- `runs`: run folder. Columns `run_id, path, task, algo, variant, algorithm, sweep, seed,
+  state, reason, status_step, model, budget_unit, budget, prompts_per_step, group_size,
+  max_new_tokens, factors, git_commit, git_dirty, device, precision, num_threads, host`.
+  `algorithm` is the display label `algo.name` or `algo.name:variant`.
+- `metrics`: training step (wide): `run_id, step, <metric keys...>, _nonfinite`.
+- `evals`: (eval row x eval metric), tidy: `run_id, step, split, final, budget/*,
+  eval_task, metric, value` (`eval/<eval_task>/<metric>` keys; NaN values dropped).
+- `samples`: sample, the last `samples_per_run` of each run: `run_id, step, split, prompt,
+  completion, reward, parsed, gold`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from reports.config import BUDGET_KEYS
+from reports.errors import ReportError
+from reports.stability import NONFINITE_COL
+
+RUN_COLUMNS = (
+    "run_id", "path", "task", "algo", "variant", "algorithm", "sweep", "seed", "state",
+    "reason", "status_step", "model", "budget_unit", "budget", "prompts_per_step",
+    "group_size", "max_new_tokens", "factors", "git_commit", "git_dirty", "device",
+    "precision", "num_threads", "host",
+)
+EVAL_ID_COLUMNS = ("run_id", "step", "split", "final") + tuple(f"budget/{k}" for k in BUDGET_KEYS)
+SAMPLE_COLUMNS = ("run_id", "step", "split", "prompt", "completion", "reward", "parsed", "gold")
+SKIP_DIRS = frozenset({"checkpoint", "final", "__pycache__"})
+
+
+@dataclass(frozen=True)
+class RunSet:
+    """Everything loaded from one report root (frames described in the module docstring)."""
+
+    root: Path
+    runs: pd.DataFrame
+    metrics: pd.DataFrame
+    evals: pd.DataFrame
+    samples: pd.DataFrame
+    specs: dict[str, dict] = field(default_factory=dict)
+    """run_id -> the parsed spec.json (for dotted-field look-ups)."""
+    envs: dict[str, dict] = field(default_factory=dict)
+    """run_id -> the parsed env.json ({} when missing)."""
+    problems: tuple[str, ...] = ()
+    """What was skipped or could not be read, one message each."""
+
+
+def find_run_dirs(root: Path, max_depth: int = 3) -> list[Path]:
+    """Directories holding `spec.json` at depth <= max_depth below root (root = depth 0)."""
+    found, stack = [], [(Path(root), 0)]
+    while stack:
+        folder, depth = stack.pop()
+        if (folder / "spec.json").is_file():
+            found.append(folder)
+            continue
+        if depth >= max_depth:
+            continue
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False) and entry.name not in SKIP_DIRS \
+                    and not entry.name.startswith("."):
+                stack.append((Path(entry.path), depth + 1))
+    return sorted(found)
+
+
+def read_json(path: Path, problems: list[str], *, required: bool = False) -> dict | None:
+    """Parse a JSON object file; None (and a problem message) if missing or invalid."""
+    try:
+        with open(path, "rb") as fh:
+            obj = json.loads(fh.read().decode("utf-8", errors="replace"))
+    except FileNotFoundError:
+        if required:
+            problems.append(f"{path}: missing")
+        return None
+    except (OSError, ValueError) as exc:
+        problems.append(f"{path}: unreadable ({type(exc).__name__}: {str(exc)[:80]}); skipped")
+        return None
+    if not isinstance(obj, dict):
+        problems.append(f"{path}: not a JSON object; skipped")
+        return None
+    return obj
+
+
+def read_jsonl(path: Path, problems: list[str], *, keep_last: int | None = None) -> list[dict]:
+    """Parse a JSONL file of objects, skipping bad lines (NaN/Infinity tokens accepted).
+
+    keep_last: parse only the last N non-empty lines (for large sample files).
+    """
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        problems.append(f"{path}: unreadable ({exc}); skipped")
+        return []
+    text = raw.decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    complete_end = text.endswith("\n")
+    numbered = [(i, ln) for i, ln in enumerate(lines, 1) if ln.strip()]
+    if keep_last is not None:
+        numbered = numbered[-keep_last:]
+    rows = []
+    for i, line in numbered:
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            last = i == len(lines) and not complete_end
+            what = "truncated last line (still being written?)" if last else "invalid JSON"
+            problems.append(f"{path}:{i}: {what}; line skipped")
+            continue
+        if isinstance(obj, dict):
+            rows.append(obj)
+        else:
+            problems.append(f"{path}:{i}: not a JSON object; line skipped")
+    return rows
+
+
+def _dig(obj: Any, *keys: str, default: Any = None) -> Any:
+    for key in keys:
+        if not isinstance(obj, dict) or key not in obj:
+            return default
+        obj = obj[key]
+    return obj
+
+
+def _budget(spec: dict) -> tuple[str, float | None]:
+    budget = spec.get("budget") if isinstance(spec.get("budget"), dict) else {}
+    set_ = [(k, v) for k, v in budget.items() if v is not None and k in BUDGET_KEYS]
+    if not set_:
+        return "", None
+    if len(set_) == 1:
+        return set_[0][0], float(set_[0][1])
+    return ";".join(k for k, _ in set_), float("nan")
+
+
+def _run_row(folder: Path, spec: dict, env: dict, status: dict | None) -> dict:
+    algo = _dig(spec, "algo", "name", default="unknown")
+    variant = spec.get("variant")
+    unit, value = _budget(spec)
+    status = status or {}
+    return {
+        "run_id": str(spec.get("run_id") or folder.name), "path": str(folder),
+        "task": str(_dig(spec, "task", "name", default="unknown")), "algo": str(algo),
+        "variant": variant, "algorithm": f"{algo}:{variant}" if variant else str(algo),
+        "sweep": spec.get("sweep"), "seed": spec.get("seed"),
+        "state": str(status.get("state") or "unknown"), "reason": status.get("reason"),
+        "status_step": status.get("step"), "model": _dig(spec, "model", "name"),
+        "budget_unit": unit, "budget": value,
+        "prompts_per_step": _dig(spec, "rollout", "prompts_per_step"),
+        "group_size": _dig(spec, "rollout", "group_size"),
+        "max_new_tokens": _dig(spec, "rollout", "max_new_tokens"),
+        "factors": json.dumps(spec.get("factors") or {}, sort_keys=True, default=str),
+        "git_commit": env.get("git_commit"), "git_dirty": env.get("git_dirty"),
+        "device": env.get("device"), "precision": env.get("precision"),
+        "num_threads": env.get("num_threads"), "host": env.get("host"),
+    }
+
+
+def _is_bad(value: Any) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _metric_rows(rows: list[dict], run_id: str) -> list[dict]:
+    out = []
+    for i, row in enumerate(rows):
+        row = dict(row)
+        row["run_id"] = run_id
+        row.setdefault("step", i + 1)
+        flag = row.get("stability/nonfinite")
+        row[NONFINITE_COL] = bool(flag) and not _is_bad(flag) or any(
+            _is_bad(v) for k, v in row.items() if k.startswith("loss/"))
+        out.append(row)
+    return out
+
+
+def _eval_rows(rows: list[dict], run_id: str) -> list[dict]:
+    out = []
+    for row in rows:
+        base = {k: row.get(k) for k in EVAL_ID_COLUMNS[1:]}
+        base["run_id"], base["final"] = run_id, bool(row.get("final", False))
+        base["split"] = str(row.get("split") or "val")
+        for key, value in row.items():
+            parts = key.split("/", 2)
+            if len(parts) == 3 and parts[0] == "eval" and isinstance(value, (int, float)):
+                out.append({**base, "eval_task": parts[1], "metric": parts[2], "value": float(value)})
+    return out
+
+
+def _frame(records: list[dict], columns: tuple[str, ...]) -> pd.DataFrame:
+    frame = pd.DataFrame.from_records(records) if records else pd.DataFrame(columns=list(columns))
+    for col in columns:
+        if col not in frame:
+            frame[col] = pd.NA
+    return frame
+
+
+def load_runs(root: Path, *, max_depth: int = 3, samples_per_run: int = 20) -> RunSet:
+    """Load every run folder under `root` into a `RunSet` (see the module docstring).
+
+    Raises:
+        ReportError: root is missing, or holds no readable run folder.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise ReportError(f"report root {root} is not a directory")
+    folders = find_run_dirs(root, max_depth)
+    if not folders:
+        raise ReportError(f"no run folders (directories with spec.json, depth <= {max_depth}) "
+                          f"under {root}")
+    problems: list[str] = []
+    runs, metrics, evals, samples, specs, envs = [], [], [], [], {}, {}
+    for folder in folders:
+        spec = read_json(folder / "spec.json", problems, required=True)
+        if spec is None:
+            problems.append(f"{folder}: run skipped (no readable spec.json)")
+            continue
+        env = read_json(folder / "env.json", problems) or {}
+        row = _run_row(folder, spec, env, read_json(folder / "status.json", problems))
+        if row["run_id"] in specs:
+            problems.append(f"{folder}: duplicate run_id {row['run_id']}; keyed by path instead")
+            row["run_id"] = str(folder.relative_to(root))
+        run_id = row["run_id"]
+        specs[run_id], envs[run_id] = spec, env
+        runs.append(row)
+        metrics += _metric_rows(read_jsonl(folder / "metrics.jsonl", problems), run_id)
+        evals += _eval_rows(read_jsonl(folder / "evals.jsonl", problems), run_id)
+        for s in read_jsonl(folder / "samples.jsonl", problems, keep_last=samples_per_run):
+            samples.append({"run_id": run_id, **{k: s.get(k) for k in SAMPLE_COLUMNS[1:]}})
+    if not runs:
+        raise ReportError(f"no readable run folders under {root} ({len(folders)} found, all "
+                          f"without a readable spec.json): " + "; ".join(problems[:5]))
+    for msg in problems:
+        warnings.warn(msg, stacklevel=2)
+    return RunSet(
+        root=root, runs=_frame(runs, RUN_COLUMNS),
+        metrics=_frame(metrics, ("run_id", "step", NONFINITE_COL)),
+        evals=_frame(evals, EVAL_ID_COLUMNS + ("eval_task", "metric", "value")),
+        samples=_frame(samples, SAMPLE_COLUMNS), specs=specs, envs=envs,
+        problems=tuple(problems),
+    )
+
+
+def spec_value(spec: dict, dotted: str) -> Any:
+    """Value of a dotted field (`rollout.prompts_per_step`) in a spec dict, else None."""
+    return _dig(spec, *dotted.split("."))

@@ -1,0 +1,236 @@
+"""Score tables: leaderboard, aggregates across tasks, P(improvement), paired differences.
+
+Each builder takes the per-run `Scored` frame and the config and returns a DataFrame with
+plain numeric columns (raw metric units; renderers show scores in percent). The CSV of
+each table is exactly this frame.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from reports import stats
+from reports.config import ReportConfig
+from reports.errors import ReportError
+from reports.scores import BASE_LABEL, Scored, score_matrix
+
+LEADERBOARD_COLUMNS = ("task", "algorithm", "n_seeds", "mean", "ci_low", "ci_high", "iqm",
+                       "stable_k", "stable_n", "budget_unit", "budget")
+
+LEADERBOARD_EXPLAINED = {
+    "task": "task name (spec.json `task.name`)",
+    "algorithm": "`algo.name`, plus `:variant` for a sweep variant; `base (step 0)` is the "
+                 "model before training (the step-0 eval)",
+    "n_seeds": "number of scored runs (training seeds) in the cell",
+    "mean": "mean score over seeds (the final test eval at the matched budget, or the "
+            "mean of the last k val evals; diverged runs score their last finite eval)",
+    "ci_low": "lower end of the bootstrap confidence interval of the mean over seeds "
+              "(n/a for a single seed)",
+    "ci_high": "upper end of that interval",
+    "iqm": "interquartile mean over seeds (25% trimmed from each end; equals the mean for n < 4)",
+    "stable_k": "runs with no stability flag (NaN/Inf, reward collapse, entropy collapse, "
+                "KL blow-up, length pinned at the cap)",
+    "stable_n": "runs classified (= n_seeds); unstable runs stay in the mean",
+    "budget_unit": "the matched budget's counter (spec.json `budget`)",
+    "budget": "the matched budget in that unit",
+}
+
+
+@dataclass(frozen=True)
+class Table:
+    """A rendered table: file stem, title, data, footer and what its columns mean."""
+
+    name: str
+    title: str
+    frame: pd.DataFrame
+    footer: str = ""
+    description: str = ""
+    percent: tuple[str, ...] = ()
+    """Columns shown x100 (percentage points) in md/html/tex; the CSV keeps raw values."""
+    columns_explained: dict[str, str] = field(default_factory=dict)
+
+
+def _budget(g: pd.DataFrame) -> tuple[str, float | str]:
+    units = sorted({u for u in g["budget_unit"].dropna().astype(str) if u})
+    values = sorted({float(v) for v in g["budget"].dropna()})
+    unit = ";".join(units) if units else ""
+    if len(values) == 1:
+        return unit, values[0]
+    return unit, ("mixed: " + ", ".join(f"{v:g}" for v in values)) if values else float("nan")
+
+
+def leaderboard(scored: Scored, cfg: ReportConfig) -> pd.DataFrame:
+    """One row per (task, algorithm) with mean, bootstrap CI over seeds, IQM, stable k/n.
+
+    Each task starts with its `base (step 0)` row; algorithms follow by mean, best first.
+    Columns: `LEADERBOARD_COLUMNS`.
+    """
+    rows = []
+    for task in sorted(scored.scores["task"].unique().tolist() + scored.base["task"].unique().tolist()):
+        if any(r["task"] == task for r in rows):
+            continue
+        cells = scored.scores[scored.scores["task"] == task].groupby("algorithm", sort=True)
+        task_rows = [_cell_row(task, alg, g, cfg) for alg, g in cells]
+        units = sorted({r["budget_unit"] for r in task_rows if r["budget_unit"]})
+        rows += _base_row(scored.base, task, cfg, ";".join(units))
+        rows += sorted(task_rows, key=lambda r: -np.nan_to_num(r["mean"], nan=-np.inf))
+    return pd.DataFrame(rows, columns=list(LEADERBOARD_COLUMNS))
+
+
+def _ci(values: np.ndarray, cfg: ReportConfig, statistic: str = "mean") -> stats.Interval:
+    return stats.bootstrap_ci(values, statistic=statistic, reps=cfg.reps, method=cfg.ci,
+                              confidence=cfg.confidence, seed=cfg.seed)
+
+
+def _cell_row(task: str, alg: str, g: pd.DataFrame, cfg: ReportConfig) -> dict:
+    vals = g["score"].to_numpy(dtype=float)
+    ci = _ci(vals, cfg)
+    unit, budget = _budget(g)
+    fin = vals[np.isfinite(vals)]
+    return {"task": task, "algorithm": alg, "n_seeds": len(g), "mean": ci.point, "ci_low": ci.low,
+            "ci_high": ci.high, "iqm": float(stats.iqm(fin)) if fin.size else float("nan"),
+            "stable_k": int(g["stable"].sum()), "stable_n": len(g), "budget_unit": unit, "budget": budget}
+
+
+def _base_row(base: pd.DataFrame, task: str, cfg: ReportConfig, unit: str) -> list[dict]:
+    """Step-0 row: step-0 evals averaged per seed first (the base model does not depend on the
+    training seed, so runs sharing a seed are one measurement), then over seeds."""
+    vals = base_by_seed(base, task)
+    if not vals.size:
+        return []
+    ci = _ci(vals, cfg)
+    return [{"task": task, "algorithm": BASE_LABEL, "n_seeds": len(vals), "mean": ci.point,
+             "ci_low": ci.low, "ci_high": ci.high, "iqm": float(stats.iqm(vals)),
+             "stable_k": pd.NA, "stable_n": pd.NA, "budget_unit": unit, "budget": 0.0}]
+
+
+def base_by_seed(base: pd.DataFrame, task: str | None = None) -> np.ndarray:
+    """Step-0 scores averaged within each seed (optionally for one task). Shapes -> (n_seeds,)."""
+    b = base if task is None else base[base["task"] == task]
+    key = b["seed"].astype(str) if "seed" in b else b["run_id"]
+    return b.groupby(key)["score"].mean().to_numpy(dtype=float)
+
+
+AGGREGATE_COLUMNS = ("algorithm", "n_tasks", "n_runs", "mean", "mean_ci_low", "mean_ci_high",
+                     "iqm", "iqm_ci_low", "iqm_ci_high", "median", "optimality_gap",
+                     "stable_k", "stable_n")
+
+
+def _aggregate_row(label: str, matrix: np.ndarray, cfg: ReportConfig, stable: tuple) -> dict:
+    ints = stats.stratified_interval(matrix, ("mean", "iqm", "median", "optimality_gap"),
+                                     reps=cfg.reps, confidence=cfg.confidence, seed=cfg.seed)
+    finite = np.isfinite(matrix)
+    return {"algorithm": label, "n_tasks": int(finite.any(axis=0).sum()), "n_runs": int(finite.sum()),
+            "mean": ints["mean"].point, "mean_ci_low": ints["mean"].low, "mean_ci_high": ints["mean"].high,
+            "iqm": ints["iqm"].point, "iqm_ci_low": ints["iqm"].low, "iqm_ci_high": ints["iqm"].high,
+            "median": ints["median"].point, "optimality_gap": ints["optimality_gap"].point,
+            "stable_k": stable[0], "stable_n": stable[1]}
+
+
+def aggregate_table(scored: Scored, cfg: ReportConfig) -> pd.DataFrame:
+    """Per algorithm across tasks: mean and IQM with stratified-bootstrap CIs (rliable).
+
+    Tasks are weighted equally; an algorithm missing a task is aggregated over the tasks it
+    has (see `n_tasks`). Starts with the base (step 0) row. Columns: `AGGREGATE_COLUMNS`.
+    """
+    s = scored.scores
+    tasks = sorted(s["task"].unique())
+    rows = []
+    if len(scored.base):
+        base = scored.base.groupby(["task", "seed"], as_index=False, dropna=False)["score"].mean()
+        base = base.assign(algorithm=BASE_LABEL)  # per seed first, as in the leaderboard
+        rows.append(_aggregate_row(BASE_LABEL, score_matrix(base, BASE_LABEL, tasks), cfg, (pd.NA, pd.NA)))
+    for alg, g in s.groupby("algorithm", sort=True):
+        rows.append(_aggregate_row(alg, score_matrix(s, alg, tasks), cfg,
+                                   (int(g["stable"].sum()), len(g))))
+    out = pd.DataFrame(rows, columns=list(AGGREGATE_COLUMNS))
+    head, rest = out[out["algorithm"] == BASE_LABEL], out[out["algorithm"] != BASE_LABEL]
+    return pd.concat([head, rest.sort_values("iqm", ascending=False)], ignore_index=True)
+
+
+def choose_reference(aggregate: pd.DataFrame, cfg: ReportConfig) -> str | None:
+    """The algorithm that comparisons use as baseline: `cfg.reference`, else the best by IQM."""
+    algs = [a for a in aggregate["algorithm"] if a != BASE_LABEL]
+    if cfg.reference is not None:
+        if cfg.reference not in algs:
+            raise ReportError(f"unknown reference algorithm {cfg.reference!r}; valid: {', '.join(algs)}")
+        return cfg.reference
+    return algs[0] if algs else None
+
+
+def poi_table(scored: Scored, cfg: ReportConfig, reference: str | None, max_all_pairs: int = 8) -> pd.DataFrame:
+    """P(X > Y) with stratified-bootstrap CIs: all ordered pairs for up to `max_all_pairs`
+    algorithms, else every algorithm against the reference.
+
+    Columns: `algorithm_x, algorithm_y, n_tasks, p_improve, ci_low, ci_high`.
+    """
+    s = scored.scores
+    tasks, algs = sorted(s["task"].unique()), sorted(s["algorithm"].unique())
+    if len(algs) <= max_all_pairs:
+        pairs = [(x, y) for x in algs for y in algs if x != y]
+    else:
+        pairs = [(x, reference) for x in algs if x != reference]
+    mats = {a: score_matrix(s, a, tasks) for a in algs}
+    rows = []
+    for x, y in pairs:
+        common = np.isfinite(mats[x]).any(axis=0) & np.isfinite(mats[y]).any(axis=0)
+        ci = stats.poi_interval(mats[x], mats[y], reps=cfg.reps, confidence=cfg.confidence, seed=cfg.seed)
+        rows.append({"algorithm_x": x, "algorithm_y": y, "n_tasks": int(common.sum()),
+                     "p_improve": ci.point, "ci_low": ci.low, "ci_high": ci.high})
+    return pd.DataFrame(rows, columns=["algorithm_x", "algorithm_y", "n_tasks", "p_improve", "ci_low", "ci_high"])
+
+
+def compare(s: pd.DataFrame, x: str, y: str, tasks: list[str], cfg: ReportConfig) -> dict:
+    """x - y: paired over shared seeds when there are any, else unpaired (both stratified)."""
+    seeds = sorted(set(s.loc[s["algorithm"] == x, "seed"]) | set(s.loc[s["algorithm"] == y, "seed"]),
+                   key=str)
+    mx, my = score_matrix(s, x, tasks, seeds), score_matrix(s, y, tasks, seeds)
+    ci, n = stats.paired_difference(mx, my, reps=cfg.reps, confidence=cfg.confidence, seed=cfg.seed)
+    pairing = f"paired over {n} shared seed(s)"
+    if n == 0:
+        ci = stats.unpaired_difference(score_matrix(s, x, tasks), score_matrix(s, y, tasks),
+                                       reps=cfg.reps, confidence=cfg.confidence, seed=cfg.seed)
+        pairing = "unpaired (no shared seeds)"
+    return {"diff": ci.point, "ci_low": ci.low, "ci_high": ci.high, "n_pairs": n, "pairing": pairing}
+
+
+def paired_table(scored: Scored, cfg: ReportConfig, reference: str | None) -> pd.DataFrame:
+    """Every algorithm minus the reference, per task and over all tasks (task-mean).
+
+    Columns: `algorithm, reference, task, n_pairs, diff, ci_low, ci_high, pairing`.
+    """
+    cols = ["algorithm", "reference", "task", "n_pairs", "diff", "ci_low", "ci_high", "pairing"]
+    s = scored.scores
+    if reference is None:
+        return pd.DataFrame(columns=cols)
+    tasks = sorted(s["task"].unique())
+    rows = []
+    for alg in sorted(a for a in s["algorithm"].unique() if a != reference):
+        for scope in tasks + (["all tasks"] if len(tasks) > 1 else []):
+            use = tasks if scope == "all tasks" else [scope]
+            rows.append({"algorithm": alg, "reference": reference, "task": scope,
+                         **compare(s, alg, reference, use, cfg)})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def stability_table(scored: Scored) -> pd.DataFrame:
+    """Unstable runs with their reasons. Columns: `task, algorithm, seed, run_id, state, reasons`."""
+    s = scored.scores
+    bad = s[~s["stable"].astype(bool)]
+    return bad[["task", "algorithm", "seed", "run_id", "state", "reasons"]].sort_values(
+        ["task", "algorithm", "seed"], key=lambda c: c.astype(str)).reset_index(drop=True)
+
+
+def stability_counts(scored: Scored) -> pd.DataFrame:
+    """How often each flag fired, per algorithm. Columns: `algorithm, flag, runs`."""
+    s = scored.scores
+    rows = []
+    for alg, g in s.groupby("algorithm", sort=True):
+        flags = [flag for reasons in g["reasons"] if reasons
+                 for flag in {r.split(":")[0].split(" (")[0] for r in reasons.split("; ")}]
+        for flag, n in sorted(pd.Series(flags, dtype=object).value_counts().items()):
+            rows.append({"algorithm": alg, "flag": flag, "runs": int(n)})
+    return pd.DataFrame(rows, columns=["algorithm", "flag", "runs"])

@@ -1,0 +1,57 @@
+"""Loss aggregation modes, owned by the trainer (never by an algorithm).
+
+The trainer turns a per-token loss ``ℓ [B, T]`` into a scalar with weights ``w [B, T]`` that
+are computed **once per optimizer step on the whole minibatch, before the micro-batch loop**:
+``loss = Σ_{i,t} w_{i,t} ℓ_{i,t}``. Each micro-batch contributes ``Σ w ℓ`` over its own rows,
+so gradient accumulation gives exactly the full-batch gradient in every mode.
+
+With ``m`` the loss mask, ``N`` the number of sequences in the minibatch and
+``L = rollout.max_new_tokens``:
+
+=========================  ===================================  ===============================
+mode                       value                                used by
+=========================  ===================================  ===============================
+token-mean                 Σ m ℓ / Σ m                          DAPO, verl default, PPO
+seq-mean-token-mean        (1/N) Σ_i Σ_t m ℓ / Σ_t m            GRPO paper, GSPO
+seq-mean-token-sum         (1/N) Σ_i Σ_t m ℓ                    —
+seq-mean-token-sum-norm    Σ_i Σ_t m ℓ / (N · L)                Dr. GRPO code, DPPO example
+=========================  ===================================  ===============================
+
+``seq-mean-token-sum-norm`` follows the Dr. GRPO code (sail-sg/understand-r1-zero): each
+sequence's token sum divided by the constant ``L``, averaged over sequences. verl's mode of
+the same name does *not* divide by N and uses the padded width of the tensor it is given as
+``L``; TRL's ``dr_grpo`` divides by ``B × max_completion_length``, which equals ours.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+from torch import Tensor
+
+AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+AGG_MODES: tuple[str, ...] = get_args(AggMode)
+
+
+def aggregation_weights(mask: Tensor, mode: AggMode, max_new_tokens: int) -> Tensor:
+    """Weights ``w [B, T]`` such that ``Σ w ℓ`` is the aggregated loss of the minibatch.
+
+    Shapes: mask [B, T] → [B, T]. Call on the *whole* minibatch, then slice rows for
+    micro-batches.
+    """
+    mask = mask.float()
+    n_seq = mask.shape[0]
+    if mode == "token-mean":
+        return mask / mask.sum().clamp(min=1)
+    if mode == "seq-mean-token-mean":
+        return mask / (n_seq * mask.sum(-1, keepdim=True).clamp(min=1))
+    if mode == "seq-mean-token-sum":
+        return mask / n_seq
+    if mode == "seq-mean-token-sum-norm":
+        return mask / (n_seq * float(max_new_tokens))
+    raise ValueError(f"unknown aggregation mode '{mode}'; valid: {', '.join(AGG_MODES)}")
+
+
+def aggregate(loss: Tensor, mask: Tensor, mode: AggMode, max_new_tokens: int) -> Tensor:
+    """Aggregate a per-token loss ``[B, T]`` of one full batch to a scalar."""
+    return (aggregation_weights(mask, mode, max_new_tokens) * loss).sum()

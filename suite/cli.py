@@ -1,0 +1,156 @@
+"""The ``rlsuite`` command line: the one place that wires engine, tasks, algorithms, sweeps and
+reports together.
+
+Exit codes: 0 ok/completed, 1 failed, 2 bad input (nothing written), 3 diverged,
+130 interrupted (state ``preempted``), 143 cancelled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from suite.config import BUDGET_KEYS, load_yaml_config, parse_assignment
+from suite.errors import BadInput
+from suite.registry import UnknownName
+
+
+def _add_spec_args(p: argparse.ArgumentParser, run: bool = True) -> None:
+    p.add_argument("--task", help="task name (rlsuite list tasks)")
+    p.add_argument("--model", help="registered model, Hugging Face id or local path (default: tiny)")
+    p.add_argument("--config", action="append", default=[], metavar="FILE.yaml",
+                   help="YAML file of sections (model task algo rollout optim train budget eval); repeatable")
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override one field; the value is a YAML scalar; repeatable")
+    if run:
+        p.add_argument("--algo", help="algorithm name (rlsuite list algorithms)")
+        p.add_argument("--seed", type=int, default=None, help="run seed (default 0)")
+        p.add_argument("--budget", action="append", default=[], metavar="KEY=VALUE",
+                       help=f"budget limit, keys: {', '.join(BUDGET_KEYS)}; repeatable")
+        p.add_argument("--out", default="runs", help="output root; the run goes to OUT/<run_id>/ (default runs/)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="rlsuite", description="Fair benchmark suite for RL on LLMs.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    run = sub.add_parser("run", help="train one (task, algorithm, seed) run into a run folder")
+    _add_spec_args(run)
+    ev = sub.add_parser("eval", help="evaluate any model on a task's split")
+    _add_spec_args(ev, run=False)
+    ev.add_argument("--split", default="test", choices=["val", "test"])
+    ev.add_argument("--json", action="store_true", help="print the metrics as JSON")
+    ls = sub.add_parser("list", help="list registered algorithms, tasks or models")
+    ls.add_argument("what", choices=["algorithms", "tasks", "models"])
+    ls.add_argument("--json", action="store_true")
+    for hook in _EXTENSIONS:
+        hook(sub)
+    return ap
+
+
+_EXTENSIONS: list = []  # sweeps/reports subcommand installers (import side effects below)
+
+
+def _spec_from_args(args, algo: Optional[str], budgets: Sequence[str] = ()):
+    from suite.spec import resolve
+
+    configs = [load_yaml_config(f) for f in args.config]
+    sets = [parse_assignment(s, "--set") for s in args.set]
+    bud = [parse_assignment(b, "--budget") for b in budgets]
+    return resolve(args.task, algo, args.model, getattr(args, "seed", None), configs, sets, bud)
+
+
+def cmd_run(args) -> int:
+    from suite.runner import execute, summary
+
+    spec = _spec_from_args(args, args.algo, args.budget)
+    print(f"run_id: {spec.run_id}", file=sys.stderr)
+    code, run_dir = execute(spec, Path(args.out))
+    if (run_dir / "status.json").exists():
+        print(summary(run_dir))
+    print(f"run_dir: {run_dir.resolve()}")
+    return code
+
+
+def cmd_eval(args) -> int:
+    import torch
+
+    import tasks  # noqa: F401
+    from suite.evaluate import evaluate
+    from suite.models import load_model
+    from suite.sampler import make_engine
+    from suite.spec import resolve
+    from suite.trainer import encode_prompt
+    from tasks.base import TASKS
+
+    configs = [load_yaml_config(f) for f in args.config]
+    sets = [parse_assignment(s, "--set") for s in args.set]
+    spec = resolve(args.task, "grpo", args.model, 0, configs, sets)  # algo unused; sections validated
+    torch.set_num_threads(spec.train.num_threads)
+    task = TASKS.get(spec.task.name)(spec.task)
+    try:
+        model, tok, _ = load_model(spec.model)
+        examples = task.splits()[args.split][: spec.eval.max_prompts or None]
+        enc = [encode_prompt(task, e, tok, spec.model.chat_template) for e in examples]
+        res, _ = evaluate(make_engine(spec.rollout.engine, model, tok), tok, task, examples, [e[0] for e in enc],
+                          [e[1] for e in enc], spec.eval, spec.rollout.max_new_tokens, (tok.eos_token_id,),
+                          spec.rollout.max_turns, spec.rollout.max_obs_tokens)
+    finally:
+        task.close()
+    res = {f"eval/{task.name}/{k}": v for k, v in res.items()} | {"split": args.split, "n_prompts": len(examples)}
+    print(json.dumps(res) if args.json else "\n".join(f"{k}: {v}" for k, v in res.items()))
+    return 0
+
+
+def cmd_list(args) -> int:
+    import algorithms  # noqa: F401
+    import tasks  # noqa: F401
+    from algorithms.base import ALGORITHMS
+    from suite.models import MODELS
+    from tasks.base import TASKS
+
+    if args.what == "algorithms":
+        rows = [cls.describe() for _, cls in ALGORITHMS.items()]
+    elif args.what == "tasks":
+        rows = [cls.describe() for _, cls in TASKS.items()]
+    else:
+        rows = [{"name": e.name, "summary": e.summary, "citation": "", "fidelity": None, "assumptions": [],
+                 "switches": {}, "needs": [], "version": e.version} for _, e in MODELS.items()]
+    if args.json:
+        print(json.dumps(rows, indent=2, default=str))
+    else:
+        for r in rows:
+            fid = f" [{r['fidelity']}]" if r.get("fidelity") else ""
+            print(f"{r['name']:<22}{fid:<14} {r['summary']}")
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "eval": cmd_eval, "list": cmd_list}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        import sweeps.cli  # noqa: F401  (installs the sweep/quickstart subcommands when present)
+    except ImportError:
+        pass
+    try:
+        import reports.cli as _rc  # noqa: F401
+    except ImportError:
+        pass
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.cmd](args)
+    except (BadInput, UnknownName) as e:
+        print(f"rlsuite {args.cmd}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

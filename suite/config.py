@@ -1,0 +1,361 @@
+"""Run configuration: frozen dataclasses for every section, parsing and validation.
+
+A run spec has the sections of the CLI contract: ``model task algo rollout optim train
+budget eval`` plus ``seed``. ``task`` and ``algo`` are the chosen entries' own config
+classes (registered with the entry). Values are resolved in this order, later wins:
+
+1. dataclass defaults (each field documented once, right under it);
+2. the task's preset for the model family (``Task.presets``: learning rate, G, lengths and
+   budget that suit the task — the *embedded* preset is the one of ``arith`` + ``tiny``);
+3. ``--config FILE.yaml`` files (nested mappings by section), in order;
+4. ``--set section.key=value`` (values parsed as YAML scalars);
+5. ``--budget key=value``.
+
+Every problem found is reported at once (``BadInput``) with the closest valid key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, Optional
+
+import yaml
+
+from suite.errors import BadInput
+from suite.registry import suggest
+
+SECTIONS = ("model", "task", "algo", "rollout", "optim", "train", "budget", "eval")
+BUDGET_KEYS = ("prompts", "samples", "gen_tokens", "train_tokens", "updates", "flops", "wall_s")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    name: str = "tiny"
+    """Registered model name (``rlsuite list models``), a Hugging Face id or a local path."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Parameter dtype of the policy (the optimizer state follows it)."""
+    attn_implementation: Literal["sdpa", "eager"] = "sdpa"
+    """HF attention kernel; ``eager`` lets the training forward return attention statistics."""
+    warm_start: Literal["task", "none"] = "task"
+    """``task``: models built from scratch (``tiny``) get the task's cached supervised warm start."""
+    chat_template: Literal["auto", "on", "off"] = "auto"
+    """Format prompts with the tokenizer's chat template (``auto``: when it has one)."""
+    critic: Literal["head", "separate"] = "head"
+    """For algorithms that need values: a value head on the actor's trunk, or a separate model."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RolloutConfig:
+    group_size: int = 8
+    """G, completions drawn per prompt."""
+    prompts_per_step: int = 16
+    """P, prompts per rollout batch (B = P·G)."""
+    max_new_tokens: int = 512
+    """Policy tokens per sample across all turns; also ``L`` of ``seq-mean-token-sum-norm``."""
+    temperature: float = 1.0
+    """Sampling temperature; the training forward divides logits by it too (as verl/TRL)."""
+    top_p: float = 1.0
+    """Nucleus truncation (1 = off); μ log-probs stay untruncated, the truncation is logged."""
+    top_k: int = 0
+    """Top-k truncation (0 = off)."""
+    engine: Literal["auto", "kv", "hf"] = "auto"
+    """``kv``: the hand-written KV-cached sampler (Llama-style models); ``hf``: HF ``generate``."""
+    staleness: int = 0
+    """Sync the engine's weights when they lag more than this many updates (0 = every update)."""
+    old_logp: Literal["recompute", "behaviour"] = "recompute"
+    """π_old: recomputed by a scoring pass, or aliased to μ for exactly on-policy samples."""
+    max_turns: int = 4
+    """Multi-turn tasks: most policy turns per episode."""
+    max_obs_tokens: int = 256
+    """Multi-turn tasks: most tokens kept of one observation."""
+    topk: int = 20
+    """K of the behaviour top-K log-probs, recorded only when an algorithm needs them."""
+    max_refill_tries: int = 4
+    """Filtering algorithms: most extra rollout batches drawn to refill a step."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OptimConfig:
+    lr: float = 1e-6
+    """Actor learning rate (AdamW)."""
+    critic_lr: float = 1e-5
+    """Critic learning rate (its own parameter group)."""
+    weight_decay: float = 0.0
+    """AdamW weight decay."""
+    beta1: float = 0.9
+    """AdamW β1."""
+    beta2: float = 0.999
+    """AdamW β2."""
+    eps: float = 1e-8
+    """AdamW ε."""
+    grad_clip: float = 1.0
+    """Global gradient-norm clip, applied to actor and critic separately (0 = off)."""
+    warmup_updates: int = 0
+    """Linear warm-up of the learning rate over this many updates."""
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    """Decay after warm-up, over the binding budget's progress."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    epochs: int = 1
+    """Passes over each rollout batch."""
+    minibatches: int = 1
+    """Optimizer updates per epoch (the batch is split into this many minibatches)."""
+    micro_batch_size: int = 0
+    """Sequences per forward/backward (gradient accumulation); 0 = the whole minibatch."""
+    num_threads: int = 1
+    """torch intra-op threads; part of the run id, since results depend on it."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where the policy trains and samples."""
+    checkpoint_every: int = 20
+    """Steps between checkpoints (also on preemption and at the end). Not in the run id."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetConfig:
+    """The matched compute budget: a run stops after the step that crosses any set limit."""
+
+    prompts: Optional[float] = None
+    """Prompts consumed (discarded ones included)."""
+    samples: Optional[float] = None
+    """Completions generated (discarded ones included)."""
+    gen_tokens: Optional[float] = None
+    """Generated policy tokens."""
+    train_tokens: Optional[float] = None
+    """Tokens in loss computations (per epoch)."""
+    updates: Optional[float] = None
+    """Optimizer updates."""
+    flops: Optional[float] = None
+    """Estimated FLOPs (rollout, scoring and training passes of every model involved)."""
+    wall_s: Optional[float] = None
+    """Wall-clock seconds (makes the stopping point machine-dependent)."""
+
+    def limits(self) -> dict[str, float]:
+        return {k: float(getattr(self, k)) for k in BUDGET_KEYS if getattr(self, k) is not None}
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvalConfig:
+    every: float = 0.25
+    """Scheduled evals each time progress of the binding budget crosses a multiple of this."""
+    max_prompts: int = 200
+    """Prompts per eval split (0 = all)."""
+    greedy: bool = True
+    """Report ``greedy_acc`` (temperature 0, one completion per prompt)."""
+    n_samples: int = 0
+    """Sampled completions per prompt for avg@k / pass@k / maj@k (0 = none)."""
+    ks: tuple[int, ...] = (1,)
+    """The k of avg@k, pass@k, maj@k; each must be ≤ n_samples."""
+    temperature: float = 1.0
+    """Sampling temperature of the sampled evals."""
+    top_p: float = 1.0
+    """Nucleus truncation of the sampled evals."""
+    seed: int = 1234
+    """Fixed eval seed (the same for every step and run)."""
+    save_samples: int = 16
+    """Completions saved to samples.jsonl per eval split."""
+    batch_size: int = 256
+    """Sequences per eval generation call."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """A fully resolved run: what ``spec.json`` holds (plus the sweep labels)."""
+
+    task: Any
+    algo: Any
+    model: ModelConfig
+    rollout: RolloutConfig
+    optim: OptimConfig
+    train: TrainConfig
+    budget: BudgetConfig
+    eval: EvalConfig
+    seed: int = 0
+    sweep: Optional[str] = None
+    variant: Optional[str] = None
+    factors: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        d = {s: as_dict(getattr(self, s)) for s in SECTIONS}
+        d.update(seed=self.seed, sweep=self.sweep, variant=self.variant, factors=dict(self.factors))
+        return d
+
+    @property
+    def config_hash(self) -> str:
+        d = self.to_dict()
+        for k in ("sweep", "variant", "factors"):
+            d.pop(k)
+        d["train"].pop("checkpoint_every")
+        blob = json.dumps(d, sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:8]
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.task.name}__{self.algo.name}__s{self.seed}__{self.config_hash}"
+
+
+def as_dict(cfg: Any) -> dict:
+    """Dataclass → plain dict (tuples become lists for JSON)."""
+    out = {}
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        out[f.name] = list(v) if isinstance(v, tuple) else v
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Coercion of YAML values into dataclass fields, with every problem collected.
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return " or ".join(_type_name(a) for a in args) + " or null"
+    if origin is tuple:
+        return f"list of {_type_name(typing.get_args(tp)[0])}"
+    return getattr(tp, "__name__", str(tp))
+
+
+def coerce(value: Any, tp: Any, where: str) -> Any:
+    """Convert a parsed YAML value to ``tp`` or raise ``BadInput`` naming ``where``."""
+    origin = typing.get_origin(tp)
+    bad = BadInput(f"{where}: expected {_type_name(tp)}, got {value!r}")
+    if origin is Literal:
+        if value in typing.get_args(tp):
+            return value
+        raise BadInput(f"{where}: {value!r} is not valid; valid: {', '.join(map(str, typing.get_args(tp)))}")
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return coerce(value, a, where)
+            except BadInput:
+                pass
+        raise bad
+    if origin is tuple:
+        seq = value if isinstance(value, (list, tuple)) else [value]
+        (inner, *_) = typing.get_args(tp)
+        return tuple(coerce(v, inner, f"{where}[{i}]") for i, v in enumerate(seq))
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise bad
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+            raise bad
+        return int(value)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad
+        return float(value)
+    if tp is str:
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise bad
+    if tp is dict or origin is dict:
+        if isinstance(value, dict):
+            return dict(value)
+        raise bad
+    return value
+
+
+def build(cls: type, values: dict, section: str, errors: list[str]) -> Any:
+    """Instantiate dataclass ``cls`` from ``values``; append problems to ``errors``."""
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    kwargs = {}
+    for key, value in values.items():
+        if key not in names:
+            errors.append(f"unknown key '{section}.{key}'; {suggest(key, names)}valid: {', '.join(names)}")
+            continue
+        try:
+            kwargs[key] = coerce(value, hints[key], f"{section}.{key}")
+        except BadInput as e:
+            errors.extend(e.problems)
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as e:
+        errors.append(f"{section}: {e}")
+        return None
+
+
+def parse_assignment(text: str, flag: str) -> tuple[str, Any]:
+    """``key=value`` with the value parsed as a YAML scalar."""
+    if "=" not in text:
+        raise BadInput(f"{flag} expects key=value, got {text!r}")
+    key, raw = text.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as e:
+        raise BadInput(f"{flag} {text!r}: value is not valid YAML ({e.__class__.__name__})") from None
+    return key.strip(), value
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_yaml_config(path: str) -> dict:
+    try:
+        with open(path) as fh:
+            data = yaml.safe_load(fh) or {}
+    except FileNotFoundError:
+        raise BadInput(f"--config {path}: no such file") from None
+    except yaml.YAMLError as e:
+        raise BadInput(f"--config {path}: not valid YAML: {e}") from None
+    if not isinstance(data, dict):
+        raise BadInput(f"--config {path}: expected a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def check_ranges(spec: RunSpec) -> list[str]:
+    """Cross-field and range checks that need more than one section."""
+    e: list[str] = []
+    r, t, o, ev = spec.rollout, spec.train, spec.optim, spec.eval
+    positive = {
+        "rollout.group_size": r.group_size, "rollout.prompts_per_step": r.prompts_per_step,
+        "rollout.max_new_tokens": r.max_new_tokens, "rollout.max_turns": r.max_turns,
+        "train.epochs": t.epochs, "train.minibatches": t.minibatches, "train.num_threads": t.num_threads,
+        "eval.batch_size": ev.batch_size,
+    }
+    e += [f"{k} must be ≥ 1, got {v}" for k, v in positive.items() if v < 1]
+    nonneg = {"rollout.top_k": r.top_k, "rollout.staleness": r.staleness, "rollout.topk": r.topk,
+              "train.micro_batch_size": t.micro_batch_size, "eval.n_samples": ev.n_samples,
+              "eval.max_prompts": ev.max_prompts, "optim.warmup_updates": o.warmup_updates,
+              "rollout.max_refill_tries": r.max_refill_tries, "train.checkpoint_every": t.checkpoint_every}
+    e += [f"{k} must be ≥ 0, got {v}" for k, v in nonneg.items() if v < 0]
+    if not 0 < r.top_p <= 1:
+        e.append(f"rollout.top_p must be in (0, 1], got {r.top_p}")
+    if r.temperature <= 0:
+        e.append(f"rollout.temperature must be > 0 for training rollouts, got {r.temperature}")
+    if o.lr <= 0 or o.critic_lr <= 0:
+        e.append("optim.lr and optim.critic_lr must be > 0")
+    if t.minibatches > r.prompts_per_step * r.group_size:
+        e.append(f"train.minibatches ({t.minibatches}) exceeds the sequences per step "
+                 f"({r.prompts_per_step * r.group_size})")
+    if not 0 < ev.every <= 1:
+        e.append(f"eval.every must be in (0, 1], got {ev.every}")
+    if ev.n_samples and any(k > ev.n_samples or k < 1 for k in ev.ks):
+        e.append(f"eval.ks {list(ev.ks)} must lie in 1..eval.n_samples ({ev.n_samples})")
+    for k, v in spec.budget.limits().items():
+        if v <= 0:
+            e.append(f"budget.{k} must be > 0, got {v}")
+    if not spec.budget.limits():
+        e.append("no budget set: give at least one of " + ", ".join(f"budget.{k}" for k in BUDGET_KEYS))
+    return e

@@ -1,0 +1,106 @@
+"""Evaluation protocols: greedy accuracy, avg@k, unbiased pass@k and maj@k.
+
+For one prompt with n sampled completions of which c are correct:
+
+* ``avg@k`` — mean correctness of the samples (c/n; with n = k the unbiased pass@1);
+* ``pass@k`` — ``1 − C(n−c, k)/C(n, k)`` (Chen et al. 2021, arXiv 2107.03374), computed in
+  the stable product form; requires n ≥ k;
+* ``maj@k`` — majority vote over k samples' parsed answers (responses with no parsed answer
+  do not vote; ties go to the answer seen first); with n > k, the mean over the ⌊n/k⌋
+  disjoint consecutive chunks of k samples (deterministic, unbiased over chunks);
+* ``greedy_acc`` — temperature 0, one completion per prompt.
+
+Scores average over prompts. The eval seed is fixed (``eval.seed``), so every step and run
+sees the same sampling noise.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Optional, Sequence
+
+import torch
+
+from suite.config import EvalConfig
+from suite.rollout import collect
+from suite.sampler import SamplingParams
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k for one prompt (1 when n − c < k)."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs n ≥ k samples, got n = {n}")
+    if n - c < k:
+        return 1.0
+    prod = 1.0
+    for i in range(n - c + 1, n + 1):
+        prod *= 1.0 - k / i
+    return 1.0 - prod
+
+
+def maj_at_k(parsed: Sequence[Optional[str]], correct: Sequence[bool], k: int) -> float:
+    """Majority-vote accuracy over disjoint chunks of k samples of one prompt."""
+    chunks = len(parsed) // k
+    if chunks == 0:
+        raise ValueError(f"maj@{k} needs at least k samples, got {len(parsed)}")
+    score = 0.0
+    for c in range(chunks):
+        sl = slice(c * k, (c + 1) * k)
+        votes = Counter(a for a in parsed[sl] if a is not None)
+        if not votes:
+            continue
+        best = max(votes.values())
+        winner = next(a for a in parsed[sl] if a is not None and votes[a] == best)  # first seen wins ties
+        score += float(next(ok for a, ok in zip(parsed[sl], correct[sl]) if a == winner))
+    return score / chunks
+
+
+def _generate(engine, tokenizer, task, examples, prompt_ids, n: int, params: SamplingParams,
+              seed: int, batch_size: int, max_turns: int, max_obs_tokens: int):
+    """All completions, n per example, in chunks; returns (texts, grades) flattened."""
+    flat = [(i, j) for i in range(len(examples)) for j in range(n)]
+    texts: list[str] = []
+    gen = torch.Generator().manual_seed(seed)
+    for start in range(0, len(flat), batch_size):
+        chunk = flat[start:start + batch_size]
+        envs = [task.make_env(examples[i]) for i, _ in chunk]
+        record, _ = collect(engine, tokenizer, [prompt_ids[i] for i, _ in chunk], params, gen,
+                            envs=envs if any(e is not None for e in envs) else None,
+                            max_turns=max_turns, max_obs_tokens=max_obs_tokens)
+        texts.extend(record.texts)
+    grades = task.grade_batch([examples[i] for i, _ in flat], texts)
+    return flat, texts, grades
+
+
+def evaluate(engine, tokenizer, task, examples: Sequence[Any], prompt_ids: Sequence[list[int]],
+             prompts_text: Sequence[str], cfg: EvalConfig, max_new_tokens: int, stop_ids: tuple[int, ...],
+             max_turns: int = 1, max_obs_tokens: int = 256) -> tuple[dict[str, float], list[dict]]:
+    """Run the configured protocols; return (``{metric: value}`` keyed ``greedy_acc``,
+    ``avg@k``, ``pass@k``, ``maj@k``, and up to ``cfg.save_samples`` sample rows)."""
+    out: dict[str, float] = {}
+    samples: list[dict] = []
+    kw = dict(seed=cfg.seed, batch_size=cfg.batch_size, max_turns=max_turns, max_obs_tokens=max_obs_tokens)
+    if cfg.greedy:
+        params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop_ids=stop_ids)
+        flat, texts, grades = _generate(engine, tokenizer, task, examples, prompt_ids, 1, params, **kw)
+        out["greedy_acc"] = sum(g.correct for g in grades) / max(1, len(grades))
+        samples += _rows(task, examples, prompts_text, flat, texts, grades, cfg.save_samples, "greedy")
+    if cfg.n_samples:
+        n = cfg.n_samples
+        params = SamplingParams(max_new_tokens=max_new_tokens, temperature=cfg.temperature, top_p=cfg.top_p,
+                                stop_ids=stop_ids)
+        flat, texts, grades = _generate(engine, tokenizer, task, examples, prompt_ids, n, params, **kw)
+        per = [grades[i * n:(i + 1) * n] for i in range(len(examples))]
+        for k in cfg.ks:
+            out[f"avg@{k}"] = sum(sum(g.correct for g in p[:k]) / k for p in per) / len(per)
+            out[f"pass@{k}"] = sum(pass_at_k(n, sum(g.correct for g in p), k) for p in per) / len(per)
+            out[f"maj@{k}"] = sum(maj_at_k([g.parsed for g in p], [g.correct for g in p], k) for p in per) / len(per)
+        samples += _rows(task, examples, prompts_text, flat, texts, grades,
+                         max(0, cfg.save_samples - len(samples)), "sampled")
+    return out, samples
+
+
+def _rows(task, examples, prompts_text, flat, texts, grades, cap: int, mode: str) -> list[dict]:
+    return [{"prompt": prompts_text[i], "completion": texts[r], "reward": grades[r].reward,
+             "parsed": grades[r].parsed, "gold": task.gold(examples[i]), "mode": mode}
+            for r, (i, _) in enumerate(flat[:cap])]

@@ -1,0 +1,189 @@
+"""Model and tokenizer loading: the embedded ``tiny`` model and any Hugging Face model.
+
+``tiny`` is a Llama-style causal LM built from a config (≈0.5M parameters, hidden 128,
+3 layers, 4 heads, context 1024) with a character-level tokenizer made with ``tokenizers``
+(printable ASCII + newline; no download). Any other name is treated as a Hugging Face id or a
+local path and loaded with ``from_pretrained`` (offline when ``HF_HUB_OFFLINE=1``).
+
+Outside packages add models through the ``rlsuite.models`` entry-point group by registering
+a :class:`ModelEntry` in ``MODELS``.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import string
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from suite.config import ModelConfig
+from suite.errors import BadInput
+from suite.registry import Registry
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """A registered model: ``load(cfg) → (model, tokenizer)``; ``embedded``: built from
+    scratch (gets the task's warm start)."""
+
+    name: str
+    summary: str
+    version: str
+    load: Callable[[ModelConfig], tuple[Any, Any]]
+    embedded: bool = False
+
+
+MODELS: Registry[ModelEntry] = Registry("model", "rlsuite.models")
+
+SPECIAL = ["<pad>", "<bos>", "<eos>", "<unk>"]
+CHARS = list(string.printable[:95]) + ["\n"]  # digits, letters, punctuation, space, newline
+
+
+def char_tokenizer():
+    """A character-level ``PreTrainedTokenizerFast`` (BPE with no merges = one token per char)."""
+    from tokenizers import Tokenizer, decoders, models
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIAL + CHARS)}
+    tk = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<unk>"))
+    tk.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=tk, pad_token="<pad>", bos_token="<bos>",
+                                   eos_token="<eos>", unk_token="<unk>", padding_side="left")
+
+
+def tiny_config(vocab_size: int):
+    from transformers import LlamaConfig
+
+    return LlamaConfig(vocab_size=vocab_size, hidden_size=128, intermediate_size=256,
+                       num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4,
+                       max_position_embeddings=1024, rope_theta=10000.0, tie_word_embeddings=True,
+                       pad_token_id=0, bos_token_id=1, eos_token_id=2)
+
+
+def _load_tiny(cfg: ModelConfig):
+    from transformers import LlamaForCausalLM
+
+    tok = char_tokenizer()
+    mcfg = tiny_config(len(tok))
+    mcfg._attn_implementation = cfg.attn_implementation
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)  # the same initial weights for every run and seed
+        model = LlamaForCausalLM(mcfg)
+    return model.to(DTYPES[cfg.dtype]), tok
+
+
+MODELS.register("tiny", ModelEntry("tiny", "Llama-style 0.5M-parameter model with a character "
+                                   "tokenizer, built from a config (no download)", "1", _load_tiny,
+                                   embedded=True))
+
+
+def _looks_like_hub_id(name: str) -> bool:
+    parts = name.split("/")
+    return len(parts) == 2 and all(p and not p.startswith(".") for p in parts)
+
+
+def load_pretrained(name: str, cfg: ModelConfig):
+    """``from_pretrained`` of a local path or hub id; ``BadInput`` if it cannot be loaded."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(name)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=DTYPES[cfg.dtype],
+                                                     attn_implementation=cfg.attn_implementation)
+    except (OSError, ValueError) as e:
+        raise BadInput(f"model '{name}' could not be loaded ({str(e).splitlines()[0]}); give a local "
+                       f"path, a Hugging Face id reachable from here, or one of: {', '.join(MODELS.names())}") from None
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return model, tok
+
+
+def load_model(cfg: ModelConfig) -> tuple[Any, Any, bool]:
+    """Return (model, tokenizer, embedded) for ``cfg.name``."""
+    if cfg.name in MODELS:
+        entry = MODELS.get(cfg.name)
+        model, tok = entry.load(cfg)
+        return model, tok, entry.embedded
+    if os.path.isdir(cfg.name) or _looks_like_hub_id(cfg.name):
+        model, tok = load_pretrained(cfg.name, cfg)
+        return model, tok, False
+    MODELS.canonical(cfg.name)  # raises UnknownName with the valid names
+    raise AssertionError  # pragma: no cover
+
+
+def check_model_name(name: str) -> None:
+    """Validate a model name without loading it (exit-2 errors before anything is written)."""
+    if name in MODELS or os.path.isdir(name) or _looks_like_hub_id(name):
+        return
+    if os.path.exists(name):
+        raise BadInput(f"model path '{name}' is not a directory holding a saved model")
+    MODELS.canonical(name)
+
+
+def non_embedding_params(model: nn.Module) -> int:
+    """P of the FLOPs formulas: every parameter except the input embedding table, plus the
+    unembedding matmul (counted even when tied to the embedding, since it does work)."""
+    seen: set[int] = set()
+    total = 0
+    for p in model.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            total += p.numel()
+    emb = model.get_input_embeddings().weight
+    total -= emb.numel()
+    out = model.get_output_embeddings()
+    if out is not None and out.weight is emb:
+        total += emb.numel()
+    return total
+
+
+class ValueHead(nn.Module):
+    """A linear value head ``V = w·h + b`` on hidden states ``[B, T, H] → [B, T]``."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.proj = nn.Linear(hidden, 1)
+        nn.init.zeros_(self.proj.weight)
+        nn.init.zeros_(self.proj.bias)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return self.proj(h.to(self.proj.weight.dtype)).squeeze(-1)
+
+
+class Critic(nn.Module):
+    """Critic for algorithms that need values.
+
+    ``head``: a :class:`ValueHead` on the actor's trunk (the actor forward returns hidden
+    states; gradients of the value loss reach the trunk). ``separate``: its own copy of the
+    initial policy's transformer with a value head (a second model: its FLOPs are counted).
+    """
+
+    def __init__(self, policy: nn.Module, mode: str) -> None:
+        super().__init__()
+        self.mode = mode
+        self.head = ValueHead(policy.config.hidden_size)
+        self.trunk = copy.deepcopy(policy.get_decoder()) if mode == "separate" else None
+
+    def forward_separate(self, tokens: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
+        """Values ``[B, T]`` aligned like log-probs: ``V[b, t]`` = value of the state before
+        token t (computed from the hidden state at t − 1); 0 at t = 0."""
+        pos = (attn_mask.cumsum(-1) - 1).clamp(min=0)
+        h = self.trunk(input_ids=tokens, attention_mask=attn_mask, position_ids=pos).last_hidden_state
+        return shift_right(self.head(h))
+
+    def n_params(self) -> int:
+        if self.trunk is None:
+            return 0
+        return sum(p.numel() for p in self.trunk.parameters()) - self.trunk.get_input_embeddings().weight.numel()
+
+
+def shift_right(x: torch.Tensor) -> torch.Tensor:
+    """Align per-position predictions with the tokens they predict: ``out[:, t] = x[:, t−1]``."""
+    return torch.nn.functional.pad(x[:, :-1], (1, 0))

@@ -1,0 +1,206 @@
+"""Pure tensor math shared by algorithms: masked statistics, group baselines, KL estimators,
+the clipped surrogate, GAE and the clipped value loss.
+
+Argument names are the same everywhere: ``logp``, ``old_logp``, ``ref_logp``, ``adv``,
+``mask`` (the loss mask), ``rewards``, ``group_ids``, ``values``. Shapes use the symbols of
+:mod:`suite.types`. No function here reads a config object.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+KLEstimator = Literal["k1", "k2", "k3"]
+
+
+def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """Σ x·mask over ``dim`` (all dims if None). Shapes: x, mask [B, T]."""
+    return (x * mask).sum() if dim is None else (x * mask).sum(dim)
+
+
+def masked_mean(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
+    """Mean of x over mask = 1 (0 when the mask is empty). Shapes: x, mask [B, T]."""
+    return masked_sum(x, mask, dim) / mask.sum(dim).clamp(min=1)
+
+
+def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
+    """Variance of the masked entries of x (Bessel-corrected like verl's ``masked_var``)."""
+    mean = masked_mean(x, mask)
+    n = mask.sum()
+    var = masked_mean((x - mean) ** 2, mask)
+    if unbiased and n > 1:
+        var = var * n / (n - 1)
+    return var
+
+
+def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float = 1e-8) -> Tensor:
+    """(x − mean)/std over mask = 1 tokens of the whole batch (verl ``masked_whiten``).
+
+    Shapes: x, mask [B, T] → [B, T]; masked-out entries are returned as 0.
+    """
+    mean = masked_mean(x, mask)
+    out = (x - mean) * torch.rsqrt(masked_var(x, mask) + eps)
+    if not shift_mean:
+        out = out + mean
+    return out * mask
+
+
+def group_mean_std(rewards: Tensor, group_ids: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-sample mean and unbiased std of its group's rewards.
+
+    Args: rewards [B] float; group_ids [B] long (any labels).
+    Returns: (mean [B], std [B]); a singleton group gets mean 0 and std 1 (verl convention).
+    """
+    _, inv, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
+    n = counts.to(rewards.dtype)
+    sums = torch.zeros_like(n).index_add_(0, inv, rewards)
+    mean = sums / n
+    sq = torch.zeros_like(n).index_add_(0, inv, (rewards - mean[inv]) ** 2)
+    std = torch.sqrt(sq / (n - 1).clamp(min=1))
+    single = counts == 1
+    mean = torch.where(single, torch.zeros_like(mean), mean)
+    std = torch.where(single, torch.ones_like(std), std)
+    return mean[inv], std[inv]
+
+
+def group_normalised_advantage(
+    rewards: Tensor, group_ids: Tensor, scale_by_std: bool = True, eps: float = 1e-6
+) -> Tensor:
+    """GRPO outcome advantage ``(R − mean_G R) / (std_G R + eps)`` (or mean-only).
+
+    Reference: Shao et al. 2024 (arXiv 2402.03300) §4.1.2; verl ``compute_grpo_outcome_advantage``.
+    Shapes: rewards [B], group_ids [B] → [B].
+    """
+    mean, std = group_mean_std(rewards, group_ids)
+    adv = rewards - mean
+    return adv / (std + eps) if scale_by_std else adv
+
+
+def broadcast_to_tokens(seq_values: Tensor, mask: Tensor) -> Tensor:
+    """[B] per-sequence values → [B, T] on the mask (0 elsewhere)."""
+    return seq_values[:, None] * mask
+
+
+def kl_estimate(logp: Tensor, ref_logp: Tensor, kind: KLEstimator) -> Tensor:
+    """Per-token estimate of KL(π‖π_ref) from sampled-token log-probs, ``d = logp − ref_logp``.
+
+    k1 = d; k2 = ½d²; k3 = exp(−d) + d − 1 (Schulman's low-variance estimator; clamped to
+    [−10, 10] as in verl ``kl_penalty``). Shapes: [B, T] → [B, T].
+    """
+    d = logp - ref_logp
+    if kind == "k1":
+        return d
+    if kind == "k2":
+        return 0.5 * d.square()
+    if kind == "k3":
+        return (torch.exp(-d) + d - 1).clamp(-10.0, 10.0)
+    raise ValueError(f"unknown KL estimator '{kind}'; valid: k1, k2, k3")
+
+
+def clipped_surrogate(
+    logp: Tensor,
+    old_logp: Tensor,
+    adv: Tensor,
+    mask: Tensor,
+    eps_low: float,
+    eps_high: float,
+    dual_clip: float | None = None,
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """PPO clipped surrogate per token, with optional dual clip (verl ``compute_policy_loss_vanilla``).
+
+    ``L1 = −A·r``, ``L2 = −A·clip(r, 1−ε_low, 1+ε_high)``, ``L = max(L1, L2)``; with dual clip
+    ``c`` and A < 0: ``L = min(L, −A·c)``. The log-ratio is clamped to ±20 before exp.
+
+    Shapes: logp, old_logp, adv, mask [B, T] → loss [B, T] (0 off the mask) and metrics
+    (``stats/clip_frac``, ``stats/clip_frac_low``, ``stats/clip_frac_high``,
+    ``stats/dual_clip_frac``, ``stats/approx_kl``, ``stats/ratio_{mean,min,max}``; detached).
+    Reference: Schulman et al. 2017 Eq. (7); dual clip: Ye et al. 2020 (arXiv 1912.09729).
+    """
+    log_ratio = (logp - old_logp).clamp(-20.0, 20.0)
+    ratio = torch.exp(log_ratio)
+    l1 = -adv * ratio
+    l2 = -adv * ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
+    loss = torch.maximum(l1, l2)
+    dual = torch.zeros_like(loss, dtype=torch.bool)
+    if dual_clip is not None:
+        cap = -adv * dual_clip
+        dual = (adv < 0) & (loss > cap)
+        loss = torch.where(adv < 0, torch.minimum(loss, cap), loss)
+    with torch.no_grad():
+        m = mask.bool()
+        low = (ratio < 1.0 - eps_low) & (adv < 0) & m
+        high = (ratio > 1.0 + eps_high) & (adv > 0) & m
+        big = torch.finfo(ratio.dtype).max
+        metrics = {
+            "stats/clip_frac": masked_mean((l2 > l1).float(), mask),
+            "stats/clip_frac_low": masked_mean(low.float(), mask),
+            "stats/clip_frac_high": masked_mean(high.float(), mask),
+            "stats/dual_clip_frac": masked_mean(dual.float(), mask),
+            "stats/approx_kl": masked_mean(-log_ratio, mask),
+            "stats/ratio_mean": masked_mean(ratio, mask),
+            "stats/ratio_min": torch.where(m, ratio, big).min() if m.any() else ratio.new_tensor(1.0),
+            "stats/ratio_max": torch.where(m, ratio, -big).max() if m.any() else ratio.new_tensor(1.0),
+        }
+    return loss * mask, metrics
+
+
+def gae(
+    token_rewards: Tensor, values: Tensor, mask: Tensor, gamma: float, lam: float | Tensor
+) -> tuple[Tensor, Tensor]:
+    """Generalised advantage estimation over the masked response tokens (reverse scan).
+
+    ``δ_t = r_t + γ V_{t+1} − V_t``, ``Â_t = δ_t + γ λ_t Â_{t+1}``, ``returns = Â + V``.
+    Masked positions (padding, prompt, observations) are skipped: the next value and the
+    running Â carry across them (verl ``compute_gae_advantage_return``). The value after the
+    last policy token is 0 (terminal). ``lam`` may be a scalar or a per-token ``[B, T]`` tensor
+    (a state-dependent λ, as CompPO's gate uses).
+
+    Shapes: token_rewards, values, mask [B, T] → (adv [B, T], returns [B, T]), 0 off the mask.
+    Reference: Schulman et al. 2015 (arXiv 1506.02438) Eq. (16).
+    """
+    B, T = mask.shape
+    lam_t = lam if isinstance(lam, Tensor) else torch.full_like(values, float(lam))
+    next_value = torch.zeros(B, dtype=values.dtype, device=values.device)
+    last = torch.zeros(B, dtype=values.dtype, device=values.device)
+    adv = torch.zeros_like(values)
+    for t in reversed(range(T)):
+        m = mask[:, t]
+        delta = token_rewards[:, t] + gamma * next_value - values[:, t]
+        cur = delta + gamma * lam_t[:, t] * last
+        last = torch.where(m > 0, cur, last)
+        next_value = torch.where(m > 0, values[:, t], next_value)
+        adv[:, t] = last
+    adv = adv * mask
+    return adv, (adv + values) * mask
+
+
+def clipped_value_loss(
+    values: Tensor, old_values: Tensor, returns: Tensor, mask: Tensor, clip: float | None
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Per-token ``½·max((V − R)², (clip(V, V_old ± c) − R)²)`` (verl ``compute_value_loss``).
+
+    Shapes: [B, T] → loss [B, T] and metrics (``value/clip_frac``).
+    """
+    l1 = (values - returns).square()
+    if clip is None:
+        return 0.5 * l1 * mask, {"value/clip_frac": values.new_tensor(0.0)}
+    clipped = old_values + (values - old_values).clamp(-clip, clip)
+    l2 = (clipped - returns).square()
+    with torch.no_grad():
+        frac = masked_mean((l2 > l1).float(), mask)
+    return 0.5 * torch.maximum(l1, l2) * mask, {"value/clip_frac": frac}
+
+
+def entropy_from_logits(logits: Tensor) -> Tensor:
+    """Entropy of softmax(logits) over the last dim. Shapes: [..., V] → [...]."""
+    logp = torch.log_softmax(logits.float(), -1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> Tensor:
+    """``1 − Var(R − V)/Var(R)`` over the mask (NaN when Var(R) = 0)."""
+    var_r = masked_var(returns, mask)
+    return 1 - masked_var(returns - values, mask) / var_r if var_r > 0 else values.new_tensor(float("nan"))

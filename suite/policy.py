@@ -1,0 +1,78 @@
+"""The policy forward used for training and scoring passes (any HF causal LM).
+
+``policy_forward`` returns, on request, ``logp [B, T]`` (always), ``entropy [B, T]``,
+``hidden [B, T, H]``, ``attn_stat [B, T]`` and critic-head ``values [B, T]``. Everything is
+aligned with the tokens (see :mod:`suite.types`): position t holds the prediction of
+``tokens[:, t]`` made from the prefix, i.e. the model's output at t − 1; position 0 is 0.
+
+Backend capabilities: :data:`HF_CAPABILITIES`, plus ``attn_stat`` when the model runs with
+``attn_implementation="eager"`` (other kernels do not return attention weights).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from suite.types import Forward
+
+HF_CAPABILITIES = frozenset({"logp", "entropy", "hidden", "values"})
+
+
+def capabilities(model) -> frozenset[str]:
+    impl = getattr(model.config, "_attn_implementation", None)
+    return HF_CAPABILITIES | ({"attn_stat"} if impl == "eager" else frozenset())
+
+
+def position_ids(attn_mask: Tensor) -> Tensor:
+    """Positions that skip left padding: ``cumsum(mask) − 1`` (clamped at 0). [B, T] → [B, T]."""
+    return (attn_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def _shift(x: Tensor) -> Tensor:
+    """Move predictions one step right so they align with the tokens they predict."""
+    pad = [0, 0] * (x.dim() - 2) + [1, 0]
+    return torch.nn.functional.pad(x[:, :-1], pad)
+
+
+def attention_concentration(attn: Tensor, key_mask: Tensor) -> Tensor:
+    """Normalised attention entropy per query, averaged over heads: ``H(a)/log(#keys)`` ∈ [0, 1].
+
+    Shapes: attn [B, heads, Tq, Tk], key_mask [B, Tk] (the causal mask is already in ``attn``)
+    → [B, Tq]. Low values mean concentrated attention.
+    """
+    p = attn.float().clamp(min=1e-12)
+    ent = -(p * p.log()).sum(-1).mean(1)  # [B, Tq]
+    n_keys = key_mask.long().cumsum(-1)[:, -attn.shape[2]:].float()  # real keys visible to each query
+    return ent / n_keys.clamp(min=2).log()
+
+
+def policy_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float,
+                   want: frozenset[str] = frozenset(), value_head: Optional[torch.nn.Module] = None) -> Forward:
+    """One forward of ``model`` on full sequences.
+
+    Args: tokens, attn_mask [B, T]; temperature: logits are divided by it (the sampling
+    distribution); want: subset of {"entropy", "hidden", "attn_stat", "values"};
+    value_head: the critic head applied to the last hidden state when "values" is wanted.
+    Returns: :class:`suite.types.Forward` with the requested fields.
+    """
+    need_hidden = "hidden" in want or "values" in want
+    out = model(input_ids=tokens, attention_mask=attn_mask, position_ids=position_ids(attn_mask),
+                output_hidden_states=need_hidden, output_attentions="attn_stat" in want, use_cache=False)
+    logits = out.logits[:, :-1].float() / temperature  # [B, T-1, V]
+    logp_all = torch.log_softmax(logits, -1)
+    logp = torch.nn.functional.pad(logp_all.gather(-1, tokens[:, 1:, None]).squeeze(-1), (1, 0))
+    entropy = None
+    if "entropy" in want:
+        entropy = torch.nn.functional.pad(-(logp_all.exp() * logp_all).sum(-1), (1, 0))
+    hidden = out.hidden_states[-1] if need_hidden else None
+    values = _shift(value_head(hidden)) if "values" in want and value_head is not None else None
+    attn_stat = None
+    if "attn_stat" in want:
+        with torch.no_grad():
+            stats = torch.stack([attention_concentration(a, attn_mask) for a in out.attentions]).mean(0)
+        attn_stat = _shift(stats)
+    return Forward(logp=logp, entropy=entropy, hidden=hidden if "hidden" in want else None,
+                   attn_stat=attn_stat, values=values)

@@ -1,0 +1,127 @@
+"""Resolve a run spec from names, preset, config files, ``--set`` and ``--budget``.
+
+Every problem is collected and reported at once as :class:`suite.errors.BadInput`, before
+anything is loaded or written. See :mod:`suite.config` for the resolution order.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+from suite.config import (BUDGET_KEYS, SECTIONS, BudgetConfig, EvalConfig, ModelConfig, OptimConfig, RolloutConfig,
+                          RunSpec, TrainConfig, build, check_ranges, deep_merge, suggest)
+from suite.errors import BadInput
+from suite.models import MODELS, check_model_name
+from suite.registry import UnknownName
+
+SECTION_CLASSES = {"model": ModelConfig, "rollout": RolloutConfig, "optim": OptimConfig, "train": TrainConfig,
+                   "budget": BudgetConfig, "eval": EvalConfig}
+
+
+def nest(assignments: Sequence[tuple[str, Any]], flag: str, errors: list[str]) -> dict:
+    """``[("rollout.top_p", 0.9)]`` → ``{"rollout": {"top_p": 0.9}}``; ``seed`` is top level."""
+    out: dict = {}
+    for key, value in assignments:
+        if key == "seed":
+            out["seed"] = value
+            continue
+        section, _, field = key.partition(".")
+        if section not in SECTIONS or not field:
+            errors.append(f"{flag} {key}: expected section.key with section one of {', '.join(SECTIONS)}"
+                          + (f"; {suggest(section, list(SECTIONS))}".rstrip("; ") if section not in SECTIONS else ""))
+            continue
+        out.setdefault(section, {})[field] = value
+    return out
+
+
+def resolve(task: Optional[str], algo: Optional[str], model: Optional[str], seed: Optional[int],
+            configs: Sequence[dict] = (), sets: Sequence[tuple[str, Any]] = (),
+            budgets: Sequence[tuple[str, Any]] = (), sweep: Optional[str] = None, variant: Optional[str] = None,
+            factors: Optional[dict] = None) -> RunSpec:
+    """Build and validate a :class:`RunSpec`; raise ``BadInput`` listing every problem."""
+    import algorithms  # noqa: F401  (registration)
+    import tasks  # noqa: F401
+    from algorithms.base import ALGORITHMS
+    from tasks.base import TASKS
+
+    errors: list[str] = []
+    user: dict = {}
+    for c in configs:
+        unknown = [k for k in c if k not in SECTIONS and k != "seed"]
+        errors += [f"config: unknown section '{k}'; {suggest(k, list(SECTIONS))}valid: {', '.join(SECTIONS)}, seed"
+                   for k in unknown]
+        user = deep_merge(user, {k: v for k, v in c.items() if k not in unknown})
+    user = deep_merge(user, nest(sets, "--set", errors))
+    for key, value in budgets:
+        if key not in BUDGET_KEYS:
+            errors.append(f"--budget {key}: unknown budget key; {suggest(key, list(BUDGET_KEYS))}"
+                          f"valid: {', '.join(BUDGET_KEYS)}")
+        else:
+            user.setdefault("budget", {})[key] = value
+    for section in SECTIONS:
+        if section in user and not isinstance(user[section], dict):
+            errors.append(f"section '{section}' must be a mapping, got {user[section]!r}")
+            user.pop(section)
+
+    def pick(flag_value: Optional[str], section: str) -> Optional[str]:
+        name = flag_value if flag_value is not None else user.get(section, {}).pop("name", None)
+        if flag_value is not None:
+            user.get(section, {}).pop("name", None)
+        return name
+
+    task_name, algo_name = pick(task, "task"), pick(algo, "algo")
+    model_name = pick(model, "model") or ModelConfig().name
+    task_cls = algo_cls = None
+    for kind, name, reg in (("task", task_name, TASKS), ("algorithm", algo_name, ALGORITHMS)):
+        if name is None:
+            errors.append(f"no {kind} given; valid: {', '.join(reg.names())}")
+            continue
+        try:
+            cls = reg.get(str(name))
+        except UnknownName as e:
+            errors.append(str(e))
+            continue
+        if kind == "task":
+            task_cls, task_name = cls, reg.canonical(str(name))
+        else:
+            algo_cls, algo_name = cls, reg.canonical(str(name))
+    try:
+        check_model_name(str(model_name))
+    except (UnknownName, BadInput) as e:
+        errors.append(str(e))
+    embedded = str(model_name) in MODELS and MODELS.get(str(model_name)).embedded
+    preset = dict(task_cls.presets.get("embedded" if embedded else "hf", {})) if task_cls else {}
+    if "budget" in user:  # a user budget replaces the preset's, it does not add limits to it
+        preset.pop("budget", None)
+    merged = deep_merge(preset, user)
+    seed_value = seed if seed is not None else merged.get("seed", 0)
+    if isinstance(seed_value, bool) or not isinstance(seed_value, int) or seed_value < 0:
+        errors.append(f"seed must be a non-negative integer, got {seed_value!r}")
+        seed_value = 0
+    built: dict[str, Any] = {}
+    for section, cls in SECTION_CLASSES.items():
+        values = dict(merged.get(section, {}))
+        if section == "model":
+            values["name"] = str(model_name)
+        built[section] = build(cls, values, section, errors)
+    built["task"] = build(task_cls.Config, {**merged.get("task", {}), "name": task_name}, "task", errors) \
+        if task_cls else None
+    built["algo"] = build(algo_cls.Config, {**merged.get("algo", {}), "name": algo_name}, "algo", errors) \
+        if algo_cls else None
+    if errors or any(v is None for v in built.values()):
+        raise BadInput(errors or ["invalid run spec"])
+    spec = RunSpec(seed=seed_value, sweep=sweep, variant=variant, factors=dict(factors or {}), **built)
+    problems = check_ranges(spec)
+    if problems:
+        raise BadInput(problems)
+    return spec
+
+
+def spec_from_dict(d: dict) -> RunSpec:
+    """Rebuild a RunSpec from a ``spec.json`` document (used by resume and sweeps)."""
+    sections = {k: dict(v) for k, v in d.items() if k in SECTIONS}
+    task = sections.get("task", {}).pop("name", None)
+    algo = sections.get("algo", {}).pop("name", None)
+    model = sections.get("model", {}).pop("name", None)
+    return resolve(task, algo, model, d.get("seed", 0), configs=[sections], sweep=d.get("sweep"),
+                   variant=d.get("variant"), factors=d.get("factors"))

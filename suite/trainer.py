@@ -1,0 +1,580 @@
+"""The one shared trainer. It never branches on an algorithm's or a task's name.
+
+Per step (numbers match the sections of :meth:`Trainer.step`):
+
+1. draw prompts (``algo.sample_prompts`` or a seeded pass over the train split);
+2. roll out G completions per prompt with the behaviour policies (``algo.before_rollout``);
+   the engine records μ's log-probs and what the algorithm ``needs``;
+3. grade with the task, then ``algo.rewards`` per group;
+4. scoring passes: π_old (or μ when exactly on-policy and configured), π_ref, values;
+   in-reward KL; token rewards;
+5. ``algo.advantages``; ``algo.filter`` with the refill loop (bounded; discarded samples
+   are charged);
+6. K epochs × minibatches: ``algo.loss`` (+ generic KL loss, + ``algo.value_loss``)
+   aggregated with the global normaliser of the entry's mode (computed before the
+   micro-batch loop), backward, clip, AdamW step, ``algo.after_update``; the rollout engine
+   is re-synced when its weights lag more than ``rollout.staleness`` updates;
+7. log one metrics row, evaluate on schedule, checkpoint, stop at the budget or on
+   divergence.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import math
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from algorithms.base import Algorithm, Behaviour, Context, Group
+from suite.aggregation import aggregation_weights
+from suite.budget import Budget, rollout_flops, scoring_flops, training_flops
+from suite.config import RunSpec
+from suite.errors import BadInput, Diverged, Interrupted
+from suite.evaluate import evaluate
+from suite.models import Critic, non_embedding_params
+from suite.ops import kl_estimate, masked_mean
+from suite.policy import capabilities, policy_forward
+from suite.rollout import collect
+from suite.runfolder import RunFolder, atomic_write_text, dumps, env_info, now_iso, read_jsonl
+from suite.sampler import KV_ARCHITECTURES, HFGenerateEngine, KVSampler, SamplingParams, make_engine
+from suite.types import Batch, Rollout, cat_rollouts
+
+TIMING_KEYS = ("time", "budget/wall_s")  # plus every perf/* key: excluded from determinism checks
+
+
+def seed_for(*parts: Any) -> int:
+    """A 63-bit seed from (seed, stream, step, index, ...): every draw has its own generator."""
+    return int.from_bytes(hashlib.sha256(repr(parts).encode()).digest()[:8], "big") >> 1
+
+
+def encode_prompt(task, example, tokenizer, chat_template: str) -> tuple[list[int], str]:
+    """Token ids and display text of the task's prompt (chat template when configured)."""
+    p = task.prompt(example)
+    has_tpl = bool(getattr(tokenizer, "chat_template", None))
+    use_chat = chat_template == "on" or (chat_template == "auto" and has_tpl)
+    if use_chat:
+        if not has_tpl:
+            raise BadInput("model.chat_template=on but the tokenizer has no chat template")
+        msgs = p if isinstance(p, list) else [{"role": "user", "content": p}]
+        text = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        return tokenizer.encode(text, add_special_tokens=False), text
+    if isinstance(p, list):
+        p = "\n".join(m["content"] for m in p)
+    return tokenizer.encode(p), p
+
+
+class Trainer:
+    """Owns the policy, critic, reference, rollout engine, optimizer, budget and run folder."""
+
+    def __init__(self, spec: RunSpec, run_dir: Path, task, algo: Algorithm, model, tokenizer) -> None:
+        self.spec, self.task, self.algo, self.tok = spec, task, algo, tokenizer
+        r, t = spec.rollout, spec.train
+        self.device = torch.device("cuda" if t.device == "cuda" or (t.device == "auto" and torch.cuda.is_available())
+                                   else "cpu")
+        self.model = model.to(self.device)
+        self.needs = algo.needs
+        self._check_capabilities()
+        self.splits = task.splits()
+        for s in ("train", "val", "test"):
+            if not self.splits.get(s):
+                raise BadInput(f"task '{task.name}' has an empty {s} split")
+        self.stop_ids = (tokenizer.eos_token_id,)
+        self.engine = make_engine(r.engine, self.model, tokenizer)
+        self.ref = copy.deepcopy(self.model).eval().requires_grad_(False) if "ref_logp" in self.needs else None
+        self.critic = Critic(self.model, spec.model.critic).to(self.device) if "values" in self.needs else None
+        groups = [{"params": [p for p in self.model.parameters() if p.requires_grad], "lr": spec.optim.lr}]
+        if self.critic is not None:
+            groups.append({"params": list(self.critic.parameters()), "lr": spec.optim.critic_lr})
+        o = spec.optim
+        self.opt = torch.optim.AdamW(groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay)
+        self.base_lrs = [g["lr"] for g in self.opt.param_groups]
+        self.P = non_embedding_params(self.model)
+        self.P_critic = self.critic.n_params() if self.critic is not None else 0
+        self.budget = Budget(spec.budget.limits())
+        self.folder = RunFolder(run_dir)
+        self.step_no, self.cursor, self.evals_done = 0, 0, 0
+        self.entropy: Optional[float] = None
+        self._prompt_cache: dict[tuple[str, int], tuple[list[int], str]] = {}
+        self._signal: Optional[Interrupted] = None
+
+    # ---------------------------------------------------------------------------------
+    def _check_capabilities(self) -> None:
+        fwd_caps = capabilities(self.model)
+        kv = self.spec.rollout.engine == "kv" or (self.spec.rollout.engine == "auto" and getattr(
+            self.model.config, "model_type", None) in KV_ARCHITECTURES)
+        eng_caps = (KVSampler if kv else HFGenerateEngine).capabilities
+        missing = []
+        for need, have, who in (("entropy", fwd_caps, "policy forward"), ("hidden", fwd_caps, "policy forward"),
+                                ("attn_stat", fwd_caps, "policy forward (needs model.attn_implementation=eager)"),
+                                ("topk", eng_caps, "rollout engine"), ("behav_attn_stat", eng_caps, "rollout engine")):
+            if need in self.needs and need not in have:
+                missing.append(f"'{need}' (from the {who})")
+        if missing:
+            raise BadInput(f"algorithm '{self.algo.cfg.name}' needs {', '.join(missing)}, which the backend of "
+                           f"model '{self.spec.model.name}' with rollout.engine={self.spec.rollout.engine} cannot produce")
+
+    def context(self) -> Context:
+        s = self.spec
+        return Context(step=self.step_no, progress=self.budget.progress, entropy=self.entropy,
+                       max_new_tokens=s.rollout.max_new_tokens, group_size=s.rollout.group_size,
+                       prompts_per_step=s.rollout.prompts_per_step, n_train=len(self.splits["train"]),
+                       seed=s.seed, policy=self.model,
+                       generator=lambda stream: torch.Generator().manual_seed(seed_for(s.seed, stream, self.step_no)),
+                       charge=self._charge_extra)
+
+    def _charge_extra(self, kind: str, tokens: int, params: int) -> None:
+        self.budget.charge_flops(kind, scoring_flops(params, tokens))
+
+    def _prompt(self, split: str, i: int) -> tuple[list[int], str]:
+        key = (split, i)
+        if key not in self._prompt_cache:
+            self._prompt_cache[key] = encode_prompt(self.task, self.splits[split][i], self.tok,
+                                                    self.spec.model.chat_template)
+        return self._prompt_cache[key]
+
+    # -- 1. prompts --------------------------------------------------------------------
+    def _draw_prompts(self, n: int) -> list[int]:
+        """Seeded passes over the train split: a fresh permutation per pass."""
+        n_train = len(self.splits["train"])
+        out = []
+        while len(out) < n:
+            epoch, pos = divmod(self.cursor, n_train)
+            perm = torch.randperm(n_train, generator=torch.Generator().manual_seed(seed_for(self.spec.seed, "data", epoch)))
+            take = min(n - len(out), n_train - pos)
+            out += perm[pos:pos + take].tolist()
+            self.cursor += take
+        return out
+
+    # -- 2-3. rollout and rewards ------------------------------------------------------
+    def _rollout(self, idx: list[int], ctx: Context, attempt: int) -> tuple[Rollout, dict[str, float]]:
+        r = self.spec.rollout
+        G = r.group_size
+        rows = [i for i in idx for _ in range(G)]
+        prompts = [self._prompt("train", i)[0] for i in rows]
+        envs = [self.task.make_env(self.splits["train"][i]) for i in rows]
+        envs = envs if any(e is not None for e in envs) else None
+        params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p,
+                                top_k=r.top_k, stop_ids=self.stop_ids, topk=r.topk if "topk" in self.needs else 0)
+        behaviours = self.algo.before_rollout(ctx) or [Behaviour(0, tuple(range(len(rows))))]
+        parts, order, metrics = [], [], {}
+        for beh in behaviours:
+            saved = None
+            if beh.state is not None:
+                saved = {k: v.clone() for k, v in self.engine.state().items()}
+                self.engine.load_weights(beh.state, self.engine.version)
+            gen = torch.Generator().manual_seed(seed_for(self.spec.seed, "rollout", self.step_no, attempt, beh.id))
+            sub = list(beh.rows)
+            rec, metrics = collect(self.engine, self.tok, [prompts[j] for j in sub], params, gen,
+                                   envs=[envs[j] for j in sub] if envs else None, max_turns=r.max_turns,
+                                   max_obs_tokens=r.max_obs_tokens, want_attn="behav_attn_stat" in self.needs,
+                                   group_ids=[j // G for j in sub], example_idx=[rows[j] for j in sub],
+                                   behaviour_ids=[beh.id] * len(sub))
+            if saved is not None:
+                self.engine.load_weights(saved, self.engine.version)
+            parts.append(rec)
+            order += sub
+        rec = cat_rollouts(parts, offset_groups=False)
+        if len(parts) > 1:
+            rec = rec.select(torch.tensor(order).argsort())
+        # 3. grade, then the algorithm's group-level reward construction
+        examples = [self.splits["train"][i] for i in rows]
+        grades = self.task.grade_batch(examples, list(rec.texts))
+        scores = torch.tensor([g.reward for g in grades], dtype=torch.float)
+        rewards = torch.empty_like(scores)
+        for g, i in enumerate(idx):
+            sl = slice(g * G, (g + 1) * G)
+            group = Group(prompt=self._prompt("train", i)[1], example=self.splits["train"][i],
+                          completions=rec.texts[sl], parsed=tuple(x.parsed for x in grades[sl]), scores=scores[sl])
+            rewards[sl] = torch.as_tensor(self.algo.rewards(group, ctx), dtype=torch.float)
+        rec = rec.replace(scores=scores, rewards=rewards, parsed=tuple(g.parsed for g in grades))
+        self._charge_rollout(rec, len(idx))
+        return rec, metrics
+
+    def _charge_rollout(self, rec: Rollout, n_prompts: int) -> None:
+        b = self.budget
+        b.charge("prompts", n_prompts)
+        b.charge("samples", rec.batch_size)
+        b.charge("gen_tokens", float(rec.loss_mask.sum()))
+        gen = int(rec.loss_mask.sum())
+        b.charge_flops("rollout", rollout_flops(self.P, int(rec.attn_mask.sum()) - gen, gen))
+
+    # -- 4. scoring passes -------------------------------------------------------------
+    @torch.no_grad()
+    def _score(self, rec: Rollout) -> Batch:
+        s, r = self.spec, self.spec.rollout
+        dev = self.device
+        tokens, attn, mask = rec.tokens.to(dev), rec.attn_mask.to(dev), rec.loss_mask.to(dev)
+        n_tok = int(rec.attn_mask.sum())
+        on_policy = bool((rec.policy_version == self.budget.counters["updates"]).all()) and r.top_p == 1.0 \
+            and r.top_k == 0 and bool((rec.behaviour_id == 0).all())
+        fields: dict[str, Any] = {}
+        head_values = self.critic is not None and self.critic.mode == "head"
+        if r.old_logp == "behaviour" and on_policy and not head_values:
+            fields["old_logp"] = rec.behav_logp.to(dev)
+        else:
+            want = frozenset({"values"}) if head_values else frozenset()
+            fwd = policy_forward(self.model, tokens, attn, r.temperature, want,
+                                 self.critic.head if head_values else None)
+            fields["old_logp"] = fwd.logp * mask
+            if head_values:
+                fields["values"] = fwd.values * mask
+            self.budget.charge_flops("score_old", scoring_flops(self.P, n_tok))
+            if r.old_logp == "behaviour" and on_policy:
+                fields["old_logp"] = rec.behav_logp.to(dev)  # aliased; the pass ran for the values only
+        if self.critic is not None and self.critic.mode == "separate":
+            fields["values"] = self.critic.forward_separate(tokens, attn) * mask
+            self.budget.charge_flops("score_critic", scoring_flops(self.P_critic, n_tok))
+        rewards = rec.rewards.to(dev)
+        kl_tok = torch.zeros_like(mask)
+        if self.ref is not None:
+            fields["ref_logp"] = policy_forward(self.ref, tokens, attn, r.temperature).logp * mask
+            self.budget.charge_flops("score_ref", scoring_flops(self.P, n_tok))
+            if self.algo.cfg.kl_where == "reward":
+                kl_tok = s_kl(self.algo.cfg, fields["old_logp"], fields["ref_logp"]) * mask
+        last = (mask * torch.arange(mask.shape[1], device=dev)).argmax(-1)  # last policy token
+        token_rewards = -self.algo.cfg.kl_coef * kl_tok
+        token_rewards[torch.arange(mask.shape[0], device=dev), last] += rewards
+        fields["rewards"] = rewards - self.algo.cfg.kl_coef * kl_tok.sum(-1)
+        fields["token_rewards"] = token_rewards * mask
+        moved = {f.name: (getattr(rec, f.name).to(dev) if isinstance(getattr(rec, f.name), torch.Tensor) else getattr(rec, f.name))
+                 for f in dataclasses.fields(Rollout)}
+        moved.update(fields)
+        return Batch(**moved)
+
+    # -- 5. advantages and filtering with refill ---------------------------------------
+    def _collect_batch(self, ctx: Context) -> tuple[Batch, dict[str, float]]:
+        r = self.spec.rollout
+        target = r.prompts_per_step * r.group_size
+        kept: list[Batch] = []
+        n_kept, discarded, tries = 0, 0, 0
+        metrics: dict[str, float] = {}
+        for attempt in range(1 + r.max_refill_tries):
+            tries += 1
+            idx = self.algo.sample_prompts(ctx) or self._draw_prompts(r.prompts_per_step)
+            rec, metrics = self._rollout(list(idx), ctx, attempt)
+            batch = self._score(rec)
+            adv = self.algo.advantages(batch, ctx)
+            batch = dataclasses.replace(batch, adv=adv.adv, returns=adv.returns, extras={**batch.extras, **adv.extras})
+            metrics.update(adv.metrics)
+            if attempt == 0:
+                metrics.update(self._rollout_metrics(batch))
+            keep = self.algo.filter(batch, ctx)
+            if keep is None:
+                kept, n_kept = [batch], batch.batch_size
+                break
+            keep = keep.to(torch.bool).cpu()
+            discarded += int((~keep).sum())
+            if keep.any():
+                kept.append(batch.select(torch.nonzero(keep.to(batch.tokens.device)).squeeze(-1)))
+                n_kept += int(keep.sum())
+            if n_kept >= target:
+                break
+        if not kept:
+            raise RuntimeError(f"the filter discarded every sample in {tries} rollout batches; "
+                               f"raise rollout.max_refill_tries or check the algorithm's filter")
+        batch = cat_rollouts(kept) if len(kept) > 1 else kept[0]
+        if batch.batch_size > target:
+            batch = batch.select(torch.arange(target, device=batch.tokens.device))
+        metrics.update({"filter/discarded": float(discarded), "filter/rollout_batches": float(tries),
+                        "filter/kept_frac": n_kept / max(1, n_kept + discarded)})
+        return batch, metrics
+
+    def _rollout_metrics(self, b: Batch) -> dict[str, float]:
+        G = self.spec.rollout.group_size
+        m = b.loss_mask
+        L = m.sum(-1)
+        sc = b.scores.view(-1, G) if b.batch_size % G == 0 else b.scores[None]
+        same = (sc == sc[:, :1]).all(-1)
+        term = ~b.truncated.to(L.device)
+        out = {
+            "reward/mean": float(b.scores.mean()), "reward/std": float(b.scores.std()) if b.batch_size > 1 else 0.0,
+            "reward/min": float(b.scores.min()), "reward/max": float(b.scores.max()),
+            "reward/shaped_mean": float(b.rewards.mean()),
+            "adv/mean": float(masked_mean(b.adv, m)), "adv/std": float(b.adv[m > 0].std()) if m.sum() > 1 else 0.0,
+            "adv/min": float(b.adv[m > 0].min()) if m.any() else 0.0, "adv/max": float(b.adv[m > 0].max()) if m.any() else 0.0,
+            "adv/zero_frac": float(((b.adv.abs() * m).sum(-1) == 0).float().mean()),
+            "group/zero_std_frac": float(same.float().mean()),
+            "group/all_correct_frac": float((same & (sc[:, 0] >= 1)).float().mean()),
+            "group/all_wrong_frac": float((same & (sc[:, 0] <= 0)).float().mean()),
+            "group/mixed_frac": float((~same).float().mean()),
+            "len/response_mean": float(L.mean()), "len/response_min": float(L.min()), "len/response_max": float(L.max()),
+            "len/terminated_mean": float(L[term].mean()) if term.any() else float("nan"),
+            "len/truncated_frac": float(b.truncated.float().mean()),
+            "len/prompt_mean": float((b.attn_mask.sum(-1) - L).float().mean()),
+            "offpolicy/staleness_mean": float((self.budget.counters["updates"] - b.policy_version).float().mean()),
+            "offpolicy/staleness_max": float((self.budget.counters["updates"] - b.policy_version).max()),
+        }
+        if b.old_logp is not None:
+            d = (b.old_logp - b.behav_logp) * m
+            out["mismatch/kl"] = float(masked_mean(b.behav_logp - b.old_logp, m))
+            out["mismatch/logp_abs_diff_mean"] = float(masked_mean(d.abs(), m))
+            out["mismatch/logp_abs_diff_max"] = float(d.abs().max())
+            ratio = torch.exp(d)[m > 0]
+            if ratio.numel():
+                out.update({"mismatch/ratio_mean": float(ratio.mean()), "mismatch/ratio_min": float(ratio.min()),
+                            "mismatch/ratio_max": float(ratio.max())})
+        if b.values is not None:
+            out["value/mean"] = float(masked_mean(b.values, m))
+        if b.ref_logp is not None and b.old_logp is not None:
+            out["stats/kl_ref"] = float(masked_mean(s_kl(self.algo.cfg, b.old_logp, b.ref_logp), m))
+            out["stats/kl_coef"] = self.algo.cfg.kl_coef
+        return out
+
+    # -- 6. the update -----------------------------------------------------------------
+    def _lr_factor(self) -> float:
+        o, u = self.spec.optim, self.budget.counters["updates"]
+        if o.warmup_updates and u < o.warmup_updates:
+            return (u + 1) / o.warmup_updates
+        p = self.budget.progress
+        return {"constant": 1.0, "linear": 1.0 - p, "cosine": 0.5 * (1 + math.cos(math.pi * p))}[o.schedule]
+
+    def _update(self, batch: Batch, ctx: Context) -> dict[str, float]:
+        s, t = self.spec, self.spec.train
+        cfg = self.algo.cfg
+        want = frozenset({"entropy"}) | (self.needs & {"hidden", "attn_stat"})
+        head_values = self.critic is not None and self.critic.mode == "head"
+        if head_values:
+            want = want | {"values"}
+        B = batch.batch_size
+        acc: dict[str, list[tuple[float, float]]] = {}
+        n_tok = int(batch.attn_mask.sum())
+        for epoch in range(t.epochs):
+            perm = torch.randperm(B, generator=torch.Generator().manual_seed(seed_for(s.seed, "minibatch", self.step_no, epoch)))
+            for mb_idx in torch.tensor_split(perm, t.minibatches):
+                mb = batch.select(mb_idx.to(batch.tokens.device))
+                w_all = aggregation_weights(mb.loss_mask, cfg.aggregation, s.rollout.max_new_tokens)
+                self.opt.zero_grad(set_to_none=True)
+                micro = t.micro_batch_size or mb.batch_size
+                for lo in range(0, mb.batch_size, micro):
+                    rows = torch.arange(lo, min(lo + micro, mb.batch_size), device=mb.tokens.device)
+                    mic, w = mb.select(rows), w_all[rows]
+                    fwd = policy_forward(self.model, mic.tokens, mic.attn_mask, s.rollout.temperature, want,
+                                         self.critic.head if head_values else None)
+                    if self.critic is not None and self.critic.mode == "separate":
+                        fwd = dataclasses.replace(fwd, values=self.critic.forward_separate(mic.tokens, mic.attn_mask))
+                    if "entropy" not in self.needs:
+                        fwd = dataclasses.replace(fwd, entropy=fwd.entropy.detach())
+                    loss_tok, m = self.algo.loss(fwd, mic, ctx)
+                    m = dict(m)
+                    policy = (w * loss_tok).sum()
+                    m["loss/policy"] = policy.detach()
+                    total = policy
+                    if self.ref is not None and cfg.kl_where == "loss":
+                        kl = (w * s_kl(cfg, fwd.logp, mic.ref_logp) * mic.loss_mask).sum()
+                        total = total + cfg.kl_coef * kl
+                        m["loss/kl"] = (cfg.kl_coef * kl).detach()
+                    if self.critic is not None:
+                        v_tok, vm = self.algo.value_loss(fwd, mic, ctx)
+                        vl = (w * v_tok).sum()
+                        total = total + vl
+                        m.update(vm)
+                        m["loss/value"] = vl.detach()
+                    m["loss/total"] = total.detach()
+                    m["stats/entropy"] = masked_mean(fwd.entropy.detach(), mic.loss_mask)
+                    if not torch.isfinite(total):
+                        raise Diverged(f"non-finite loss at step {self.step_no} (loss/total={float(total)})")
+                    total.backward()
+                    share = float(w.sum())  # this micro-batch's share of the normaliser
+                    for k, v in m.items():
+                        acc.setdefault(k, []).append((float(v), share))
+                acc.setdefault("stats/grad_norm", []).append((self._clip_and_step(), 1.0))
+                self.budget.charge("updates", 1)
+                self.algo.after_update(self.context())
+        self.budget.charge("train_tokens", n_tok * t.epochs)
+        self.budget.charge_flops("train", training_flops(self.P, n_tok, t.epochs))
+        if self.critic is not None and self.critic.mode == "separate":
+            self.budget.charge_flops("train_critic", training_flops(self.P_critic, n_tok, t.epochs))
+        out = _merge(acc)
+        out["stats/lr"] = self.opt.param_groups[0]["lr"]
+        self.entropy = out.get("stats/entropy")
+        return out
+
+    def _clip_and_step(self) -> float:
+        factor = self._lr_factor()
+        for g, base in zip(self.opt.param_groups, self.base_lrs):
+            g["lr"] = base * factor
+        clip = self.spec.optim.grad_clip or float("inf")
+        norms = [torch.nn.utils.clip_grad_norm_(g["params"], clip) for g in self.opt.param_groups]
+        if not all(torch.isfinite(n) for n in norms):
+            raise Diverged(f"non-finite gradient norm at step {self.step_no}")
+        self.opt.step()
+        return float(norms[0])
+
+    # -- checkpoints -------------------------------------------------------------------
+    def _state(self) -> dict[str, Any]:
+        st = {"model": self.model.state_dict(), "opt": self.opt.state_dict(), "algo": self.algo.state_dict(),
+              "budget": self.budget.state_dict(), "step": self.step_no, "cursor": self.cursor,
+              "evals_done": self.evals_done, "entropy": self.entropy, "engine_version": self.engine.version}
+        if self.critic is not None:
+            st["critic"] = self.critic.state_dict()
+        if self.ref is not None:
+            st["ref"] = self.ref.state_dict()
+        if self.engine.version != self.budget.counters["updates"]:
+            st["engine"] = self.engine.state()
+        return st
+
+    def save_checkpoint(self) -> None:
+        state = self._state()
+        self.folder.replace_dir("checkpoint", lambda d: torch.save(state, d / "state.pt"))
+
+    def load_checkpoint(self) -> bool:
+        path = self.folder.file("checkpoint") / "state.pt"
+        if not path.exists():
+            return False
+        st = torch.load(path, weights_only=False, map_location=self.device)
+        self.model.load_state_dict(st["model"])
+        self.opt.load_state_dict(st["opt"])
+        self.algo.load_state_dict(st["algo"])
+        self.budget.load_state_dict(st["budget"])
+        self.step_no, self.cursor, self.evals_done, self.entropy = st["step"], st["cursor"], st["evals_done"], st["entropy"]
+        if self.critic is not None:
+            self.critic.load_state_dict(st["critic"])
+        if self.ref is not None:
+            self.ref.load_state_dict(st["ref"])
+        self.engine.load_weights(st.get("engine", self.model.state_dict()), st["engine_version"])
+        return True
+
+    # -- eval --------------------------------------------------------------------------
+    def run_eval(self, split: str, final: bool = False) -> dict[str, Any]:
+        s = self.spec
+        examples = self.splits[split][: s.eval.max_prompts or None]
+        ids = [self._prompt(split, i) for i in range(len(examples))]
+        engine = self.engine
+        if engine.version != self.budget.counters["updates"]:
+            engine = make_engine(s.rollout.engine, self.model, self.tok)  # evaluate the current policy
+        res, samples = evaluate(engine, self.tok, self.task, examples, [p[0] for p in ids], [p[1] for p in ids],
+                                s.eval, s.rollout.max_new_tokens, self.stop_ids, s.rollout.max_turns,
+                                s.rollout.max_obs_tokens)
+        row = {"step": self.step_no, **self.budget.row(), "split": split,
+               **{f"eval/{self.task.name}/{k}": v for k, v in res.items()},
+               "n_samples": s.eval.n_samples, "n_prompts": len(examples), "temperature": s.eval.temperature,
+               "top_p": s.eval.top_p, "eval_seed": s.eval.seed, "final": final}
+        self.folder.append("evals.jsonl", [row])
+        self.folder.append("samples.jsonl", [{"step": self.step_no, "split": split, "final": final, **x}
+                                             for x in samples])
+        return row
+
+    # -- the loop ----------------------------------------------------------------------
+    def step(self) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        self.step_no += 1
+        ctx = self.context()
+        batch, metrics = self._collect_batch(ctx)  # 1-5
+        t1 = time.perf_counter()
+        metrics.update(self._update(batch, ctx))  # 6
+        t2 = time.perf_counter()
+        if self.budget.counters["updates"] - self.engine.version > self.spec.rollout.staleness:
+            self.engine.load_weights(self.model.state_dict(), int(self.budget.counters["updates"]))
+        dt = time.perf_counter() - t0
+        self.budget.charge("wall_s", dt)
+        metrics.update({"perf/step_time": dt, "perf/rollout_time": t1 - t0, "perf/train_time": t2 - t1,
+                        "perf/tokens_per_s": float(batch.attn_mask.sum()) / dt})
+        metrics["stability/nonfinite"] = 0
+        row = {"step": self.step_no, "time": time.time(), **self.budget.row(), **metrics}
+        self.folder.append("metrics.jsonl", [row])
+        return row
+
+    def _install_signals(self) -> None:
+        def handler(state: str, code: int):
+            def h(signum, frame):
+                self._signal = Interrupted(state, code)
+            return h
+        try:
+            signal.signal(signal.SIGINT, handler("preempted", 130))
+            signal.signal(signal.SIGUSR2, handler("preempted", 130))  # submitit's preemption/timeout signal
+            signal.signal(signal.SIGTERM, handler("cancelled", 143))
+        except ValueError:  # not in the main thread
+            pass
+
+    def train(self, resume: bool, attempt: int) -> tuple[str, Optional[str]]:
+        """Run to the budget; returns (final state, reason). Writes status throughout."""
+        f, s = self.folder, self.spec
+        resumed = resume and self.load_checkpoint()
+        if resumed:
+            for name in ("metrics.jsonl", "evals.jsonl", "samples.jsonl"):
+                f.truncate_jsonl(name, self.step_no)
+            _drop_final_rows(f)
+        else:
+            for name in ("metrics.jsonl", "evals.jsonl", "samples.jsonl"):
+                f.file(name).write_text("")
+        f.set_status(state="running", reason=None, step=self.step_no, budget=self.budget.counters,
+                     started_at=now_iso(), host=socket.gethostname(), pid=os.getpid(), attempt=attempt)
+        f.start_heartbeat()
+        self._install_signals()
+        try:
+            if not resumed:
+                self.run_eval("val")
+            while not self.budget.exhausted:
+                self.step()
+                at_end = self.budget.exhausted
+                if not at_end and self.budget.progress >= (self.evals_done + 1) * s.eval.every - 1e-12:
+                    self.evals_done = int(self.budget.progress / s.eval.every + 1e-12)
+                    self.run_eval("val")
+                f.set_status(step=self.step_no, budget=self.budget.counters)
+                if self._signal is not None:
+                    raise self._signal
+                if s.train.checkpoint_every and self.step_no % s.train.checkpoint_every == 0 and not at_end:
+                    self.save_checkpoint()
+            self.save_checkpoint()
+            self.run_eval("val", final=True)
+            self.run_eval("test", final=True)
+            f.replace_dir("final", self._save_final)
+            return "completed", None
+        except Diverged as e:
+            f.append("metrics.jsonl", [{"step": self.step_no, **self.budget.row(), "stability/nonfinite": 1}])
+            return "diverged", str(e)
+        except Interrupted as e:
+            self.save_checkpoint()
+            return e.state, f"signal at step {self.step_no}"
+        finally:
+            f.stop_heartbeat()
+
+    def _save_final(self, d: Path) -> None:
+        self.model.save_pretrained(d)
+        self.tok.save_pretrained(d)
+
+
+def s_kl(cfg, logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """The configured per-token KL estimator of KL(π‖π_ref)."""
+    return kl_estimate(logp, ref_logp, cfg.kl_estimator)
+
+
+def _merge(acc: dict[str, list[tuple[float, float]]]) -> dict[str, float]:
+    """Combine micro-batch metrics: ``*_min``/``*_max`` by min/max, ``loss/*`` summed (they are
+    already weighted shares of the aggregated loss), the rest weighted by normaliser share."""
+    out = {}
+    for k, vals in acc.items():
+        xs = [v for v, _ in vals]
+        if k.endswith("_min"):
+            out[k] = min(xs)
+        elif k.endswith("_max"):
+            out[k] = max(xs)
+        elif k.startswith("loss/"):
+            n_updates = max(1, len(acc.get("stats/grad_norm", [])))
+            out[k] = sum(xs) / n_updates
+        elif k == "stats/grad_norm":
+            out[k] = sum(xs) / len(xs)
+        else:
+            wsum = sum(w for _, w in vals)
+            out[k] = sum(v * w for v, w in vals) / wsum if wsum > 0 else sum(xs) / len(xs)
+    return out
+
+
+def _drop_final_rows(f: RunFolder) -> None:
+    """Resuming after the last checkpoint re-runs the final evals: drop their old rows."""
+    for name in ("evals.jsonl", "samples.jsonl"):
+        path = f.file(name)
+        rows = [r for r in read_jsonl(path) if not r.get("final")]
+        atomic_write_text(path, "".join(dumps(r) + "\n" for r in rows))
+
+
+def run_env(spec: RunSpec, trainer: Trainer) -> dict[str, Any]:
+    return env_info(str(trainer.device), spec.model.dtype, spec.train.num_threads)

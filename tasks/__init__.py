@@ -1,0 +1,10 @@
+"""Task entries. Importing this package registers every built-in task.
+
+Add a task: one module here with a :class:`tasks.base.Task` subclass decorated with
+``@register``, imported below; outside packages use the ``rlsuite.tasks`` entry-point group.
+"""
+
+from tasks.base import TASKS, Environment, Grade, Task, TaskConfig, register
+from tasks import arith, gsm8k  # noqa: F401  (registration)
+
+__all__ = ["TASKS", "Environment", "Grade", "Task", "TaskConfig", "register"]

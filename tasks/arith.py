@@ -1,0 +1,156 @@
+"""``arith``: the embedded verifiable task (two-operand integer arithmetic, exact-match reward).
+
+Example: prompt ``"47+38="``, a correct completion ``"85"`` followed by EOS; reward 1 if the
+leading integer of the completion equals the result, else 0.
+
+Problems are generated from a fixed seed, so every machine sees the same splits: ``test``
+and ``val`` are disjoint hash-selected slices of all problems; ``train`` is the rest. With
+the embedded ``tiny`` model the task provides a short supervised warm start (teacher-forced
+answers on train problems) that stops once greedy accuracy on a held-out slice of train
+reaches ``warm_target``, so RL starts from partial competence with headroom (30–70%).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+
+from tasks.base import Grade, Task, TaskConfig, hash_split, register
+
+_INT = re.compile(r"^\s*(-?\d+)")
+
+
+@dataclass(frozen=True)
+class Problem:
+    a: int
+    b: int
+    op: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.a}{self.op}{self.b}="
+
+    @property
+    def answer(self) -> int:
+        return {"+": self.a + self.b, "-": self.a - self.b, "*": self.a * self.b}[self.op]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArithConfig(TaskConfig):
+    max_operand: int = 99
+    """Operands are drawn from 0..max_operand."""
+    ops: str = "+-"
+    """Operators used (subset of '+-*')."""
+    val_fraction: float = 0.02
+    """Hash-selected share of all problems held out as val (test takes the same share)."""
+    warm_target: float = 0.45
+    """Warm start stops once greedy accuracy on held-out train problems reaches this."""
+    warm_max_steps: int = 3000
+    """Upper bound on warm-start SFT steps."""
+
+    def __post_init__(self) -> None:
+        if not self.ops or set(self.ops) - set("+-*"):
+            raise ValueError(f"ops must be a non-empty subset of '+-*', got {self.ops!r}")
+        if self.max_operand < 1:
+            raise ValueError(f"max_operand must be ≥ 1, got {self.max_operand}")
+        if not 0 < self.val_fraction < 0.5:
+            raise ValueError(f"val_fraction must be in (0, 0.5), got {self.val_fraction}")
+
+
+@register
+class Arith(Task):
+    name = "arith"
+    summary = "Embedded two-operand integer arithmetic with exact-match reward (CPU-sized)."
+    version = "1"
+    Config = ArithConfig
+    cfg: ArithConfig
+    presets = {
+        "embedded": {
+            "rollout": {"group_size": 8, "prompts_per_step": 16, "max_new_tokens": 6, "temperature": 1.0},
+            "optim": {"lr": 3e-4, "critic_lr": 1e-3, "grad_clip": 1.0},
+            "train": {"epochs": 1, "minibatches": 1},
+            "budget": {"samples": 25600},
+            "eval": {"max_prompts": 200, "every": 0.25},
+        },
+        "hf": {"rollout": {"max_new_tokens": 16}, "budget": {"samples": 25600}},
+    }
+
+    def splits(self) -> dict[str, list[Problem]]:
+        c = self.cfg
+        probs = [] if getattr(self, "_splits", None) else [Problem(a, b, op) for op in c.ops for a in range(c.max_operand + 1) for b in range(c.max_operand + 1)]
+        if getattr(self, "_splits", None) is None:
+            val = [p for p in probs if hash_split(p.text, c.val_fraction, "val")]
+            val_set = set(val)
+            test = [p for p in probs if hash_split(p.text, c.val_fraction, "test") and p not in val_set]
+            held = val_set | set(test)
+            self._splits = {"train": [p for p in probs if p not in held], "val": val, "test": test}
+        return self._splits
+
+    def prompt(self, example: Problem) -> str:
+        return example.text
+
+    def gold(self, example: Problem) -> str:
+        return str(example.answer)
+
+    def grade(self, example: Problem, completion: str) -> Grade:
+        m = _INT.match(completion)
+        parsed = m.group(1) if m else None
+        ok = parsed is not None and int(parsed) == example.answer
+        return Grade(reward=float(ok), correct=ok, parsed=parsed)
+
+    # -- warm start ----------------------------------------------------------------------
+    def warm_start(self, model, tokenizer, seed: int) -> Optional[dict[str, Any]]:
+        """Teacher-forced SFT on train problems until held-out greedy accuracy ≥ warm_target."""
+        from suite.sampler import KVSampler, SamplingParams
+
+        train = self.splits()["train"]
+        rng = random.Random(seed)
+        check = rng.sample(train, 200)
+        check_set = set(check)
+        pool = [p for p in train if p not in check_set]
+        opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.0)
+        eos = tokenizer.eos_token_id
+        acc, step = 0.0, 0
+        params = SamplingParams(max_new_tokens=6, temperature=0.0, stop_ids=(eos,))
+        while step < self.cfg.warm_max_steps:
+            for _ in range(100):
+                batch = [pool[rng.randrange(len(pool))] for _ in range(64)]
+                loss = _sft_loss(model, tokenizer, batch)
+                opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                step += 1
+            eng = KVSampler(model, tokenizer)
+            out = eng.generate([tokenizer.encode(p.text, add_special_tokens=False) for p in check], params)
+            acc = sum(self.grade(p, tokenizer.decode(ids, skip_special_tokens=True)).correct
+                      for p, ids in zip(check, out.ids)) / len(check)
+            if acc >= self.cfg.warm_target:
+                break
+        return {"warm_steps": step, "warm_check_acc": acc}
+
+
+def _sft_loss(model, tokenizer, batch: list[Problem]) -> torch.Tensor:
+    """Cross-entropy on answer tokens (+EOS) of ``prompt answer EOS`` sequences."""
+    from suite.sampler import left_pad
+
+    seqs, n_prompt = [], []
+    for p in batch:
+        pr = tokenizer.encode(p.text, add_special_tokens=False)
+        ans = tokenizer.encode(str(p.answer), add_special_tokens=False) + [tokenizer.eos_token_id]
+        seqs.append(pr + ans)
+        n_prompt.append(len(pr))
+    ids, mask = left_pad(seqs, tokenizer.pad_token_id, "cpu")
+    width = ids.shape[1]
+    target_mask = torch.zeros_like(mask, dtype=torch.float)
+    for b, (s, npr) in enumerate(zip(seqs, n_prompt)):
+        target_mask[b, width - len(s) + npr:] = 1.0
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, :-1]
+    logp = torch.log_softmax(logits.float(), -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    m = target_mask[:, 1:]
+    return -(logp * m).sum() / m.sum()

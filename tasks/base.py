@@ -1,0 +1,152 @@
+"""The task protocol: data splits, prompt format, grader, eval protocol, optional environment.
+
+A task is a subclass of :class:`Task` registered in ``TASKS`` with its own frozen config
+class (``task.*`` keys of a run spec). Tasks know nothing about algorithms.
+
+Splits: ``train``, ``val`` and ``test``; where a dataset has no validation split, ``val`` is
+a fixed hash-selected slice of train (:func:`hash_split`) so it never depends on order.
+
+Multi-turn tasks return an :class:`Environment` from ``make_env``: after each policy turn
+that ends on one of ``stop_strings``, ``step(turn_text)`` returns an observation (appended
+to the context as token ids, masked out of the loss) or None to end the episode.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar, Optional, Sequence
+
+from suite.errors import BadInput
+from suite.registry import Registry
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskConfig:
+    """Fields every task has."""
+
+    name: str = ""
+    """Registry name of the task (set from ``--task``; not a knob)."""
+
+
+@dataclass(frozen=True)
+class Grade:
+    """A graded completion: ``reward`` in the task's declared range, ``correct`` for
+    accuracy metrics, ``parsed`` the extracted answer (None = nothing extractable; such a
+    completion does not vote in maj@k)."""
+
+    reward: float
+    correct: bool
+    parsed: Optional[str]
+
+
+class Environment:
+    """A multi-turn environment for one episode."""
+
+    stop_strings: tuple[str, ...] = ()
+
+    def step(self, text: str) -> Optional[str]:
+        """Consume the policy's last turn; return the observation text, or None when done."""
+        return None
+
+
+class Task:
+    """Base class of every task."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    version: ClassVar[str] = "1"
+    citation: ClassVar[str] = ""
+    reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
+    Config: ClassVar[type[TaskConfig]] = TaskConfig
+    presets: ClassVar[dict[str, dict[str, dict[str, Any]]]] = {}
+    """Section overrides per model family: ``{"embedded": {...}, "hf": {...}}``."""
+
+    def __init__(self, cfg: TaskConfig) -> None:
+        self.cfg = cfg
+
+    def splits(self) -> dict[str, list[Any]]:
+        """``{"train": [...], "val": [...], "test": [...]}`` of examples (cached by callers)."""
+        raise NotImplementedError
+
+    def prompt(self, example: Any) -> str | list[dict[str, str]]:
+        """Raw prompt text, or chat messages (formatted with the model's chat template)."""
+        raise NotImplementedError
+
+    def grade(self, example: Any, completion: str) -> Grade:
+        raise NotImplementedError
+
+    def grade_batch(self, examples: Sequence[Any], completions: Sequence[str]) -> list[Grade]:
+        """Grade many completions (tasks with slow graders override this to use a pool)."""
+        return [self.grade(e, c) for e, c in zip(examples, completions)]
+
+    def gold(self, example: Any) -> Optional[str]:
+        """The reference answer as text (for samples.jsonl)."""
+        return None
+
+    def make_env(self, example: Any) -> Optional[Environment]:
+        return None
+
+    def warm_start(self, model, tokenizer, seed: int) -> Optional[dict[str, float]]:
+        """Supervised warm start for models built from scratch; None = the task has none."""
+        return None
+
+    def close(self) -> None:
+        """Release worker pools."""
+
+    @classmethod
+    def describe(cls) -> dict[str, Any]:
+        cfg = cls.Config()
+        return {"name": cls.name, "summary": cls.summary, "citation": cls.citation, "fidelity": None,
+                "assumptions": [], "version": cls.version, "reward_range": list(cls.reward_range),
+                "switches": {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if f.name != "name"},
+                "needs": []}
+
+
+TASKS: Registry[type[Task]] = Registry("task", "rlsuite.tasks")
+
+
+def register(cls: type[Task]) -> type[Task]:
+    TASKS.register(cls.name, cls)
+    return cls
+
+
+def hash_split(key: str, fraction: float, salt: str = "val") -> bool:
+    """Deterministic membership of ``key`` in a ``fraction`` slice (order-independent)."""
+    h = hashlib.sha256(f"{salt}:{key}".encode()).digest()
+    return int.from_bytes(h[:8], "big") / 2**64 < fraction
+
+
+def data_root() -> Path:
+    """``$RLSUITE_DATA`` (default ``../shared/data`` relative to the working directory)."""
+    return Path(os.environ.get("RLSUITE_DATA", "../shared/data"))
+
+
+def read_jsonl(path: Path, required: Sequence[str]) -> list[dict]:
+    """Read a JSONL file; a malformed row or a row missing ``required`` fields → BadInput
+    naming the file, line and problem."""
+    rows = []
+    try:
+        fh = open(path, encoding="utf-8")
+    except OSError as e:
+        raise BadInput(f"cannot read {path}: {e.strerror}") from None
+    with fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise BadInput(f"{path}:{n}: not valid JSON ({e.msg})") from None
+            missing = [k for k in required if k not in row] if isinstance(row, dict) else list(required)
+            if missing:
+                raise BadInput(f"{path}:{n}: row lacks field(s) {', '.join(missing)}; "
+                               f"expected fields: {', '.join(required)}")
+            rows.append(row)
+    if not rows:
+        raise BadInput(f"{path}: no rows")
+    return rows
