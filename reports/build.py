@@ -41,6 +41,17 @@ def check_out(out: Path, runset: RunSet) -> None:
             raise ReportError(f"--out {out} is inside run folder {p}; reports never write into run folders")
 
 
+def check_x(scored: Scored, cfg: ReportConfig) -> None:
+    """Refuse an x-axis that no run's evals log (the trainer may leave a counter null)."""
+    ev = scored.metric_evals
+    if cfg.x == "step" or ev.empty:
+        return
+    logged = [c for c in ev.columns if c.startswith("budget/") and pd.to_numeric(ev[c], errors="coerce").notna().any()]
+    if cfg.x not in logged:
+        raise ReportError(f"x-axis {cfg.x!r} is not logged by any run's evals; valid here: "
+                          f"{', '.join(['step', *logged])}")
+
+
 def code_commit() -> str:
     """Short git SHA of the reports code itself ("unknown" outside a git checkout)."""
     try:
@@ -190,9 +201,9 @@ def provenance(runset: RunSet, scored: Scored, cfg: ReportConfig, code: str) -> 
         vals = sorted({str(v) for v in r[col].dropna()})
         return ", ".join(vals) if vals else "not recorded"
     seeds = sorted({s for s in r["seed"].dropna()}, key=lambda s: (str(type(s)), s))
-    budgets = sorted({f"{u}={b:g}" for u, b in zip(r["budget_unit"], r["budget"]) if u and pd.notna(b)})
-    hw = sorted({f"{d}/{p}/{t} thread(s)" for d, p, t in zip(r["device"], r["precision"], r["num_threads"])
-                 if pd.notna(d)})
+    budgets = sorted({f"{u}={b:g}" for u, b in zip(r["budget_unit"], r["budget"], strict=True) if u and pd.notna(b)})
+    hw = sorted({f"{d}/{p}/{t} thread(s)" for d, p, t in zip(r["device"], r["precision"], r["num_threads"],
+                                                              strict=True) if pd.notna(d)})
     states = r["state"].value_counts().to_dict()
     return [
         f"Root: `{runset.root}`; {len(r)} run folders ({', '.join(f'{k}: {v}' for k, v in sorted(states.items()))}); "
@@ -277,6 +288,7 @@ def build_report(root: Path, out: Path, config: ReportConfig | None = None) -> P
     runset = load_runs(root, max_depth=cfg.max_depth, samples_per_run=max(20, cfg.examples_per_algorithm))
     check_out(out, runset)
     scored = score_runs(runset, cfg)
+    check_x(scored, cfg)
     ctx = Context(runset, scored, cfg)
     score_tabs, _ = score_tables(ctx)
     abl_tabs = ablation_tables(ctx)
@@ -307,7 +319,8 @@ def compose(ctx: Context, score_tabs, stab_tabs, abl_tabs, time_tabs, scale_tabs
     """The report's blocks, in reading order."""
     lb = score_tabs[0]
     explained = [f"`{c}`: {d}" for c, d in lb.columns_explained.items()]
-    blocks = [Block("h2", "Summary"), Block("list", headlines(lb.frame, inter, ctx.percent, ctx.cfg.confidence) or ["No scored runs."]),
+    heads = headlines(lb.frame, inter, ctx.percent, ctx.cfg.confidence) or ["No scored runs."]
+    blocks = [Block("h2", "Summary"), Block("list", heads),
               Block("h2", "What this report summarises"),
               Block("list", provenance(ctx.runset, ctx.scored, ctx.cfg, ctx.code) + list(ctx.scored.notes)),
               Block("h2", "Leaderboard"), Block("table", lb),

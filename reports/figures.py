@@ -22,8 +22,8 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from reports import stats  # noqa: E402
-from reports.config import ReportConfig  # noqa: E402
 from reports.atomic import atomic_write_bytes  # noqa: E402
+from reports.config import ReportConfig  # noqa: E402
 from reports.load import RunSet  # noqa: E402
 from reports.scaling import sigmoid  # noqa: E402
 from reports.scores import Scored  # noqa: E402
@@ -48,7 +48,7 @@ def palette(algorithms: list[str]) -> dict[str, tuple]:
     """Stable colour per algorithm label across all figures."""
     algs = sorted(algorithms)
     colors = sns.color_palette("tab10" if len(algs) <= 10 else "husl", len(algs))
-    return dict(zip(algs, colors))
+    return dict(zip(algs, colors, strict=False))
 
 
 def grid_runs(frame: pd.DataFrame, x: str, y: str, grid: np.ndarray) -> np.ndarray:
@@ -128,7 +128,7 @@ def curves_figure(task: str, runset: RunSet, scored: Scored, colors: dict, cfg: 
     panels += [(m, k, k) for k in TRAIN_KEYS if k in m and pd.to_numeric(m[k], errors="coerce").notna().any()]
     fig, axes = plt.subplots(2, 3, figsize=(14, 7.5))
     drawn = [_panel(ax, f, cfg.x if cfg.x in f else "step", y, colors, cfg, t)
-             for ax, (f, y, t) in zip(axes.flat, panels)]
+             for ax, (f, y, t) in zip(axes.flat, panels, strict=False)]
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     if not any(drawn):
@@ -157,11 +157,12 @@ def passk_figure(task: str, runset: RunSet, scored: Scored, colors: dict, cfg: R
     """pass@k vs k at the final test eval, mean over seeds with bootstrap CIs, when logged."""
     runs = scored.scores.loc[scored.scores["task"] == task, ["run_id", "algorithm"]]
     ev = runset.evals
-    ev = ev[ev["run_id"].isin(runs["run_id"]) & ev["metric"].str.startswith("pass@") & ev["final"].astype(bool)
+    ev = ev[ev["run_id"].isin(runs["run_id"]) & ev["metric"].str.fullmatch(r"pass@\d+") & ev["final"].astype(bool)
             & (ev["split"] == "test") & (ev["eval_task"] == task)]
     if ev.empty:
         return None
-    ev = ev.assign(k=ev["metric"].str[5:].astype(int), algorithm=ev["run_id"].map(runs.set_index("run_id")["algorithm"]))
+    label = runs.set_index("run_id")["algorithm"]
+    ev = ev.assign(k=ev["metric"].str[5:].astype(int), algorithm=ev["run_id"].map(label))
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for alg, g in ev.groupby("algorithm", sort=True):
         pts = [(k, stats.bootstrap_ci(gk["value"].to_numpy(), reps=cfg.reps, confidence=cfg.confidence,

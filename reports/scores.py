@@ -139,6 +139,10 @@ def _disambiguate(runs: pd.DataFrame, runset: RunSet) -> tuple[pd.DataFrame, lis
     return runs, notes
 
 
+def _text(value) -> str:
+    return value if isinstance(value, str) and value else "no reason given"
+
+
 def _stability(runset: RunSet, run: pd.Series, ev: pd.DataFrame, metrics_by_run, cfg: ReportConfig):
     metrics = metrics_by_run.get(run["run_id"])
     if metrics is None:
@@ -168,7 +172,7 @@ def score_runs(runset: RunSet, cfg: ReportConfig) -> Scored:
         result = score_run(rev, run["state"], cfg)
         if isinstance(result, str):
             excluded.append({**{k: run[k] for k in ("run_id", "task", "algorithm", "seed", "state")},
-                             "why": result if result != "failed" else f"failed: {run['reason'] or 'no reason'}"})
+                             "why": result if result != "failed" else f"failed: {_text(run['reason'])}"})
             continue
         verdict = _stability(runset, pd.Series(run), rev, metrics_by_run, cfg)
         scored.append({**{k: run[k] for k in SCORE_COLUMNS if k in run}, "score": result[0],

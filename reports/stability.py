@@ -99,7 +99,7 @@ def _col(metrics: pd.DataFrame, key: str) -> np.ndarray | None:
 def _nonfinite(metrics: pd.DataFrame, state: str, reason: str | None, th: StabilityThresholds) -> list[str]:
     out = []
     if state == "diverged":
-        why = str(reason or "no reason given").replace(";", ",")  # "; " separates reasons
+        why = (reason if isinstance(reason, str) and reason else "no reason given").replace(";", ",")
         out.append(f"nonfinite: status diverged ({why})")
     bad = np.zeros(len(metrics), dtype=bool)
     if NONFINITE_COL in metrics:  # computed by the loader from the raw rows

@@ -207,7 +207,7 @@ def _aligned(x: np.ndarray, y: np.ndarray) -> tuple[Columns, Columns]:
     y = np.asarray(y, dtype=float).reshape(len(y), -1)
     if x.shape[1] != y.shape[1]:
         raise ValueError(f"x and y need the same tasks (columns): {x.shape} vs {y.shape}")
-    pairs = [(a[np.isfinite(a)], b[np.isfinite(b)]) for a, b in zip(x.T, y.T)]
+    pairs = [(a[np.isfinite(a)], b[np.isfinite(b)]) for a, b in zip(x.T, y.T, strict=False)]
     pairs = [(a, b) for a, b in pairs if a.size and b.size]
     return [a for a, _ in pairs], [b for _, b in pairs]
 
@@ -215,7 +215,7 @@ def _aligned(x: np.ndarray, y: np.ndarray) -> tuple[Columns, Columns]:
 def _poi(xcols: Columns, ycols: Columns) -> np.ndarray:
     """Mean over tasks of P(x > y) + P(x = y)/2. Shapes: (..., n_j), (..., k_j) -> (...)."""
     per_task = []
-    for a, b in zip(xcols, ycols):
+    for a, b in zip(xcols, ycols, strict=False):
         a, b = a[..., :, None], b[..., None, :]
         per_task.append(((a > b) + 0.5 * (a == b)).mean(axis=(-2, -1)))
     return np.mean(per_task, axis=0)
@@ -239,7 +239,7 @@ def poi_interval(x: np.ndarray, y: np.ndarray, *, reps: int = 2000, confidence: 
         return NAN_INTERVAL
     rng = np.random.default_rng(seed)
     dist = _poi(resample_columns(xcols, reps, rng), resample_columns(ycols, reps, rng))
-    replicated = any(a.size > 1 or b.size > 1 for a, b in zip(xcols, ycols))
+    replicated = any(a.size > 1 or b.size > 1 for a, b in zip(xcols, ycols, strict=False))
     return _interval(_poi(xcols, ycols), dist, confidence, replicated)
 
 
@@ -320,7 +320,7 @@ def unpaired_difference(x: np.ndarray, y: np.ndarray, *, reps: int = 2000,
         return NAN_INTERVAL
     rng = np.random.default_rng(seed)
     dist = agg_mean(resample_columns(xcols, reps, rng)) - agg_mean(resample_columns(ycols, reps, rng))
-    replicated = any(a.size > 1 or b.size > 1 for a, b in zip(xcols, ycols))
+    replicated = any(a.size > 1 or b.size > 1 for a, b in zip(xcols, ycols, strict=False))
     return _interval(float(agg_mean(xcols) - agg_mean(ycols)), dist, confidence, replicated)
 
 

@@ -160,7 +160,7 @@ def write_run(root: Path, task: str, arm: Arm, seed: int, *, steps: int = 20, ev
         [{"step": stop, "split": "val", "prompt": f"{i}+{seed}=", "completion": f"{i + seed}<eos>",
           "reward": 1.0, "parsed": str(i + seed), "gold": str(i + seed)} for i in range(3)]))
     (folder / "status.json").write_text(json.dumps({
-        "state": state, "reason": "NaN loss at step %d" % (bad_from + 1) if state == "diverged" else
+        "state": state, "reason": f"NaN loss at step {bad_from + 1}" if state == "diverged" else
         ("worker OOM" if state == "failed" else None), "step": stop, "budget": _budget_row(stop, arm),
         "started_at": "2025-01-01T00:00:00", "updated_at": "2025-01-01T01:00:00", "host": "synthetic",
         "pid": 1, "attempt": 1}))

@@ -69,9 +69,7 @@ def leaderboard(scored: Scored, cfg: ReportConfig) -> pd.DataFrame:
     Columns: `LEADERBOARD_COLUMNS`.
     """
     rows = []
-    for task in sorted(scored.scores["task"].unique().tolist() + scored.base["task"].unique().tolist()):
-        if any(r["task"] == task for r in rows):
-            continue
+    for task in sorted(set(scored.scores["task"]) | set(scored.base["task"])):
         cells = scored.scores[scored.scores["task"] == task].groupby("algorithm", sort=True)
         task_rows = [_cell_row(task, alg, g, cfg) for alg, g in cells]
         units = sorted({r["budget_unit"] for r in task_rows if r["budget_unit"]})

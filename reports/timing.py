@@ -56,7 +56,8 @@ def run_times(scored: Scored, cfg: ReportConfig, x: str) -> pd.DataFrame:
     """Per scored run: time-to-target on axis `x`. Columns `run_id, task, algorithm, seed, target, ttt`."""
     ev = scored.metric_evals
     if x not in ev.columns:
-        raise ReportError(f"unknown x-axis {x!r}; valid: {', '.join(c for c in ev.columns if c.startswith(('budget/', 'step')))}")
+        valid = ", ".join(c for c in ev.columns if c.startswith(("budget/", "step")))
+        raise ReportError(f"unknown x-axis {x!r}; valid: {valid}")
     val = ev[ev["split"] == "val"].sort_values(["run_id", "step"])
     by_run = dict(tuple(val.groupby("run_id", sort=False)))
     tg = targets(scored, cfg)

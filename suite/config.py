@@ -279,7 +279,8 @@ def build(cls: type, values: dict, section: str, errors: list[str]) -> Any:
     kwargs = {}
     for key, value in values.items():
         if key not in names:
-            errors.append(f"unknown key '{section}.{key}'; {suggest(key, names)}valid: {', '.join(names)}")
+            shown = [n for n in names if n != "name"]
+            errors.append(f"unknown key '{section}.{key}'; {suggest(key, shown)}valid: {', '.join(shown)}")
             continue
         try:
             kwargs[key] = coerce(value, hints[key], f"{section}.{key}")

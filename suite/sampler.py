@@ -324,14 +324,13 @@ class HFGenerateEngine:
         ids, mask = left_pad(prompts, self.tok.pad_token_id or 0, self.device)
         n_new = max(limits)
         seed = int(torch.randint(0, 2**62, (1,), generator=generator).item()) if generator is not None else 0
-        kwargs = dict(do_sample=False) if params.temperature == 0 else dict(
-            do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or None)
+        gc = copy.deepcopy(self.model.generation_config)
+        gc.update(max_new_tokens=n_new, do_sample=params.temperature > 0, temperature=params.temperature or 1.0,
+                  top_p=params.top_p, top_k=params.top_k, pad_token_id=self.tok.pad_token_id,
+                  eos_token_id=list(params.stop_ids) or None, return_dict_in_generate=True, output_logits=True)
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(seed)
-            out = self.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n_new,
-                                      return_dict_in_generate=True, output_logits=True,
-                                      pad_token_id=self.tok.pad_token_id, eos_token_id=list(params.stop_ids) or None,
-                                      **kwargs)
+            out = self.model.generate(input_ids=ids, attention_mask=mask, generation_config=gc)
         gen = out.sequences[:, ids.shape[1]:]
         for i, raw in enumerate(out.logits):
             scaled = raw.float() / (params.temperature or 1.0)

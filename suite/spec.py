@@ -108,12 +108,12 @@ def resolve(task: Optional[str], algo: Optional[str], model: Optional[str], seed
         if task_cls else None
     built["algo"] = build(algo_cls.Config, {**merged.get("algo", {}), "name": algo_name}, "algo", errors) \
         if algo_cls else None
+    # range checks run even when other problems were found, so every problem is reported at once
+    checkable = {k: (v if v is not None or k in ("task", "algo") else SECTION_CLASSES[k]()) for k, v in built.items()}
+    spec = RunSpec(seed=seed_value, sweep=sweep, variant=variant, factors=dict(factors or {}), **checkable)
+    errors += [p for p in check_ranges(spec) if task_cls is not None or not p.startswith("no budget set")]
     if errors or any(v is None for v in built.values()):
         raise BadInput(errors or ["invalid run spec"])
-    spec = RunSpec(seed=seed_value, sweep=sweep, variant=variant, factors=dict(factors or {}), **built)
-    problems = check_ranges(spec)
-    if problems:
-        raise BadInput(problems)
     return spec
 
 

@@ -380,7 +380,7 @@ class Trainer:
                     m["loss/total"] = total.detach()
                     m["stats/entropy"] = masked_mean(fwd.entropy.detach(), mic.loss_mask)
                     if not torch.isfinite(total):
-                        raise Diverged(f"non-finite loss at step {self.step_no} (loss/total={float(total)})")
+                        raise Diverged(f"non-finite loss at step {self.step_no} (loss/total={float(total.detach())})")
                     total.backward()
                     share = float(w.sum())  # this micro-batch's share of the normaliser
                     for k, v in m.items():
@@ -487,12 +487,18 @@ class Trainer:
             def h(signum, frame):
                 self._signal = Interrupted(state, code)
             return h
+        self._old_handlers = {}
         try:
-            signal.signal(signal.SIGINT, handler("preempted", 130))
-            signal.signal(signal.SIGUSR2, handler("preempted", 130))  # submitit's preemption/timeout signal
-            signal.signal(signal.SIGTERM, handler("cancelled", 143))
+            for sig, (state, code) in ((signal.SIGINT, ("preempted", 130)),
+                                       (signal.SIGUSR2, ("preempted", 130)),  # submitit's preemption/timeout
+                                       (signal.SIGTERM, ("cancelled", 143))):
+                self._old_handlers[sig] = signal.signal(sig, handler(state, code))
         except ValueError:  # not in the main thread
             pass
+
+    def _restore_signals(self) -> None:
+        for sig, old in getattr(self, "_old_handlers", {}).items():
+            signal.signal(sig, old)
 
     def train(self, resume: bool, attempt: int) -> tuple[str, Optional[str]]:
         """Run to the budget; returns (final state, reason). Writes status throughout."""
@@ -536,6 +542,7 @@ class Trainer:
             return e.state, f"signal at step {self.step_no}"
         finally:
             f.stop_heartbeat()
+            self._restore_signals()
 
     def _save_final(self, d: Path) -> None:
         self.model.save_pretrained(d)

@@ -37,7 +37,7 @@ def extract_prediction(completion: str) -> Optional[str]:
     """The last ``\\boxed{}`` content, else the last number, else None."""
     boxed = last_boxed(completion)
     if boxed is not None:
-        return boxed.replace(",", "").replace("{,}", "").strip()
+        return boxed.replace("{,}", "").replace(",", "").strip()
     return last_number(completion)
 
 

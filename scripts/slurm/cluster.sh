@@ -121,8 +121,9 @@ kill_daemon() {
   rm -f "$pidfile"
 }
 
-# Run a detached background command (new session, no inherited fds).
-spawn() { setsid "$@" </dev/null >/dev/null 2>&1 & disown || true; }
+# Run a detached background command (new session, no inherited fds; fd 9 is
+# the cluster.sh lock and must not be held by the daemons).
+spawn() { setsid "$@" </dev/null >/dev/null 2>&1 9>&- & disown || true; }
 
 node_name() { hostname -s; }
 
@@ -320,7 +321,7 @@ start_munge() {
   rm -f "$MUNGE_SOCK" "$MUNGE_SOCK.lock"
   log "starting munged"
   runuser -u munge -- /usr/sbin/munged --pid-file="$MUNGE_PID" --socket="$MUNGE_SOCK" \
-      --log-file="$MUNGE_LOG" >/dev/null 2>>"$MUNGE_LOG" \
+      --log-file="$MUNGE_LOG" </dev/null >/dev/null 2>>"$MUNGE_LOG" 9>&- \
     || fail_log "$MUNGE_LOG" "munged failed to start"
   wait_until "munge" "$MUNGE_LOG" "munged:$MUNGE_PID" munge_ok
 }
@@ -358,7 +359,7 @@ start_slurmdbd() {
   if is_running slurmdbd "$DBD_PID" && dbd_ok; then :; else
     kill_daemon slurmdbd "$DBD_PID"
     log "starting slurmdbd"
-    slurmdbd >/dev/null 2>>"$DBD_LOG" || fail_log "$DBD_LOG" "slurmdbd failed to start"
+    slurmdbd </dev/null >/dev/null 2>>"$DBD_LOG" 9>&- || fail_log "$DBD_LOG" "slurmdbd failed to start"
     wait_until "slurmdbd (sacctmgr show cluster)" "$DBD_LOG" "slurmdbd:$DBD_PID" dbd_ok
   fi
   if ! sacctmgr -n -P show cluster format=cluster 2>/dev/null | grep -qx "$CLUSTER_NAME"; then
@@ -378,7 +379,7 @@ start_slurmctld() {
     rm -f "$CTLD_SPOOL/clustername"
   fi
   log "starting slurmctld"
-  slurmctld >/dev/null 2>>"$CTLD_LOG" || fail_log "$CTLD_LOG" "slurmctld failed to start"
+  slurmctld </dev/null >/dev/null 2>>"$CTLD_LOG" 9>&- || fail_log "$CTLD_LOG" "slurmctld failed to start"
   wait_until "slurmctld (scontrol ping)" "$CTLD_LOG" "slurmctld:$CTLD_PID" ctld_ok
 }
 
@@ -389,7 +390,7 @@ sacct_ok() { sacct -n -X -S now-1minute >/dev/null 2>&1; }
 start_slurmd() {
   if ! is_running slurmd "$SLURMD_PID"; then
     log "starting slurmd"
-    slurmd >/dev/null 2>>"$SLURMD_LOG" || fail_log "$SLURMD_LOG" "slurmd failed to start"
+    slurmd </dev/null >/dev/null 2>>"$SLURMD_LOG" 9>&- || fail_log "$SLURMD_LOG" "slurmd failed to start"
   fi
   # A node left down/drained by an earlier crash: bring it back.
   local deadline=$((SECONDS + TIMEOUT)) st
@@ -479,7 +480,7 @@ cmd_status() {
 # Serialise concurrent invocations (several engineers / test runs on one machine).
 if [[ ${1:-} =~ ^(install|start|stop|restart)$ ]]; then
   need_root
-  exec 9>/run/lock/rlsuite-slurm-cluster.lock 2>/dev/null || exec 9>/tmp/rlsuite-slurm-cluster.lock
+  { exec 9>/run/lock/rlsuite-slurm-cluster.lock; } 2>/dev/null || exec 9>/tmp/rlsuite-slurm-cluster.lock
   flock -w 600 9 || die "could not take the cluster.sh lock"
 fi
 

@@ -11,17 +11,6 @@ from pathlib import Path
 import pytest
 
 from reports import synthetic
-from reports.config import ReportConfig
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: slower statistical or end-to-end checks")
-
-
-@pytest.fixture(scope="session")
-def small_cfg() -> ReportConfig:
-    """Few resamples so that tests stay fast (published tables use >= 2000)."""
-    return ReportConfig(reps=200, scaling_reps=10)
 
 
 @pytest.fixture(scope="session")

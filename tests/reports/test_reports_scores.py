@@ -49,7 +49,7 @@ def test_failed_excluded_and_partial_optional(tmp_path):
     synthetic.write_run(tmp_path, "arith", synthetic.Arm(algo="grpo"), 2)
     scored = score_runs(load_runs(tmp_path), CFG)
     assert list(scored.scores["seed"]) == [2]
-    why = dict(zip(scored.excluded["seed"], scored.excluded["why"]))
+    why = dict(zip(scored.excluded["seed"], scored.excluded["why"], strict=False))
     assert why[0] == "failed: worker OOM" and why[1].startswith("running: not at the matched budget")
     partial = score_runs(load_runs(tmp_path), ReportConfig(reps=50, include_partial=True))
     assert sorted(partial.scores["seed"]) == [1, 2] and list(partial.excluded["seed"]) == [0]

@@ -24,7 +24,7 @@ def test_leaderboard_columns_and_base_row(synthetic_root_ro):
     lb = tables.leaderboard(scored, CFG)
     assert list(lb.columns) == ["task", "algorithm", "n_seeds", "mean", "ci_low", "ci_high", "iqm",
                                 "stable_k", "stable_n", "budget_unit", "budget"]
-    for task, g in lb.groupby("task"):
+    for _task, g in lb.groupby("task"):
         assert g.iloc[0]["algorithm"] == BASE_LABEL and g.iloc[0]["n_seeds"] == 3
         body = g.iloc[1:]
         assert (body["ci_low"] <= body["mean"]).all() and (body["mean"] <= body["ci_high"]).all()

@@ -1,0 +1,39 @@
+"""Shared fixtures. Tests run with one torch thread (two shared cores) and a cache under
+``RLSUITE_CACHE`` (default ``.cache/`` in the repo, so the arith warm start is built once).
+
+Data tests read ``$RLSUITE_DATA`` (default ``../shared/data``) in place; where it is absent
+they skip with the reason, unless ``RLSUITE_REQUIRE_DATA=1`` (CI), which turns the skip into
+a failure.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parent.parent
+os.environ.setdefault("RLSUITE_CACHE", str(REPO / ".cache"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+torch.set_num_threads(1)
+
+
+def data_dir(sub: str) -> Path:
+    """``$RLSUITE_DATA/<sub>``, or skip (fail under RLSUITE_REQUIRE_DATA=1) when absent."""
+    root = Path(os.environ.get("RLSUITE_DATA", REPO.parent / "shared" / "data"))
+    path = root / sub
+    if not path.exists():
+        msg = f"sample data {path} not found: set RLSUITE_DATA to the shared data folder"
+        if os.environ.get("RLSUITE_REQUIRE_DATA") == "1":
+            pytest.fail(msg + " (RLSUITE_REQUIRE_DATA=1)")
+        pytest.skip(msg)
+    return path
+
+
+@pytest.fixture
+def gsm8k_dir() -> Path:
+    return data_dir("gsm8k")

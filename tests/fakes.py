@@ -1,0 +1,73 @@
+"""Fake tasks for tests (registered on import): a two-turn environment task and a
+single-turn task whose reward a random model already earns half the time (so gradients flow
+without a warm start)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tasks.base import TASKS, Environment, Grade, Task, TaskConfig
+
+OBS = "<obs:42>"
+
+
+class TwoTurnEnv(Environment):
+    """Ends the first policy turn on a common character and answers once with OBS."""
+
+    stop_strings = ("a", "e", "1", " ", "=")
+
+    def __init__(self) -> None:
+        self.turns = 0
+
+    def step(self, text: str):
+        self.turns += 1
+        return OBS if self.turns == 1 else None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TwoTurnConfig(TaskConfig):
+    pass
+
+
+class TwoTurnTask(Task):
+    name = "_two_turn_test"
+    summary = "test-only two-turn environment"
+    Config = TwoTurnConfig
+    presets = {"embedded": {"rollout": {"group_size": 2, "prompts_per_step": 2, "max_new_tokens": 12,
+                                        "max_turns": 2}, "budget": {"updates": 2}, "eval": {"max_prompts": 4}}}
+
+    def splits(self):
+        items = [f"q{i}:" for i in range(12)]
+        return {"train": items[:8], "val": items[8:10], "test": items[10:]}
+
+    def prompt(self, example):
+        return example
+
+    def grade(self, example, completion):
+        ok = OBS in completion and len(completion) % 2 == 0
+        return Grade(reward=float(ok), correct=ok, parsed=str(len(completion)))
+
+    def make_env(self, example):
+        return TwoTurnEnv()
+
+
+
+class ParityTask(TwoTurnTask):
+    """Single turn; reward 1 when the completion has an even number of characters."""
+
+    name = "_parity_test"
+    presets = {"embedded": {"rollout": {"group_size": 4, "prompts_per_step": 4, "max_new_tokens": 8},
+                            "optim": {"lr": 1e-3}, "budget": {"updates": 4}, "eval": {"max_prompts": 4}}}
+
+    def grade(self, example, completion):
+        ok = len(completion) % 2 == 0
+        return Grade(reward=float(ok), correct=ok, parsed=str(len(completion)))
+
+    def make_env(self, example):
+        return None
+
+
+for _cls in (TwoTurnTask, ParityTask):
+    if _cls.name not in TASKS:
+        TASKS.register(_cls.name, _cls)
+

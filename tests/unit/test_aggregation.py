@@ -1,0 +1,115 @@
+"""Loss aggregation modes (suite.aggregation): hand values, accumulation equivalence and
+padding invariance (algorithms.md §0.2)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from suite.aggregation import AGG_MODES, aggregate, aggregation_weights
+
+# A [3, 4] per-token loss and its loss mask (row lengths 2, 4, 1).
+LOSS = torch.tensor([[1.0, 2.0, 3.0, 4.0],
+                     [5.0, 6.0, 7.0, 8.0],
+                     [9.0, 10.0, 11.0, 12.0]], dtype=torch.float64)
+MASK = torch.tensor([[1.0, 1.0, 0.0, 0.0],
+                     [1.0, 1.0, 1.0, 1.0],
+                     [1.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
+L_CONST = 5
+
+# Σ m·ℓ per row: 1+2 = 3; 5+6+7+8 = 26; 9.  Total 38.  Σ m = 2 + 4 + 1 = 7.  N = 3.
+HAND = {
+    # Σ mℓ / Σ m = 38 / 7
+    "token-mean": 38.0 / 7.0,
+    # (1/N) Σ_i row mean = (3/2 + 26/4 + 9/1) / 3 = (1.5 + 6.5 + 9) / 3 = 17/3
+    "seq-mean-token-mean": 17.0 / 3.0,
+    # (1/N) Σ_i Σ_t mℓ = 38 / 3
+    "seq-mean-token-sum": 38.0 / 3.0,
+    # Σ mℓ / (N · L) = 38 / (3 · 5) = 38/15
+    "seq-mean-token-sum-norm": 38.0 / 15.0,
+}
+
+
+def test_modes_are_the_four_documented():
+    assert set(AGG_MODES) == set(HAND)
+
+
+@pytest.mark.parametrize("mode", sorted(HAND))
+def test_aggregate_by_hand(mode):
+    got = aggregate(LOSS, MASK, mode, L_CONST)
+    assert got.item() == pytest.approx(HAND[mode], rel=1e-6)
+
+
+def test_seq_mean_token_mean_weights_by_hand():
+    # w_{i,t} = m_{i,t} / (N · |y_i|): row 0 → 1/6, row 1 → 1/12, row 2 → 1/3.
+    w = aggregation_weights(MASK, "seq-mean-token-mean", L_CONST)
+    expected = torch.tensor([[1 / 6, 1 / 6, 0, 0],
+                             [1 / 12, 1 / 12, 1 / 12, 1 / 12],
+                             [1 / 3, 0, 0, 0]], dtype=torch.float32)
+    torch.testing.assert_close(w, expected)
+
+
+def test_unknown_mode_lists_valid_modes():
+    with pytest.raises(ValueError) as e:
+        aggregation_weights(MASK, "token-sum", L_CONST)
+    for mode in AGG_MODES:
+        assert mode in str(e.value)
+
+
+def test_empty_mask_gives_zero_not_nan():
+    zero = torch.zeros(2, 3)
+    for mode in AGG_MODES:
+        out = aggregate(torch.ones(2, 3), zero, mode, 4)
+        assert out.item() == 0.0
+
+
+SPLITS = [[[0], [1], [2]], [[0, 1], [2]], [[0], [1, 2]], [[2, 0], [1]]]
+
+
+@pytest.mark.parametrize("mode", AGG_MODES)
+@pytest.mark.parametrize("split", SPLITS)
+def test_accumulated_micro_batches_equal_full_batch_value(mode, split):
+    # The trainer computes w on the whole minibatch, then each micro-batch adds Σ w[rows]·ℓ[rows].
+    w = aggregation_weights(MASK, mode, L_CONST)
+    acc = sum((w[rows] * LOSS[rows]).sum() for rows in split)
+    assert acc.item() == pytest.approx(HAND[mode], rel=1e-6)
+
+
+def _param_loss(theta: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """A per-token loss with a non-trivial gradient: ℓ_{i,t} = (θ_0 x_{i,t} + θ_1)² · sin(x)."""
+    return (theta[0] * x + theta[1]) ** 2 * torch.sin(x)
+
+
+@pytest.mark.parametrize("mode", AGG_MODES)
+def test_accumulated_gradient_equals_full_batch_gradient(mode):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 7, generator=g, dtype=torch.float64)
+    mask = (torch.rand(5, 7, generator=g) > 0.4).double()
+    mask[:, 0] = 1.0  # every row has a token
+    theta = torch.tensor([0.7, -0.3], dtype=torch.float64, requires_grad=True)
+
+    full = aggregate(_param_loss(theta, x), mask, mode, 9)
+    (g_full,) = torch.autograd.grad(full, theta)
+
+    w = aggregation_weights(mask, mode, 9)  # once, on the whole batch
+    theta.grad = None
+    for rows in ([0, 1], [2], [3, 4]):
+        (w[rows] * _param_loss(theta, x[rows])).sum().backward()
+    torch.testing.assert_close(theta.grad, g_full, rtol=1e-6, atol=1e-9)
+
+
+def test_per_micro_batch_normaliser_would_differ():
+    # Sanity of the property above: re-normalising each micro-batch on its own is *not* the
+    # full-batch token-mean: rows [0] and [1, 2] give 3/2 + 35/5 = 8.5 ≠ 38/7.
+    naive = aggregate(LOSS[[0]], MASK[[0]], "token-mean", L_CONST) + aggregate(LOSS[1:], MASK[1:], "token-mean", L_CONST)
+    assert naive.item() == pytest.approx(8.5)
+    assert naive.item() != pytest.approx(HAND["token-mean"])
+
+
+@pytest.mark.parametrize("mode", AGG_MODES)
+def test_extra_masked_columns_change_nothing(mode):
+    # Right-pad with 3 columns of masked garbage loss (and a left pad column): same value.
+    garbage = torch.full((3, 3), 123.0, dtype=torch.float64)
+    loss = torch.cat([garbage[:, :1], LOSS, garbage], dim=1)
+    mask = torch.cat([torch.zeros(3, 1, dtype=torch.float64), MASK, torch.zeros(3, 3, dtype=torch.float64)], dim=1)
+    assert aggregate(loss, mask, mode, L_CONST).item() == pytest.approx(HAND[mode], rel=1e-6)

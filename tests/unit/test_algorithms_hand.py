@@ -1,0 +1,221 @@
+"""Hand-computed examples for the built-in algorithms (style.md §3.9): GRPO and PPO."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from algorithms.base import Context
+from algorithms.grpo import GRPO, GRPOConfig
+from algorithms.ppo import PPO, PPOConfig
+from suite.aggregation import aggregate
+from suite.types import Batch, Forward
+
+D = torch.float64
+R3 = math.sqrt(3.0)
+
+
+def t(x):
+    return torch.tensor(x, dtype=D)
+
+
+CTX = Context(step=1, progress=0.0, entropy=None, max_new_tokens=3, group_size=3, prompts_per_step=2,
+              n_train=10, seed=0, policy=None, generator=lambda stream: torch.Generator().manual_seed(0),
+              charge=lambda kind, tokens, params: None)
+
+
+def make_batch(loss_mask, group_id, rewards, prompt_width=1, **kw) -> Batch:
+    loss_mask = t(loss_mask)
+    B, T = loss_mask.shape
+    tokens = torch.arange(1, B * T + 1).reshape(B, T)
+    return Batch(
+        tokens=tokens, attn_mask=torch.ones(B, T, dtype=torch.long), loss_mask=loss_mask,
+        behav_logp=torch.zeros(B, T, dtype=D),
+        turn_id=torch.where(torch.arange(T) >= prompt_width, 0, -1).expand(B, T).clone(),
+        policy_version=torch.zeros(B, dtype=torch.long), behaviour_id=torch.zeros(B, dtype=torch.long),
+        group_id=torch.tensor(group_id), example_idx=torch.arange(B),
+        scores=t(rewards), rewards=t(rewards), truncated=torch.zeros(B, dtype=torch.bool),
+        prompt_width=prompt_width, **kw)
+
+
+# ----------------------------------------------------------------------------------------
+# GRPO: 2 prompts × 3 samples, T = 4 (1 prompt token + 3 response positions)
+
+GRPO_MASK = [[0, 1, 1, 1], [0, 1, 1, 0], [0, 1, 0, 0],
+             [0, 1, 1, 1], [0, 1, 1, 1], [0, 1, 1, 0]]
+GRPO_GROUPS = [0, 0, 0, 1, 1, 1]
+GRPO_REWARDS = [1.0, 0.0, 0.0, 1.0, 1.0, 0.0]
+# prompt 0: R = (1, 0, 0): mean 1/3, unbiased std √(((2/3)² + 2(1/3)²)/2) = √(1/3) = 1/√3
+#   → Â = (2/3)·√3 = 2/√3 = 1.1547, −(1/3)·√3 = −1/√3 = −0.57735 (×2)
+# prompt 1: R = (1, 1, 0): mean 2/3, std 1/√3 → Â = 1/√3 (×2), −2/√3
+GRPO_ADV_SEQ = [2 / R3, -1 / R3, -1 / R3, 1 / R3, 1 / R3, -2 / R3]
+
+
+def test_grpo_advantages_by_hand():
+    algo = GRPO(GRPOConfig())
+    out = algo.advantages(make_batch(GRPO_MASK, GRPO_GROUPS, GRPO_REWARDS), CTX)
+    expected = t(GRPO_ADV_SEQ)[:, None] * t(GRPO_MASK)   # broadcast on the loss mask, 0 elsewhere
+    torch.testing.assert_close(out.adv, expected, rtol=1e-5, atol=1e-5)
+    assert out.adv.shape == (6, 4)
+
+
+def test_grpo_advantages_without_std_scaling():
+    # R − mean: (2/3, −1/3, −1/3), (1/3, 1/3, −2/3)
+    algo = GRPO(GRPOConfig(scale_by_std=False))
+    out = algo.advantages(make_batch(GRPO_MASK, GRPO_GROUPS, GRPO_REWARDS), CTX)
+    seq = t([2 / 3, -1 / 3, -1 / 3, 1 / 3, 1 / 3, -2 / 3])
+    torch.testing.assert_close(out.adv, seq[:, None] * t(GRPO_MASK))
+
+
+# Ratios r = π_θ/π_old per response token (1 where unused); ε = 0.2.
+GRPO_RATIO = [[1, 1.0, 1.5, 0.9],
+              [1, 0.5, 1.0, 1],
+              [1, 2.0, 1, 1],
+              [1, 1.0, 1.0, 1.0],
+              [1, 1.1, 1.1, 1.1],
+              [1, 1.0, 1.0, 1]]
+# Per-token loss max(−Â r, −Â clip(r, 0.8, 1.2)), with a = 1/√3:
+# row 0 (Â = 2a):  r = 1 → −2a;  r = 1.5 → −2a·1.2 = −2.4a (clipped);  r = 0.9 → −1.8a
+# row 1 (Â = −a):  r = 0.5 → max(0.5a, 0.8a) = 0.8a (clipped);  r = 1 → a
+# row 2 (Â = −a):  r = 2 → max(2a, 1.2a) = 2a (no dual clip in GRPO)
+# row 3 (Â = a):   −a, −a, −a
+# row 4 (Â = a):   r = 1.1 → −1.1a (×3)
+# row 5 (Â = −2a): 2a, 2a
+A = 1 / R3
+GRPO_LOSS = [[0, -2 * A, -2.4 * A, -1.8 * A],
+             [0, 0.8 * A, A, 0],
+             [0, 2 * A, 0, 0],
+             [0, -A, -A, -A],
+             [0, -1.1 * A, -1.1 * A, -1.1 * A],
+             [0, 2 * A, 2 * A, 0]]
+# seq-mean-token-mean: row means −6.2a/3, 0.9a, 2a, −a, −1.1a, 2a;
+#   sum = a·(−2.0667 + 0.9 + 2 − 1 − 1.1 + 2) = 0.73333a;  / 6 → 0.122222a = 0.0705650
+GRPO_OBJ = (-6.2 / 3 + 0.9 + 2 - 1 - 1.1 + 2) / 6 * A
+
+
+def _grpo_batch_with_logp():
+    mask = t(GRPO_MASK)
+    old = -1.0 - 0.1 * torch.arange(24, dtype=D).reshape(6, 4) * mask   # arbitrary π_old log-probs
+    logp = old + torch.log(t(GRPO_RATIO))
+    batch = make_batch(GRPO_MASK, GRPO_GROUPS, GRPO_REWARDS, old_logp=old)
+    return batch, logp
+
+
+def test_grpo_loss_by_hand():
+    algo = GRPO(GRPOConfig())
+    batch, logp = _grpo_batch_with_logp()
+    batch = batch.replace(adv=algo.advantages(batch, CTX).adv)
+    loss, metrics = algo.loss(Forward(logp=logp), batch, CTX)
+    torch.testing.assert_close(loss, t(GRPO_LOSS), rtol=1e-5, atol=1e-5)
+    # clipped tokens: row 0 r = 1.5 (Â > 0) and row 1 r = 0.5 (Â < 0): 2 of 14 valid tokens
+    assert metrics["stats/clip_frac"].item() == pytest.approx(2 / 14)
+    agg = aggregate(loss, batch.loss_mask, algo.cfg.aggregation, CTX.max_new_tokens)
+    assert agg.item() == pytest.approx(GRPO_OBJ, rel=1e-5)
+    assert GRPO_OBJ == pytest.approx(0.0705650, abs=1e-6)
+
+
+def test_grpo_loss_respects_clip_eps_high():
+    # ε_high = 0.6: row 0's r = 1.5 is no longer clipped → −2a·1.5 = −3a
+    algo = GRPO(GRPOConfig(clip_eps_high=0.6))
+    batch, logp = _grpo_batch_with_logp()
+    batch = batch.replace(adv=algo.advantages(batch, CTX).adv)
+    loss, _ = algo.loss(Forward(logp=logp), batch, CTX)
+    assert loss[0, 2].item() == pytest.approx(-3 * A, rel=1e-5)
+
+
+def test_grpo_needs():
+    assert GRPO(GRPOConfig()).needs == {"old_logp", "ref_logp"}          # β = 0.04 > 0
+    assert GRPO(GRPOConfig(kl_coef=0.0)).needs == {"old_logp"}
+
+
+# ----------------------------------------------------------------------------------------
+# PPO: 2 sequences, T = 3 (1 prompt token + 2 response positions)
+
+PPO_MASK = [[0, 1, 1], [0, 1, 0]]
+PPO_VALUES = [[9.0, 0.5, 0.7], [9.0, 0.4, 9.0]]      # 9s are off the mask and must be ignored
+PPO_TOKEN_REWARDS = [[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]  # score on the last policy token
+
+
+def _ppo_batch(**kw):
+    return make_batch(PPO_MASK, [0, 1], [1.0, 0.0], values=t(PPO_VALUES),
+                      token_rewards=t(PPO_TOKEN_REWARDS), **kw)
+
+
+def test_ppo_gae_whitened_advantages_by_hand():
+    # γ = λ = 1 (defaults).
+    # row 0: t=2: δ = 1 − 0.7 = 0.3, Â = 0.3;  t=1: δ = 0.7 − 0.5 = 0.2, Â = 0.5
+    # row 1: t=1: δ = 0 − 0.4 = −0.4, Â = −0.4
+    # returns = Â + V: (1.0, 1.0), (0.0)
+    # whiten over (0.5, 0.3, −0.4): mean 2/15; deviations (11, 5, −16)/30;
+    #   unbiased var = (121 + 25 + 256)/900 / 2 = 201/900 → std = √201/30
+    #   → Â_w = (11, 5, −16)/√201 = (0.775880, 0.352673, −1.128554)
+    out = PPO(PPOConfig()).advantages(_ppo_batch(), CTX)
+    s = math.sqrt(201)
+    torch.testing.assert_close(out.adv, t([[0, 11 / s, 5 / s], [0, -16 / s, 0]]), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(out.returns, t([[0, 1.0, 1.0], [0, 0.0, 0]]))
+    # returns mean over valid = 2/3;  explained var = 1 − Var(R − V)/Var(R)
+    #   = 1 − (201/900)/(1/3) = 1 − 0.67 = 0.33
+    assert float(out.metrics["value/returns_mean"]) == pytest.approx(2 / 3)
+    assert float(out.metrics["value/explained_var"]) == pytest.approx(0.33)
+
+
+def test_ppo_gae_with_discount_and_no_whitening():
+    # γ = λ = 0.5 (γλ = 0.25):
+    # row 0: t=2: Â = 0.3;  t=1: δ = 0.5·0.7 − 0.5 = −0.15, Â = −0.15 + 0.25·0.3 = −0.075
+    # row 1: Â = −0.4.  returns: (0.425, 1.0), (0.0)
+    out = PPO(PPOConfig(gamma=0.5, lam=0.5, whiten_adv=False)).advantages(_ppo_batch(), CTX)
+    torch.testing.assert_close(out.adv, t([[0, -0.075, 0.3], [0, -0.4, 0]]))
+    torch.testing.assert_close(out.returns, t([[0, 0.425, 1.0], [0, 0.0, 0]]))
+
+
+def test_ppo_policy_loss_with_dual_clip_by_hand():
+    # Â = (−1, 1), (−1); r = (4, 1.5), (0.5); ε = 0.2, c = 3
+    # (Â=−1, r=4): max(4, 1.2) = 4 → min(4, 3) = 3;  (Â=1, r=1.5): −1.2;  (Â=−1, r=0.5): max(0.5, 0.8) = 0.8
+    old = t([[0.0, -1.0, -2.0], [0.0, -0.5, 0.0]])
+    logp = old + torch.log(t([[1.0, 4.0, 1.5], [1.0, 0.5, 1.0]]))
+    batch = _ppo_batch(old_logp=old, adv=t([[0, -1.0, 1.0], [0, -1.0, 0]]))
+    loss, m = PPO(PPOConfig()).loss(Forward(logp=logp), batch, CTX)
+    torch.testing.assert_close(loss, t([[0, 3.0, -1.2], [0, 0.8, 0]]))
+    assert m["stats/dual_clip_frac"].item() == pytest.approx(1 / 3)
+    loss, _ = PPO(PPOConfig(dual_clip=None)).loss(Forward(logp=logp), batch, CTX)
+    torch.testing.assert_close(loss, t([[0, 4.0, -1.2], [0, 0.8, 0]]))
+
+
+# value-loss example, clip 0.5:
+#   (V=1.0, V_old=0.0, R=0.2): (0.8)² = 0.64 vs (0.5 − 0.2)² = 0.09 → ½·0.64 = 0.32
+#   (V=0.9, V_old=0.0, R=1.0): (0.1)² = 0.01 vs (0.5 − 1.0)² = 0.25 → ½·0.25 = 0.125 (clipped)
+#   (V=2.0, V_old=1.8, R=1.0): inside the range → ½·1 = 0.5
+V_NEW = [[0.0, 1.0, 0.9], [0.0, 2.0, 7.0]]
+V_OLD = [[0.0, 0.0, 0.0], [0.0, 1.8, 0.0]]
+RETURNS = [[0.0, 0.2, 1.0], [0.0, 1.0, 0.0]]
+
+
+def test_ppo_value_loss_with_clipping_by_hand():
+    batch = make_batch(PPO_MASK, [0, 1], [1.0, 0.0], values=t(V_OLD), returns=t(RETURNS))
+    fwd = Forward(logp=torch.zeros(2, 3, dtype=D), values=t(V_NEW))
+    loss, m = PPO(PPOConfig(vf_coef=0.5)).value_loss(fwd, batch, CTX)
+    # × vf_coef 0.5 → 0.16, 0.0625, 0.25
+    torch.testing.assert_close(loss, t([[0, 0.16, 0.0625], [0, 0.25, 0]]))
+    assert m["value/clip_frac"].item() == pytest.approx(1 / 3)
+    # token-mean: (0.16 + 0.0625 + 0.25)/3 = 0.1575
+    assert aggregate(loss, batch.loss_mask, "token-mean", 3).item() == pytest.approx(0.1575)
+
+
+def test_ppo_value_loss_without_clipping():
+    # ½·(0.64, 0.01, 1.0) × vf_coef 1
+    batch = make_batch(PPO_MASK, [0, 1], [1.0, 0.0], values=t(V_OLD), returns=t(RETURNS))
+    fwd = Forward(logp=torch.zeros(2, 3, dtype=D), values=t(V_NEW))
+    loss, _ = PPO(PPOConfig(value_clip=None)).value_loss(fwd, batch, CTX)
+    torch.testing.assert_close(loss, t([[0, 0.32, 0.005], [0, 0.5, 0]]))
+
+
+def test_ppo_needs_and_config_checks():
+    assert {"old_logp", "values"} <= PPO(PPOConfig()).needs
+    assert "ref_logp" not in PPO(PPOConfig()).needs                 # KL off by default
+    assert "ref_logp" in PPO(PPOConfig(kl_coef=0.01)).needs
+    with pytest.raises(ValueError):
+        PPOConfig(dual_clip=1.0)
+    with pytest.raises(ValueError):
+        GRPOConfig(kl_coef=-0.1)
