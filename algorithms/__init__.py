@@ -6,6 +6,6 @@ Add an algorithm: write one file here (see ``grpo.py``), decorate its class with
 """
 
 from algorithms.base import ALGORITHMS, AdvOut, AlgoConfig, Algorithm, Behaviour, Context, Group, register
-from algorithms import grpo, ppo  # noqa: F401  (registration)
+from algorithms import cispo, dapo, dppo, dr_grpo, grpo, gspo, ppo, reinforce, reinforce_pp, rloo  # noqa: F401
 
 __all__ = ["ALGORITHMS", "AdvOut", "AlgoConfig", "Algorithm", "Behaviour", "Context", "Group", "register"]

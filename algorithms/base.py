@@ -100,7 +100,8 @@ class Group:
     """One prompt's completions, given to ``rewards(group, ctx)``.
 
     ``scores [G]`` are the task's grades; ``completions`` the decoded texts; ``example`` the
-    task's example object; ``parsed`` the task's parsed answers.
+    task's example object; ``parsed`` the task's parsed answers; ``lengths [G]`` policy tokens
+    per completion; ``truncated [G]`` bool, hit ``max_new_tokens`` without EOS.
     """
 
     prompt: str
@@ -108,17 +109,22 @@ class Group:
     completions: tuple[str, ...]
     parsed: tuple[Optional[str], ...]
     scores: Tensor
+    lengths: Optional[Tensor] = None
+    truncated: Optional[Tensor] = None
 
 
 @dataclass(frozen=True)
 class AdvOut:
     """Output of ``advantages``: ``adv [B, T]`` (0 off the loss mask), ``returns [B, T]`` for
-    critics, and metrics. ``extras`` are stored into ``batch.extras`` for the loss."""
+    critics, and metrics. ``extras`` are stored into ``batch.extras`` for the loss.
+    ``loss_mask [B, T]``, when given, replaces the batch's loss mask for the update (the
+    aggregation normaliser included) — e.g. DAPO's overlong filtering drops truncated samples."""
 
     adv: Tensor
     returns: Optional[Tensor] = None
     metrics: Mapping[str, Any] = field(default_factory=dict)
     extras: Mapping[str, Tensor] = field(default_factory=dict)
+    loss_mask: Optional[Tensor] = None
 
 
 @dataclass
@@ -157,6 +163,14 @@ class Algorithm:
     assumptions: ClassVar[tuple[str, ...]] = ()
     switches: ClassVar[tuple[str, ...]] = ()
     """Config fields that are the paper's ablation switches."""
+    group_relative: ClassVar[bool] = False
+    """Advantages are zero when all rewards of a group are equal (checked by contract tests)."""
+    on_policy_pg: ClassVar[bool] = True
+    """With π_θ = π_old = μ the gradient equals the plain policy gradient −A·∇log π under the
+    entry's aggregation (checked by contract tests)."""
+    inert: ClassVar[dict[str, str]] = {}
+    """Config fields that deliberately change neither rewards, advantages, filter nor loss on
+    their own, with the reason (the "live knobs" contract test skips them)."""
     Config: ClassVar[type[AlgoConfig]] = AlgoConfig
 
     def __init__(self, cfg: AlgoConfig) -> None:
@@ -167,6 +181,11 @@ class Algorithm:
     def needs(self) -> frozenset[str]:
         """Extra inputs required (subset of :data:`NEEDS`); ``ref_logp`` when kl_coef > 0."""
         return frozenset({"ref_logp"}) if self.cfg.kl_coef > 0 else frozenset()
+
+    @property
+    def aggregation(self) -> AggMode:
+        """The loss aggregation mode the trainer applies (default: ``cfg.aggregation``)."""
+        return self.cfg.aggregation
 
     # -- hooks with defaults -----------------------------------------------------------
     def sample_prompts(self, ctx: Context) -> Optional[list[int]]:

@@ -50,6 +50,7 @@ class GRPO(Algorithm):
                 "in Open Language Models, arXiv:2402.03300")
     fidelity = "code"
     switches = ("scale_by_std", "aggregation", "kl_coef")
+    group_relative = True
     Config = GRPOConfig
     cfg: GRPOConfig
 

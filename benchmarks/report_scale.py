@@ -97,6 +97,8 @@ def main() -> None:
         f"| score + stability | {t_score:.1f} |",
         f"| **full report (load, tables, fits, figures, render)** | **{t_total:.1f}** |",
         f"| report without figures | {t_nofig:.1f} |", "",
+        "The cores are shared with other work, so wall times vary by about +-30% between runs; "
+        "figures (32 PNG/SVG saves) and the 50 scaling fits x 200 bootstrap refits dominate.", "",
         f"Output: {size / 1e6:.1f} MB in total, report.html {html / 1e6:.1f} MB; peak RSS {rss:.0f} MB.", "",
     ]
     if args.coverage_draws:

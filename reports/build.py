@@ -240,20 +240,21 @@ def headlines(lb: pd.DataFrame, inter: pd.DataFrame | None, percent: bool, confi
     f = (lambda v: f"{100 * v:.1f}%" if percent else f"{v:.3g}")  # noqa: E731
     g = (lambda v: f"{100 * v:+.1f}" if percent else f"{v:+.3g}")  # noqa: E731
 
-    def ci(row, fmt):
+    def ci(row, fmt, label=None):
         if pd.isna(row["ci_low"]):
-            return "no CI: single seed"
-        return f"{fmt(row['ci_low']).rstrip('%')}, {fmt(row['ci_high']).rstrip('%')}"
+            return "(single seed: no CI)"
+        text = f"[{fmt(row['ci_low']).rstrip('%')}, {fmt(row['ci_high']).rstrip('%')}]"
+        return f"({label}{text})" if label else text
     out = []
     for task, rows in lb[lb["algorithm"] != BASE_LABEL].groupby("task", sort=True):
         rows = rows.sort_values("mean", ascending=False)
         if rows.empty:
             continue
         a = rows.iloc[0]
-        text = f"On {task}, {a['algorithm']} reaches {f(a['mean'])} ({confidence:.0%} CI [{ci(a, f)}])"
+        text = f"On {task}, {a['algorithm']} reaches {f(a['mean'])} {ci(a, f, f'{confidence:.0%} CI ')}"
         if len(rows) > 1:
             b = rows.iloc[1]
-            text += f" vs {f(b['mean'])} [{ci(b, f)}] for {b['algorithm']}"
+            text += f" vs {f(b['mean'])} {ci(b, f)} for {b['algorithm']}"
             text += f"; stable in {a['stable_k']}/{a['stable_n']} runs vs {b['stable_k']}/{b['stable_n']}."
         else:
             text += f"; stable in {a['stable_k']}/{a['stable_n']} runs."

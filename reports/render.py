@@ -161,6 +161,7 @@ table.tbl th{background:#f0f0f0}table.tbl td:first-child,table.tbl td:nth-child(
 p.footer{font-size:12px;color:#555;font-style:italic}figure{margin:1em 0}
 figure img{max-width:100%;border:1px solid #ddd}figcaption{font-size:12px;color:#555}
 pre{background:#f7f7f7;padding:.7em;overflow-x:auto;font-size:12px}.empty{color:#777}
+section.table{overflow-x:auto}
 """
 
 

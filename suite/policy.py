@@ -18,7 +18,7 @@ from torch import Tensor
 
 from suite.types import Forward
 
-HF_CAPABILITIES = frozenset({"logp", "entropy", "hidden", "values"})
+HF_CAPABILITIES = frozenset({"logp", "entropy", "hidden", "values", "topk"})
 
 
 def capabilities(model) -> frozenset[str]:
@@ -50,7 +50,8 @@ def attention_concentration(attn: Tensor, key_mask: Tensor) -> Tensor:
 
 
 def policy_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float,
-                   want: frozenset[str] = frozenset(), value_head: Optional[torch.nn.Module] = None) -> Forward:
+                   want: frozenset[str] = frozenset(), value_head: Optional[torch.nn.Module] = None,
+                   topk_ids: Optional[Tensor] = None) -> Forward:
     """One forward of ``model`` on full sequences.
 
     Args: tokens, attn_mask [B, T]; temperature: logits are divided by it (the sampling
@@ -74,5 +75,8 @@ def policy_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float,
         with torch.no_grad():
             stats = torch.stack([attention_concentration(a, attn_mask) for a in out.attentions]).mean(0)
         attn_stat = _shift(stats)
+    topk_logp = None
+    if "topk" in want and topk_ids is not None:
+        topk_logp = torch.nn.functional.pad(logp_all.gather(-1, topk_ids[:, 1:]), (0, 0, 1, 0))
     return Forward(logp=logp, entropy=entropy, hidden=hidden if "hidden" in want else None,
-                   attn_stat=attn_stat, values=values)
+                   attn_stat=attn_stat, values=values, topk_logp=topk_logp)

@@ -192,7 +192,8 @@ class Trainer:
         for g, i in enumerate(idx):
             sl = slice(g * G, (g + 1) * G)
             group = Group(prompt=self._prompt("train", i)[1], example=self.splits["train"][i],
-                          completions=rec.texts[sl], parsed=tuple(x.parsed for x in grades[sl]), scores=scores[sl])
+                          completions=rec.texts[sl], parsed=tuple(x.parsed for x in grades[sl]), scores=scores[sl],
+                          lengths=rec.loss_mask[sl].sum(-1), truncated=rec.truncated[sl])
             rewards[sl] = torch.as_tensor(self.algo.rewards(group, ctx), dtype=torch.float)
         rec = rec.replace(scores=scores, rewards=rewards, parsed=tuple(g.parsed for g in grades))
         self._charge_rollout(rec, len(idx))
@@ -259,12 +260,14 @@ class Trainer:
         for attempt in range(1 + r.max_refill_tries):
             tries += 1
             idx = self.algo.sample_prompts(ctx) or self._draw_prompts(r.prompts_per_step)
-            rec, metrics = self._rollout(list(idx), ctx, attempt)
+            rec, roll_metrics = self._rollout(list(idx), ctx, attempt)
             batch = self._score(rec)
             adv = self.algo.advantages(batch, ctx)
-            batch = dataclasses.replace(batch, adv=adv.adv, returns=adv.returns, extras={**batch.extras, **adv.extras})
+            batch = dataclasses.replace(batch, adv=adv.adv, returns=adv.returns, extras={**batch.extras, **adv.extras},
+                                        loss_mask=batch.loss_mask if adv.loss_mask is None else adv.loss_mask)
             metrics.update(adv.metrics)
-            if attempt == 0:
+            if attempt == 0:  # reward, length, group and mismatch statistics of the first draw
+                metrics.update(roll_metrics)
                 metrics.update(self._rollout_metrics(batch))
             keep = self.algo.filter(batch, ctx)
             if keep is None:
@@ -339,7 +342,7 @@ class Trainer:
     def _update(self, batch: Batch, ctx: Context) -> dict[str, float]:
         s, t = self.spec, self.spec.train
         cfg = self.algo.cfg
-        want = frozenset({"entropy"}) | (self.needs & {"hidden", "attn_stat"})
+        want = frozenset({"entropy"}) | (self.needs & {"hidden", "attn_stat", "topk"})
         head_values = self.critic is not None and self.critic.mode == "head"
         if head_values:
             want = want | {"values"}
@@ -350,14 +353,14 @@ class Trainer:
             perm = torch.randperm(B, generator=torch.Generator().manual_seed(seed_for(s.seed, "minibatch", self.step_no, epoch)))
             for mb_idx in torch.tensor_split(perm, t.minibatches):
                 mb = batch.select(mb_idx.to(batch.tokens.device))
-                w_all = aggregation_weights(mb.loss_mask, cfg.aggregation, s.rollout.max_new_tokens)
+                w_all = aggregation_weights(mb.loss_mask, self.algo.aggregation, s.rollout.max_new_tokens)
                 self.opt.zero_grad(set_to_none=True)
                 micro = t.micro_batch_size or mb.batch_size
                 for lo in range(0, mb.batch_size, micro):
                     rows = torch.arange(lo, min(lo + micro, mb.batch_size), device=mb.tokens.device)
                     mic, w = mb.select(rows), w_all[rows]
                     fwd = policy_forward(self.model, mic.tokens, mic.attn_mask, s.rollout.temperature, want,
-                                         self.critic.head if head_values else None)
+                                         self.critic.head if head_values else None, topk_ids=mic.topk_ids)
                     if self.critic is not None and self.critic.mode == "separate":
                         fwd = dataclasses.replace(fwd, values=self.critic.forward_separate(mic.tokens, mic.attn_mask))
                     if "entropy" not in self.needs:

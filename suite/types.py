@@ -148,7 +148,8 @@ class Forward:
 
     logp [B, T] (aligned with tokens, 0 where no prediction), entropy [B, T],
     hidden [B, T, H] (last layer, after the final norm), attn_stat [B, T] (detached),
-    values [B, T] (when a critic head was evaluated in the same pass).
+    values [B, T] (when a critic head was evaluated in the same pass), topk_logp [B, T, K]
+    (π_θ's log-probs at the behaviour's top-K ids ``Batch.topk_ids``).
     """
 
     logp: Tensor
@@ -156,6 +157,7 @@ class Forward:
     hidden: Optional[Tensor] = None
     attn_stat: Optional[Tensor] = None
     values: Optional[Tensor] = None
+    topk_logp: Optional[Tensor] = None
 
 
 def cat_rollouts(parts: list[Rollout], offset_groups: bool = True) -> Rollout:
