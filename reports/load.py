@@ -218,6 +218,19 @@ def _frame(records: list[dict], columns: tuple[str, ...]) -> pd.DataFrame:
     return frame
 
 
+def _numeric(frame: pd.DataFrame, keep: tuple[str, ...], problems: list[str], what: str) -> pd.DataFrame:
+    """Coerce every column but `keep` to numbers; non-numeric values become NaN (reported)."""
+    for col in frame.columns:
+        if col in keep or pd.api.types.is_numeric_dtype(frame[col]) or pd.api.types.is_bool_dtype(frame[col]):
+            continue
+        num = pd.to_numeric(frame[col], errors="coerce")
+        bad = int((num.isna() & frame[col].notna()).sum())
+        if bad:
+            problems.append(f"{what}: {bad} non-numeric value(s) of {col!r} treated as missing")
+        frame[col] = num.astype(float)
+    return frame
+
+
 def load_runs(root: Path, *, max_depth: int = 3, samples_per_run: int = 20) -> RunSet:
     """Load every run folder under `root` into a `RunSet` (see the module docstring).
 
@@ -253,12 +266,16 @@ def load_runs(root: Path, *, max_depth: int = 3, samples_per_run: int = 20) -> R
     if not runs:
         raise ReportError(f"no readable run folders under {root} ({len(folders)} found, all "
                           f"without a readable spec.json): " + "; ".join(problems[:5]))
+    metrics_f = _numeric(_frame(metrics, ("run_id", "step", NONFINITE_COL)), ("run_id", NONFINITE_COL),
+                         problems, "metrics.jsonl")
+    evals_f = _numeric(_frame(evals, EVAL_ID_COLUMNS + ("eval_task", "metric", "value")),
+                       ("run_id", "split", "final", "eval_task", "metric"), problems, "evals.jsonl")
     for msg in problems:
         warnings.warn(msg, stacklevel=2)
+    runs_f = _frame(runs, RUN_COLUMNS)
+    runs_f["seed"] = pd.Series([r["seed"] for r in runs], dtype=object)  # keep ints even beside a None
     return RunSet(
-        root=root, runs=_frame(runs, RUN_COLUMNS),
-        metrics=_frame(metrics, ("run_id", "step", NONFINITE_COL)),
-        evals=_frame(evals, EVAL_ID_COLUMNS + ("eval_task", "metric", "value")),
+        root=root, runs=runs_f, metrics=metrics_f, evals=evals_f,
         samples=_frame(samples, SAMPLE_COLUMNS), specs=specs, envs=envs,
         problems=tuple(problems),
     )

@@ -108,8 +108,8 @@ def _base_row(base: pd.DataFrame, task: str, cfg: ReportConfig, unit: str) -> li
 def base_by_seed(base: pd.DataFrame, task: str | None = None) -> np.ndarray:
     """Step-0 scores averaged within each seed (optionally for one task). Shapes -> (n_seeds,)."""
     b = base if task is None else base[base["task"] == task]
-    key = b["seed"].astype(str) if "seed" in b else b["run_id"]
-    return b.groupby(key)["score"].mean().to_numpy(dtype=float)
+    key = b["seed"].map(str) if "seed" in b else b["run_id"]
+    return b.groupby(key, dropna=False)["score"].mean().to_numpy(dtype=float)
 
 
 AGGREGATE_COLUMNS = ("algorithm", "n_tasks", "n_runs", "mean", "mean_ci_low", "mean_ci_high",

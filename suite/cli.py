@@ -48,6 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--json", action="store_true")
     for hook in _EXTENSIONS:
         hook(sub)
+    try:
+        import reports.cli as report_cli
+
+        report_cli.add_arguments(sub.add_parser("report", help="leaderboards with CIs, stability counts, "
+                                                "ablations, curves, time-to-target"))
+        COMMANDS["report"] = report_cli.main
+    except ImportError:  # the report extra (seaborn) is not installed
+        pass
     return ap
 
 
@@ -135,10 +143,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     try:
         import sweeps.cli  # noqa: F401  (installs the sweep/quickstart subcommands when present)
-    except ImportError:
-        pass
-    try:
-        import reports.cli as _rc  # noqa: F401
     except ImportError:
         pass
     args = build_parser().parse_args(argv)

@@ -1,0 +1,233 @@
+"""Launch expanded sweeps with submitit: SLURM job arrays, or local / debug executors.
+
+Re-runs are idempotent by run id: ``completed`` and ``diverged`` runs are never resubmitted;
+``preempted``, ``cancelled``, stale ``running`` and missing runs are; ``failed`` only with
+``retry_failed``; a live ``running`` run is left alone (and waited for locally). Nothing is
+overwritten: the run folder rules of :mod:`suite.runner` apply inside every job.
+
+Facts about submitit 1.5 that shape this module: its local executor starts every submitted
+job at once, so rlsuite throttles local submissions itself (``workers``, one torch thread
+each) and sets ``timeout_min`` from the spec (its default is 2 minutes); its debug executor
+calls ``pdb.post_mortem`` on errors, so :class:`SweepJob` catches errors itself and returns
+an exit code. Preemption: SLURM sends ``SIGUSR2`` ``signal_delay_s`` before the limit; the
+trainer checkpoints at the step boundary (state ``preempted``), then the job hands over to
+submitit, which requeues it (``checkpoint()`` returns the same job); the requeued job resumes
+from the checkpoint. ``scancel`` (SIGTERM) leaves the run ``cancelled``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+from suite.config import RunSpec
+from suite.runfolder import atomic_write_json, is_stale, read_json, read_jsonl
+from sweeps.spec import Resources, SweepSpec
+
+TERMINAL = ("completed", "diverged")
+
+
+class SweepJob:
+    """The callable each job runs: one run spec into ``root/<run_id>``.
+
+    Checkpointable for submitit: on preemption/timeout it is requeued unchanged and resumes
+    from the run's own checkpoint.
+    """
+
+    def __init__(self, spec_dict: dict, root: str) -> None:
+        self.spec_dict, self.root = spec_dict, root
+
+    def __call__(self) -> dict:
+        import torch
+
+        from suite.errors import BadInput
+        from suite.runner import execute
+        from suite.spec import spec_from_dict
+
+        torch.set_num_threads(self.spec_dict["train"]["num_threads"])
+        try:
+            spec = spec_from_dict(self.spec_dict)
+            code, run_dir = execute(spec, Path(self.root))
+        except BadInput as e:
+            return {"code": 2, "error": str(e)}
+        except Exception:  # noqa: BLE001 - never let submitit's debug executor open pdb
+            return {"code": 1, "error": traceback.format_exc()}
+        if code == 130:
+            self._hand_over_to_submitit()
+        return {"code": code, "run_dir": str(run_dir)}
+
+    def _hand_over_to_submitit(self) -> None:
+        """After a clean preemption, let submitit's own handler checkpoint and requeue."""
+        handler = signal.getsignal(signal.SIGUSR2)
+        if callable(handler) and getattr(handler, "__self__", None) is not None \
+                and type(handler.__self__).__name__ == "SignalHandler":
+            handler(signal.SIGUSR2, None)  # requeues (on SLURM) and exits
+
+    def checkpoint(self, *args, **kwargs):
+        import submitit
+
+        return submitit.helpers.DelayedSubmission(SweepJob(self.spec_dict, self.root))
+
+
+def run_state(root: Path, run_id: str) -> tuple[str, Optional[str]]:
+    """(state, reason) of a run: ``pending`` when it has no status yet; ``stale`` for a
+    ``running`` status whose process or heartbeat is gone."""
+    st = read_json(root / run_id / "status.json")
+    if st is None:
+        return "pending", None
+    if st.get("state") == "running" and is_stale(st):
+        return "stale", f"no heartbeat since {st.get('updated_at')}"
+    return st.get("state", "pending"), st.get("reason")
+
+
+def to_submit(runs: list[RunSpec], root: Path, retry_failed: bool) -> tuple[list[RunSpec], dict[str, list[str]]]:
+    """Runs that need a job now, and the skipped ones by reason."""
+    todo, skipped = [], {}
+    for r in runs:
+        state, _ = run_state(root, r.run_id)
+        if state in TERMINAL or state == "running" or (state == "failed" and not retry_failed):
+            skipped.setdefault(state if state != "failed" else "failed (use --retry-failed)", []).append(r.run_id)
+        else:
+            todo.append(r)
+    return todo, skipped
+
+
+def write_manifest(sweep: SweepSpec, runs: list[RunSpec], root: Path) -> None:
+    """``<root>/sweep.json``: the spec and the expected run ids (for status and reports)."""
+    from sweeps.spec import as_dict
+
+    root.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(root / "sweep.json", {"sweep": as_dict(sweep), "runs": [
+        {"run_id": r.run_id, "task": r.task.name, "algo": r.algo.name, "seed": r.seed, "variant": r.variant,
+         "factors": r.factors} for r in runs]})
+
+
+def _record_jobs(root: Path, jobs: list[tuple[str, object]]) -> None:
+    with open(root / "jobs.jsonl", "a") as fh:
+        for run_id, job in jobs:
+            paths = getattr(job, "paths", None)
+            fh.write(json.dumps({"run_id": run_id, "job_id": str(getattr(job, "job_id", "")),
+                                 "stdout": str(paths.stdout) if paths else None,
+                                 "stderr": str(paths.stderr) if paths else None, "time": time.time()}) + "\n")
+
+
+def make_executor(cluster: str, root: Path, res: Resources):
+    import submitit
+
+    folder = root / "logs" / "%j"
+    if cluster == "debug":
+        return submitit.AutoExecutor(folder=folder, cluster="debug")
+    ex = submitit.AutoExecutor(folder=folder, cluster=None if cluster == "auto" else cluster,
+                               slurm_max_num_timeout=res.max_requeues)
+    params = dict(timeout_min=res.timeout_min, cpus_per_task=res.cpus_per_task, mem_gb=res.mem_gb,
+                  gpus_per_node=res.gpus_per_node, slurm_array_parallelism=res.array_parallelism,
+                  slurm_signal_delay_s=res.signal_delay_s, name="rlsuite")
+    for key in ("partition", "account", "qos", "constraint"):
+        if getattr(res, key):
+            params[f"slurm_{key}"] = getattr(res, key)
+    ex.update_parameters(**params)
+    return ex
+
+
+def launch(runs: list[RunSpec], root: Path, cluster: str, res: Resources, workers: int = 2, wait: bool = True,
+           progress: Optional[Callable[[int, int], None]] = None) -> list[dict]:
+    """Submit ``runs`` and (locally, or with ``wait``) wait for them. Returns job results."""
+    import submitit
+
+    if not runs:
+        return []
+    jobs_fns = [SweepJob({**r.to_dict()}, str(root)) for r in runs]
+    ex = make_executor(cluster, root, res)
+    if ex.cluster == "slurm":
+        with ex.batch():
+            jobs = [ex.submit(fn) for fn in jobs_fns]
+        _record_jobs(root, [(r.run_id, j) for r, j in zip(runs, jobs)])
+        print(f"submitted {len(jobs)} runs as SLURM array job {jobs[0].job_id.split('_')[0]} "
+              f"(at most {res.array_parallelism} at once); logs under {root / 'logs'}", file=sys.stderr)
+        return [j.result() for j in jobs] if wait else []
+    if ex.cluster == "debug":
+        results = []
+        for i, (r, fn) in enumerate(zip(runs, jobs_fns)):
+            results.append(ex.submit(fn).result())
+            if progress:
+                progress(i + 1, len(runs))
+        return results
+    return _local_throttled(ex, runs, jobs_fns, root, max(1, workers), progress)
+
+
+def _local_throttled(ex, runs, fns, root: Path, workers: int, progress) -> list[dict]:
+    """At most ``workers`` local jobs at a time (submitit's local executor has no cap)."""
+    pending = list(zip(runs, fns))
+    running: list[tuple[RunSpec, object]] = []
+    results: list[dict] = []
+    done = 0
+    try:
+        while pending or running:
+            while pending and len(running) < workers:
+                r, fn = pending.pop(0)
+                job = ex.submit(fn)
+                _record_jobs(root, [(r.run_id, job)])
+                running.append((r, job))
+            time.sleep(0.2)
+            for item in list(running):
+                if item[1].done():
+                    running.remove(item)
+                    try:
+                        results.append(item[1].result())
+                    except Exception as e:  # noqa: BLE001 - the run folder holds the state
+                        results.append({"code": 1, "error": str(e)})
+                    done += 1
+                    if progress:
+                        progress(done, len(runs))
+    except KeyboardInterrupt:
+        for _, job in running:  # the trainers checkpoint at the step boundary (state preempted)
+            try:
+                job._process.send_signal(signal.SIGINT)
+            except (AttributeError, ProcessLookupError):
+                pass
+        for _, job in running:
+            try:
+                job._process.wait(timeout=120)
+            except Exception:  # noqa: BLE001
+                pass
+        raise
+    return results
+
+
+def wait_for_live(runs: list[RunSpec], root: Path, poll_s: float = 2.0) -> None:
+    """Wait until runs that another process is running reach a final state."""
+    live = [r.run_id for r in runs if run_state(root, r.run_id)[0] == "running"]
+    while live:
+        time.sleep(poll_s)
+        live = [i for i in live if run_state(root, i)[0] == "running"]
+
+
+def status(root: Path) -> dict:
+    """Runs of a sweep folder by state, with reasons and job log paths."""
+    manifest = read_json(root / "sweep.json")
+    if manifest is None:
+        ids = sorted(p.parent.name for p in root.glob("*/spec.json"))
+    else:
+        ids = [r["run_id"] for r in manifest["runs"]]
+    logs: dict[str, dict] = {}
+    for row in read_jsonl(root / "jobs.jsonl"):
+        logs[row["run_id"]] = row
+    by_state: dict[str, list[dict]] = {}
+    for run_id in ids:
+        state, reason = run_state(root, run_id)
+        st = read_json(root / run_id / "status.json") or {}
+        entry = {"run_id": run_id, "reason": reason, "step": st.get("step"), "attempt": st.get("attempt"),
+                 "job_id": logs.get(run_id, {}).get("job_id"), "stderr": logs.get(run_id, {}).get("stderr")}
+        by_state.setdefault(state, []).append(entry)
+    return {"root": str(root), "total": len(ids), "counts": {k: len(v) for k, v in sorted(by_state.items())},
+            "runs": by_state}
+
+
+__all__ = ["SweepJob", "launch", "status", "to_submit", "write_manifest", "run_state", "wait_for_live"]

@@ -1,0 +1,247 @@
+"""Sweep specs: YAML → validated :class:`SweepSpec` → one :class:`suite.config.RunSpec` per run.
+
+Keys (see ``sweeps/example.yaml`` for a complete commented spec):
+
+``name``        sweep name; results go to ``<root>/<name>/<run_id>/``
+``tasks``       list of task names or ``{name, set}`` (per-task overrides, e.g. a data path)
+``algorithms``  ``all`` (every registered entry) or a list of names or ``{name, variant, set}``
+                (named variants / ablation arms; ``variant`` labels the arm in reports)
+``seeds``       list of seeds, or an int n for ``0..n-1``
+``budget``      the matched compute budget, ``{unit: value}`` with one unit for the whole sweep
+``model``       model name / HF id / local path (default ``tiny``)
+``base``        ``task`` (the task's shared warm start; default), ``none``, or a checkpoint
+                path every run starts from
+``factors``     factorial ablation: ``{section.key: [values...]}``; every combination is run
+``set``         overrides for all runs (``{section.key: value}`` or nested sections)
+``resources``   cluster resources (:class:`Resources`)
+
+Validation reports every problem at once, each with its location (``algorithms[2].set: …``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import yaml
+
+from suite.config import BUDGET_KEYS, RunSpec, build
+from suite.errors import BadInput
+from suite.registry import suggest
+
+SPEC_KEYS = ("name", "tasks", "algorithms", "seeds", "budget", "model", "base", "factors", "set", "resources",
+             "description", "tuning")
+BUNDLED = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resources:
+    """Cluster resources of every job of the sweep (SLURM through submitit)."""
+
+    partition: Optional[str] = None
+    """SLURM partition (null = the cluster default)."""
+    account: Optional[str] = None
+    """SLURM account."""
+    qos: Optional[str] = None
+    """SLURM quality of service."""
+    constraint: Optional[str] = None
+    """SLURM node constraint (e.g. 'h100')."""
+    gpus_per_node: int = 0
+    """GPUs per job."""
+    cpus_per_task: int = 1
+    """CPUs per job (torch threads come from train.num_threads)."""
+    mem_gb: float = 4.0
+    """Memory per job in GB."""
+    timeout_min: int = 60
+    """Time limit per job in minutes (submitit's local default of 2 is far too short)."""
+    array_parallelism: int = 64
+    """Most array tasks running at once on SLURM."""
+    signal_delay_s: int = 90
+    """Seconds before the time limit at which SLURM sends the preemption signal."""
+    max_requeues: int = 3
+    """How often a timed-out or preempted job is requeued."""
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One algorithm arm: registry name, optional variant label, overrides."""
+
+    name: str
+    variant: Optional[str] = None
+    set: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    name: str
+    tasks: tuple[tuple[str, dict], ...]
+    algorithms: tuple[Arm, ...]
+    seeds: tuple[int, ...]
+    budget: dict
+    model: str = "tiny"
+    base: str = "task"
+    factors: dict = field(default_factory=dict)
+    set: dict = field(default_factory=dict)
+    resources: Resources = field(default_factory=Resources)
+    tuning: dict = field(default_factory=dict)
+    source: str = ""
+
+
+def resolve_path(name_or_path: str) -> Path:
+    """A bundled spec name (``leaderboard``) or a YAML path."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.exists():
+            raise BadInput(f"sweep spec {p}: no such file")
+        return p
+    bundled = BUNDLED / f"{name_or_path}.yaml"
+    if bundled.exists():
+        return bundled
+    names = sorted(x.stem for x in BUNDLED.glob("*.yaml"))
+    raise BadInput(f"unknown sweep '{name_or_path}'; {suggest(name_or_path, names)}bundled: {', '.join(names)} "
+                   f"(or give a path to a YAML file)")
+
+
+def _flatten(d: Any, where: str, errors: list[str]) -> list[tuple[str, Any]]:
+    """``{"rollout": {"top_p": 1}}`` or ``{"rollout.top_p": 1}`` → ``[("rollout.top_p", 1)]``."""
+    if d is None:
+        return []
+    if not isinstance(d, dict):
+        errors.append(f"{where}: expected a mapping, got {d!r}")
+        return []
+    out = []
+    for k, v in d.items():
+        if "." in str(k) or not isinstance(v, dict):
+            out.append((str(k), v))
+        else:
+            out += [(f"{k}.{kk}", vv) for kk, vv in v.items()]
+    return out
+
+
+def load(name_or_path: str) -> SweepSpec:
+    """Parse and structurally validate a sweep spec (names are checked by :func:`expand`)."""
+    path = resolve_path(name_or_path)
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise BadInput(f"{path}: not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise BadInput(f"{path}: a sweep spec is a mapping with keys {', '.join(SPEC_KEYS)}")
+    return parse(raw, str(path))
+
+
+def parse(raw: dict, source: str = "<spec>") -> SweepSpec:
+    errors: list[str] = []
+    for k in raw:
+        if k not in SPEC_KEYS:
+            errors.append(f"{source}: unknown key '{k}'; {suggest(str(k), list(SPEC_KEYS))}valid: {', '.join(SPEC_KEYS)}")
+    name = raw.get("name")
+    if not isinstance(name, str) or not name or "/" in name:
+        errors.append(f"{source}: 'name' must be a non-empty string without '/'")
+    tasks = []
+    for i, t in enumerate(raw.get("tasks") or []):
+        if isinstance(t, str):
+            tasks.append((t, {}))
+        elif isinstance(t, dict) and isinstance(t.get("name"), str) and set(t) <= {"name", "set"}:
+            tasks.append((t["name"], t.get("set") or {}))
+        else:
+            errors.append(f"{source}: tasks[{i}]: expected a task name or {{name, set}}, got {t!r}")
+    if not raw.get("tasks"):
+        errors.append(f"{source}: 'tasks' must list at least one task")
+    algos_raw = raw.get("algorithms", "all")
+    arms: list[Arm] = []
+    if algos_raw == "all":
+        import algorithms  # noqa: F401
+        from algorithms.base import ALGORITHMS
+
+        arms = [Arm(n) for n in ALGORITHMS.names() if not n.startswith("_")]
+    elif isinstance(algos_raw, list) and algos_raw:
+        for i, a in enumerate(algos_raw):
+            if isinstance(a, str):
+                arms.append(Arm(a))
+            elif isinstance(a, dict) and isinstance(a.get("name"), str) and set(a) <= {"name", "variant", "set"}:
+                arms.append(Arm(a["name"], a.get("variant"), a.get("set") or {}))
+            else:
+                errors.append(f"{source}: algorithms[{i}]: expected a name or {{name, variant, set}}, got {a!r}")
+    else:
+        errors.append(f"{source}: 'algorithms' must be 'all' or a non-empty list")
+    seeds_raw = raw.get("seeds", 3)
+    if isinstance(seeds_raw, int) and not isinstance(seeds_raw, bool) and seeds_raw > 0:
+        seeds = tuple(range(seeds_raw))
+    elif isinstance(seeds_raw, list) and seeds_raw and all(isinstance(s, int) and s >= 0 for s in seeds_raw):
+        seeds = tuple(seeds_raw)
+    else:
+        seeds = ()
+        errors.append(f"{source}: 'seeds' must be a positive int or a list of non-negative ints, got {seeds_raw!r}")
+    budget = raw.get("budget") or {}
+    if not isinstance(budget, dict) or len(budget) != 1 or next(iter(budget)) not in BUDGET_KEYS:
+        errors.append(f"{source}: 'budget' must set exactly one unit for the whole sweep, one of "
+                      f"{', '.join(BUDGET_KEYS)} (got {budget!r})")
+    factors = raw.get("factors") or {}
+    if not isinstance(factors, dict) or not all(isinstance(v, list) and v for v in factors.values()):
+        errors.append(f"{source}: 'factors' maps section.key to a non-empty list of values")
+        factors = {}
+    res_errors: list[str] = []
+    resources = build(Resources, raw.get("resources") or {}, "resources", res_errors)
+    errors += [f"{source}: {e}" for e in res_errors]
+    base = raw.get("base", "task")
+    if not isinstance(base, str):
+        errors.append(f"{source}: 'base' must be 'task', 'none' or a checkpoint path")
+    if errors:
+        raise BadInput(errors)
+    return SweepSpec(name=name, tasks=tuple(tasks), algorithms=tuple(arms), seeds=seeds, budget=dict(budget),
+                     model=str(raw.get("model", "tiny")), base=base, factors=dict(factors), set=raw.get("set") or {},
+                     resources=resources or Resources(), tuning=raw.get("tuning") or {}, source=source)
+
+
+def _factor_label(combo: dict) -> str:
+    return ",".join(f"{k.split('.')[-1]}={v}" for k, v in combo.items())
+
+
+def expand(sweep: SweepSpec) -> list[RunSpec]:
+    """Every (task × arm × factor combination × seed) run spec; every problem reported at once."""
+    from suite.spec import resolve
+
+    errors: list[str] = []
+    runs: list[RunSpec] = []
+    keys = list(sweep.factors)
+    combos = [dict(zip(keys, vals)) for vals in itertools.product(*sweep.factors.values())] or [{}]
+    model, base_sets = sweep.model, []
+    if sweep.base == "none":
+        base_sets = [("model.warm_start", "none")]
+    elif sweep.base != "task":
+        model = sweep.base  # every run starts from this checkpoint
+    common = _flatten(sweep.set, "set", errors)
+    for ti, (task, task_set) in enumerate(sweep.tasks):
+        for ai, arm in enumerate(sweep.algorithms):
+            for combo in combos:
+                sets = base_sets + common + _flatten(task_set, f"tasks[{ti}].set", errors) \
+                    + _flatten(arm.set, f"algorithms[{ai}].set", errors) + list(combo.items())
+                variant = arm.variant
+                if combo:
+                    variant = f"{variant}:{_factor_label(combo)}" if variant else _factor_label(combo)
+                for seed in sweep.seeds:
+                    try:
+                        runs.append(resolve(task, arm.name, model, seed, sets=sets, budgets=list(sweep.budget.items()),
+                                            sweep=sweep.name, variant=variant, factors=combo))
+                    except BadInput as e:
+                        where = f"tasks[{ti}]={task}, algorithms[{ai}]={arm.name}" + (f", factors {combo}" if combo else "")
+                        errors += [f"{where}: {p}" for p in e.problems]
+                        break  # the same problem would repeat for every seed
+    if errors:
+        raise BadInput(list(dict.fromkeys(errors)))
+    ids = [r.run_id for r in runs]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise BadInput(f"{sweep.source}: arms that resolve to identical runs: {', '.join(dupes)}; "
+                       "give them different settings or drop one")
+    return runs
+
+
+def as_dict(sweep: SweepSpec) -> dict:
+    d = dataclasses.asdict(sweep)
+    d["algorithms"] = [dataclasses.asdict(a) for a in sweep.algorithms]
+    return d
