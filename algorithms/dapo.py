@@ -79,8 +79,9 @@ class DAPO(GRPO):
             return None
         _, inv = torch.unique(batch.group_id, return_inverse=True)
         n = int(inv.max()) + 1
-        lo = torch.full((n,), float("inf"), device=batch.scores.device).scatter_reduce(0, inv, batch.scores, "amin")
-        hi = torch.full((n,), float("-inf"), device=batch.scores.device).scatter_reduce(0, inv, batch.scores, "amax")
+        sc = batch.scores
+        lo = torch.full((n,), float("inf"), dtype=sc.dtype, device=sc.device).scatter_reduce(0, inv, sc, "amin")
+        hi = torch.full((n,), float("-inf"), dtype=sc.dtype, device=sc.device).scatter_reduce(0, inv, sc, "amax")
         return (hi > lo)[inv]
 
     def advantages(self, batch: Batch, ctx: Context) -> AdvOut:

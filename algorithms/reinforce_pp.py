@@ -29,7 +29,12 @@ from suite.types import Batch, Forward
 
 
 def discounted_returns(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
-    """``G_t = Σ_{k≥t} γ^{k−t} r_k`` over policy tokens (masked tokens skipped). [B, T] → [B, T]."""
+    """``G_t = Σ_{k≥t} γ^{k−t} r_k`` over policy tokens (masked tokens skipped). [B, T] → [B, T].
+
+    Masked tokens inside a response (tool observations) are skipped and the return carries
+    across them, so the final reward reaches earlier turns; verl's estimator resets the running
+    return at masked tokens instead (identical for single-turn batches).
+    """
     return gae(token_rewards, torch.zeros_like(token_rewards), mask, gamma, 1.0)[0]
 
 

@@ -72,6 +72,7 @@ def main() -> None:
     args = ap.parse_args()
     seeds = list(range(args.runs_per_cell))
     lines = []
+    load = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "runs"
         _, t_gen = timed(synthetic.write_root, root, arms(), TASKS, seeds, steps=50, eval_every=5)
@@ -97,8 +98,10 @@ def main() -> None:
         f"| score + stability | {t_score:.1f} |",
         f"| **full report (load, tables, fits, figures, render)** | **{t_total:.1f}** |",
         f"| report without figures | {t_nofig:.1f} |", "",
-        "The cores are shared with other work, so wall times vary by about +-30% between runs; "
-        "figures (32 PNG/SVG saves) and the 50 scaling fits x 200 bootstrap refits dominate.", "",
+        f"The 2 cores are shared with other work (1-min load average {load[0]:.1f} before, "
+        f"{os.getloadavg()[0]:.1f} after), so wall times vary up to 2x between runs (22.8 s vs 43.1 s for the "
+        "full report in two runs of this script on the same code); figures (32 PNG/SVG saves) and the 50 "
+        "scaling fits x 200 bootstrap refits dominate.", "",
         f"Output: {size / 1e6:.1f} MB in total, report.html {html / 1e6:.1f} MB; peak RSS {rss:.0f} MB.", "",
     ]
     if args.coverage_draws:

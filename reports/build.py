@@ -291,21 +291,19 @@ def build_report(root: Path, out: Path, config: ReportConfig | None = None) -> P
     scored = score_runs(runset, cfg)
     check_x(scored, cfg)
     ctx = Context(runset, scored, cfg)
-    score_tabs, _ = score_tables(ctx)
-    abl_tabs = ablation_tables(ctx)
-    time_tabs = timing_tables(ctx)
-    scale_tabs = scaling_tables(ctx)
-    extra = [Table("excluded_runs", "Excluded runs", scored.excluded, "", "Runs not scored, and why."),
-             Table("examples", "Example completions", examples(runset, scored, cfg.examples_per_algorithm), "",
-                   "From samples.jsonl (latest step first).")]
-    stab_tabs = stability_tables(ctx)
-    all_tabs = score_tabs + stab_tabs + abl_tabs + time_tabs + scale_tabs + extra
+    sections = {
+        "Leaderboard and comparisons": score_tables(ctx)[0], "Stability": stability_tables(ctx),
+        "Ablations": ablation_tables(ctx), "Time to target": timing_tables(ctx),
+        "Compute scaling": scaling_tables(ctx),
+        "Runs": [Table("excluded_runs", "Excluded runs", scored.excluded, "", "Runs not scored, and why."),
+                 Table("examples", "Example completions", examples(runset, scored, cfg.examples_per_algorithm),
+                       "", "From samples.jsonl (latest step first).")],
+    }
     out.mkdir(parents=True, exist_ok=True)
-    written = [f for t in all_tabs for f in write_table(t, out)]
-    figs = build_figures(runset, scored, scale_tabs[0].frame, cfg, out) if cfg.figures and len(scored.scores) else []
-    inter = next((t.frame for t in abl_tabs if t.name == "interactions"), None)
-    blocks = compose(ctx, score_tabs, stab_tabs, abl_tabs, time_tabs, scale_tabs, extra, figs,
-                     inter, written)
+    written = [f for tabs in sections.values() for t in tabs for f in write_table(t, out)]
+    fits = sections["Compute scaling"][0].frame
+    figs = build_figures(runset, scored, fits, cfg, out) if cfg.figures and len(scored.scores) else []
+    blocks = compose(ctx, sections, figs, written)
     title = f"rlsuite report: {root.name or root}"
     atomic_write_text(out / "report.md", render_markdown(title, blocks))
     return atomic_write_text(out / "report.html", render_html(title, blocks))
@@ -315,10 +313,12 @@ def _tables(tabs: list[Table]) -> list[Block]:
     return [b for t in tabs for b in (Block("h3", t.title), Block("table", t))]
 
 
-def compose(ctx: Context, score_tabs, stab_tabs, abl_tabs, time_tabs, scale_tabs, extra, figs: list[Figure],
-            inter, written: list[str]) -> list[Block]:
-    """The report's blocks, in reading order."""
+def compose(ctx: Context, sections: dict[str, list[Table]], figs: list[Figure], written: list[str]) -> list[Block]:
+    """The report's blocks, in reading order: summary, provenance, leaderboard, then each
+    section's tables (empty sections skipped), figures, runs, unreadable input, files."""
+    score_tabs = sections["Leaderboard and comparisons"]
     lb = score_tabs[0]
+    inter = next((t.frame for t in sections["Ablations"] if t.name == "interactions"), None)
     explained = [f"`{c}`: {d}" for c, d in lb.columns_explained.items()]
     heads = headlines(lb.frame, inter, ctx.percent, ctx.cfg.confidence) or ["No scored runs."]
     blocks = [Block("h2", "Summary"), Block("list", heads),
@@ -327,14 +327,12 @@ def compose(ctx: Context, score_tabs, stab_tabs, abl_tabs, time_tabs, scale_tabs
               Block("h2", "Leaderboard"), Block("table", lb),
               Block("p", "Columns:"), Block("list", explained)]
     blocks += [Block("h2", "Comparisons")] + _tables(score_tabs[1:])
-    blocks += [Block("h2", "Stability")] + _tables(stab_tabs)
-    if abl_tabs:
-        blocks += [Block("h2", "Ablations")] + _tables(abl_tabs)
-    blocks += [Block("h2", "Time to target")] + _tables(time_tabs)
-    blocks += [Block("h2", "Compute scaling")] + _tables(scale_tabs)
+    for name in ("Stability", "Ablations", "Time to target", "Compute scaling"):
+        if sections[name]:
+            blocks += [Block("h2", name)] + _tables(sections[name])
     if figs:
         blocks += [Block("h2", "Figures")] + [b for f in figs for b in (Block("h3", f.title), Block("figure", f))]
-    blocks += [Block("h2", "Runs")] + _tables(extra)
+    blocks += [Block("h2", "Runs")] + _tables(sections["Runs"])
     problems = list(ctx.runset.problems)
     if problems:
         shown = problems[:MAX_PROBLEMS_SHOWN]

@@ -22,7 +22,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from reports import stats  # noqa: E402
-from reports.atomic import atomic_write_bytes  # noqa: E402
+from reports.atomic import atomic_write_bytes, atomic_write_text  # noqa: E402
 from reports.config import ReportConfig  # noqa: E402
 from reports.load import RunSet  # noqa: E402
 from reports.scaling import sigmoid  # noqa: E402
@@ -194,16 +194,21 @@ def profile_figure(scored: Scored, colors: dict, cfg: ReportConfig, out: Path) -
     tasks = sorted(s["task"].unique())
     taus = np.linspace(vals.min() - 1e-9, vals.max() + 1e-9, 101)
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    rows = []
     for alg in sorted(s["algorithm"].unique()):
         point, low, high = stats.profile_interval(score_matrix(s, alg, tasks), taus, reps=min(cfg.reps, MAX_BAND_REPS),
                                                   confidence=cfg.confidence, seed=cfg.seed)
         ax.plot(taus, point, color=colors[alg], label=alg)
         ax.fill_between(taus, low, high, color=colors[alg], alpha=0.15, lw=0)
+        rows.append(pd.DataFrame({"algorithm": alg, "tau": taus, "fraction_above": point, "ci_low": low,
+                                  "ci_high": high}))
+    atomic_write_text(out / "performance_profile.csv", pd.concat(rows).to_csv(index=False))
     ax.set_xlabel(r"score threshold $\tau$")
     ax.set_ylabel(r"fraction of runs with score > $\tau$")
     ax.legend(fontsize=7, ncol=2)
     ax.set_title("Performance profiles (all tasks)")
     png, files = save(fig, out, "performance_profile", cfg)
+    files = (*files, "performance_profile.csv")
     return Figure("performance_profile", "Performance profiles", "Fraction of (run x task) scores above each "
                   "threshold, tasks weighted equally; bands: pointwise stratified-bootstrap CIs.", png, files)
 

@@ -156,5 +156,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 130
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+if __name__ == "__main__":  # `python -m suite.cli`: use the importable module, where extensions register
+    from suite.cli import main as _main
+
+    sys.exit(_main())

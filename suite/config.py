@@ -189,8 +189,8 @@ class RunSpec:
     @property
     def config_hash(self) -> str:
         d = self.to_dict()
-        for k in ("sweep", "variant", "factors"):
-            d.pop(k)
+        for k in ("sweep", "factors") + (("variant",) if self.variant is None else ()):
+            d.pop(k)  # a named variant is part of the identity: two arms never share a folder
         d["train"].pop("checkpoint_every")
         blob = json.dumps(d, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:8]

@@ -14,6 +14,10 @@ Keys (see ``sweeps/example.yaml`` for a complete commented spec):
 ``factors``     factorial ablation: ``{section.key: [values...]}``; every combination is run
 ``set``         overrides for all runs (``{section.key: value}`` or nested sections)
 ``resources``   cluster resources (:class:`Resources`)
+``lr_scaling``  optional learning-rate rule over a factor, for batch-size studies:
+                ``{factor: rollout.prompts_per_step, base: 16, power: 0.5, variants: [sqrt-lr]}``
+                sets ``optim.lr = lr₀·(value/base)^power`` for the listed arm variants (lr₀ is
+                the lr the run would have without the rule); other arms keep lr₀ (no retuning)
 
 Validation reports every problem at once, each with its location (``algorithms[2].set: …``).
 """
@@ -33,7 +37,7 @@ from suite.errors import BadInput
 from suite.registry import suggest
 
 SPEC_KEYS = ("name", "tasks", "algorithms", "seeds", "budget", "model", "base", "factors", "set", "resources",
-             "description", "tuning")
+             "description", "tuning", "lr_scaling")
 BUNDLED = Path(__file__).resolve().parent
 
 
@@ -87,6 +91,7 @@ class SweepSpec:
     set: dict = field(default_factory=dict)
     resources: Resources = field(default_factory=Resources)
     tuning: dict = field(default_factory=dict)
+    lr_scaling: dict = field(default_factory=dict)
     source: str = ""
 
 
@@ -190,9 +195,13 @@ def parse(raw: dict, source: str = "<spec>") -> SweepSpec:
     base = raw.get("base", "task")
     if not isinstance(base, str):
         errors.append(f"{source}: 'base' must be 'task', 'none' or a checkpoint path")
+    lr_scaling = raw.get("lr_scaling") or {}
+    if lr_scaling and (not isinstance(lr_scaling, dict) or set(lr_scaling) != {"factor", "base", "power", "variants"}
+                       or lr_scaling.get("factor") not in factors):
+        errors.append(f"{source}: 'lr_scaling' needs factor (one of the factors), base, power and variants")
     if errors:
         raise BadInput(errors)
-    return SweepSpec(name=name, tasks=tuple(tasks), algorithms=tuple(arms), seeds=seeds, budget=dict(budget),
+    return SweepSpec(lr_scaling=dict(lr_scaling), name=name, tasks=tuple(tasks), algorithms=tuple(arms), seeds=seeds, budget=dict(budget),
                      model=str(raw.get("model", "tiny")), base=base, factors=dict(factors), set=raw.get("set") or {},
                      resources=resources or Resources(), tuning=raw.get("tuning") or {}, source=source)
 
@@ -225,11 +234,17 @@ def expand(sweep: SweepSpec) -> list[RunSpec]:
                     variant = f"{variant}:{_factor_label(combo)}" if variant else _factor_label(combo)
                 for seed in sweep.seeds:
                     try:
-                        runs.append(resolve(task, arm.name, model, seed, sets=sets, budgets=list(sweep.budget.items()),
-                                            sweep=sweep.name, variant=variant, factors=combo))
+                        kw = dict(sweep=sweep.name, variant=variant, factors=combo)
+                        spec = resolve(task, arm.name, model, seed, sets=sets, budgets=list(sweep.budget.items()), **kw)
+                        rule = sweep.lr_scaling
+                        if rule and arm.variant in rule["variants"] and rule["factor"] in combo:
+                            lr = spec.optim.lr * (float(combo[rule["factor"]]) / float(rule["base"])) ** float(rule["power"])
+                            spec = resolve(task, arm.name, model, seed, sets=sets + [("optim.lr", lr)],
+                                           budgets=list(sweep.budget.items()), **kw)
+                        runs.append(spec)
                     except BadInput as e:
-                        where = f"tasks[{ti}]={task}, algorithms[{ai}]={arm.name}" + (f", factors {combo}" if combo else "")
-                        errors += [f"{where}: {p}" for p in e.problems]
+                        where = f"tasks[{ti}]={task}, algorithms[{ai}]={arm.name}"
+                        errors += [f"{where}: {p}" for p in e.problems]  # deduplicated below
                         break  # the same problem would repeat for every seed
     if errors:
         raise BadInput(list(dict.fromkeys(errors)))

@@ -203,8 +203,9 @@ write_if_changed() {
 node_line() {
   # First line of `slurmd -C`, e.g.
   # NodeName=vm CPUs=2 Boards=1 SocketsPerBoard=1 CoresPerSocket=2 ThreadsPerCore=1 RealMemory=24036
-  local line
-  line=$(slurmd -C 2>/dev/null | grep -m1 '^NodeName=') || die "'slurmd -C' failed"
+  local out line
+  out=$(slurmd -C 2>&1) || die "'slurmd -C' failed: $out"
+  line=$(grep -m1 '^NodeName=' <<<"$out") || die "no NodeName line in 'slurmd -C' output: $out"
   # Force the node name to match `hostname -s` (what slurmd registers as).
   line=$(sed -E "s/^NodeName=[^ ]+/NodeName=$(node_name)/" <<<"$line")
   if [[ -n $NODE_CPUS ]]; then
@@ -481,7 +482,7 @@ cmd_status() {
 if [[ ${1:-} =~ ^(install|start|stop|restart)$ ]]; then
   need_root
   { exec 9>/run/lock/rlsuite-slurm-cluster.lock; } 2>/dev/null || exec 9>/tmp/rlsuite-slurm-cluster.lock
-  flock -w 600 9 || die "could not take the cluster.sh lock"
+  flock -w 300 9 || die "another cluster.sh has held its lock for 300 s; giving up"
 fi
 
 case "${1:-}" in

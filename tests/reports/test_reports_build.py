@@ -36,6 +36,8 @@ def test_outputs_written(built):
         assert (out / "figures" / f"{fig}.png").stat().st_size > 1000
         assert (out / "figures" / f"{fig}.svg").read_text().lstrip().startswith("<?xml")
     assert not list(out.rglob("*.tmp"))
+    prof = (out / "performance_profile.csv").read_text().splitlines()
+    assert prof[0] == "algorithm,tau,fraction_above,ci_low,ci_high" and len(prof) > 100
 
 
 def test_leaderboard_csv_columns_exact(built):

@@ -48,6 +48,7 @@ def browser():
     return exe
 
 
+@pytest.mark.slow
 def test_report_renders(browser, synthetic_root_ro, tmp_path):
     html = build_report(synthetic_root_ro, tmp_path / "report", ReportConfig(reps=100, scaling_reps=5))
     text = html.read_text()

@@ -51,6 +51,7 @@ def make_messy_root(root: Path) -> dict[str, Path]:
     (runs["garbage"] / "env.json").write_text("[]")
     with open(runs["nanvalues"] / "metrics.jsonl", "a") as fh:
         fh.write('{"step": 21, "loss/total": NaN, "stats/grad_norm": Infinity, "stats/entropy": -Infinity}\n')
+        fh.write('{"step": 22, "stats/entropy": "high", "loss/total": null}\n')
     deep = root / "a" / "b" / "c" / "d"
     synthetic.write_run(deep, "arith", arm, 42)  # depth 5: not a run folder of this root
     (runs["clean"] / "checkpoint").mkdir()
@@ -74,6 +75,7 @@ def test_messy_root_loads_with_problems(tmp_path):
     text = "\n".join(rs.problems)
     assert "truncated last line" in text and "invalid JSON" in text and "not a JSON object" in text
     assert "run skipped (no readable spec.json)" in text
+    assert "1 non-numeric value(s) of 'stats/entropy' treated as missing" in text
     by_id = rs.runs.set_index("path")
     assert by_id.loc[str(runs["nostatus"]), "state"] == "unknown"
     m = rs.metrics
@@ -81,6 +83,7 @@ def test_messy_root_loads_with_problems(tmp_path):
     last = m[(m["run_id"] == nan_run) & (m["step"] == 21)].iloc[0]
     assert np.isnan(last["loss/total"]) and last[NONFINITE_COL]
     assert np.isinf(last["stats/grad_norm"])
+    assert rs.metrics["stats/entropy"].dtype == float
     trunc = by_id.loc[str(runs["truncated"]), "run_id"]
     assert m.loc[m["run_id"] == trunc, "step"].max() == 20  # truncated line dropped, the rest kept
 

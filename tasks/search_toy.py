@@ -1,0 +1,221 @@
+"""``search_toy``: the embedded tool-use task — the ``search`` protocol on a synthetic fact
+collection small enough for the ``tiny`` model (character tokenizer, context 1024) on a laptop.
+
+World: ``n_entities`` made-up names (``CVCVC``, e.g. ``dorak``), each with a city and a colour
+drawn from fixed lists by a fixed seed, stored as two passages: ``"dorak lives in oslo."``
+and ``"dorak likes teal."``. Questions: ``where does dorak live?`` (→ the city) and ``what
+does dorak like?`` (→ the colour). The facts are random, so only a search can answer them, and
+val/test ask about entities that never appear in train questions.
+
+Episode (the same :class:`tasks.search.SearchEnv` and grader as ``search``, with a compact
+passage rendering and Search-R1's tags)::
+
+    where does dorak live?\\n<search>dorak</search>
+
+    <information>dorak likes teal.
+    dorak lives in oslo.</information>
+
+    <answer>oslo</answer><eos>
+
+Retrieval: :class:`tasks.retrieval.TinyBM25` (pure Python; no optional dependency) with
+``top_k`` ≤ 2, so a search for a name returns both of its facts and the model must pick the
+one the question asks about. Reward: normalised exact match of the last ``<answer>``.
+
+Warm start (``warm_start``, cached by :mod:`suite.warmstart`): teacher-forced SFT on whole
+episodes with the environment's real observation, observation tokens masked out of the loss
+(as the RL loss masks them), on train questions; it stops as soon as greedy accuracy on
+questions about held-out train entities reaches ``warm_target``, so RL starts from partial
+competence with headroom.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import torch
+
+from tasks.base import Grade, Task, TaskConfig, hash_split, register
+from tasks.retrieval import Hit, TinyBM25
+from tasks.search import SearchEnv, grade_answer
+
+CITIES = ("oslo", "rome", "lima", "kiev", "baku", "doha", "riga", "bern", "nice", "pune")
+COLOURS = ("red", "blue", "gold", "pink", "grey", "teal", "jade", "navy", "rust", "plum")
+_CONS, _VOWELS = "bdfgklmnprstvz", "aeiou"
+_RESERVED = {"lives", "likes", "where", "what", "does", "live", "like"}
+WORLD_SEED = 20250101  # fixed: every machine sees the same world
+
+
+@dataclass(frozen=True)
+class Question:
+    name: str
+    attr: str  # "city" or "colour"
+    answer: str
+
+    @property
+    def text(self) -> str:
+        return f"where does {self.name} live?" if self.attr == "city" else f"what does {self.name} like?"
+
+
+def make_world(n_entities: int) -> tuple[list[dict], dict[str, dict[str, str]]]:
+    """Passages ``{"id", "contents"}`` and ``{name: {"city", "colour"}}`` (fixed seed)."""
+    rng = random.Random(WORLD_SEED)
+    names: list[str] = []
+    seen: set[str] = set(_RESERVED)
+    while len(names) < n_entities:
+        n = "".join(rng.choice(_CONS if i % 2 == 0 else _VOWELS) for i in range(5))
+        if n not in seen:
+            seen.add(n)
+            names.append(n)
+    facts = {n: {"city": rng.choice(CITIES), "colour": rng.choice(COLOURS)} for n in names}
+    passages = []
+    for i, n in enumerate(names):
+        passages.append({"id": f"toy{2 * i}", "contents": f"{n} lives in {facts[n]['city']}."})
+        passages.append({"id": f"toy{2 * i + 1}", "contents": f"{n} likes {facts[n]['colour']}."})
+    return passages, facts
+
+
+def render(hits: Sequence[Hit]) -> str:
+    """One passage per line (no ``Doc i(Title: …)`` framing: short contexts for the tiny model)."""
+    return "".join(h["document"]["contents"] + "\n" for h in hits)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchToyConfig(TaskConfig):
+    n_entities: int = 600
+    """Entities in the synthetic world (two passages and two questions each)."""
+    top_k: int = 2
+    """Passages per search (1 or 2)."""
+    val_fraction: float = 0.1
+    """Hash-selected share of entities held out for val (test takes the same share)."""
+    warm_target: float = 0.3
+    """The warm start stops once greedy accuracy on held-out train entities reaches this."""
+    warm_max_steps: int = 3000
+    """Upper bound on warm-start SFT steps."""
+
+    def __post_init__(self) -> None:
+        if self.n_entities < 50:
+            raise ValueError(f"n_entities must be ≥ 50, got {self.n_entities}")
+        if self.top_k not in (1, 2):
+            raise ValueError(f"top_k must be 1 or 2 (short contexts for the tiny model), got {self.top_k}")
+        if not 0 < self.val_fraction < 0.3:
+            raise ValueError(f"val_fraction must be in (0, 0.3), got {self.val_fraction}")
+        if not 0 < self.warm_target < 1:
+            raise ValueError(f"warm_target must be in (0, 1), got {self.warm_target}")
+
+
+@register
+class SearchToy(Task):
+    name = "search_toy"
+    summary = "Embedded Search-R1 protocol on synthetic facts: search a name, answer from the passages (tiny model)."
+    version = "1"
+    citation = "Protocol of Jin et al. 2025, Search-R1, arXiv:2503.09516 (synthetic data, this project)"
+    Config = SearchToyConfig
+    cfg: SearchToyConfig
+    presets = {
+        "embedded": {
+            "rollout": {"group_size": 8, "prompts_per_step": 8, "max_new_tokens": 48, "max_turns": 2,
+                        "max_obs_tokens": 96, "temperature": 1.0},
+            "optim": {"lr": 3e-4, "critic_lr": 1e-3, "grad_clip": 1.0},
+            "train": {"epochs": 1, "minibatches": 1},
+            "budget": {"samples": 6400},
+            "eval": {"max_prompts": 120, "every": 0.25},
+        },
+        "hf": {"rollout": {"group_size": 8, "prompts_per_step": 32, "max_new_tokens": 128, "max_turns": 3,
+                           "max_obs_tokens": 96},
+               "optim": {"lr": 1e-6}, "budget": {"samples": 25600}, "eval": {"max_prompts": 120}},
+    }
+
+    def __init__(self, cfg: SearchToyConfig) -> None:
+        super().__init__(cfg)
+        passages, self.facts = make_world(cfg.n_entities)
+        self.index = TinyBM25(passages)
+        self._splits: Optional[dict[str, list[Question]]] = None
+
+    def splits(self) -> dict[str, list[Question]]:
+        if self._splits is None:
+            f = self.cfg.val_fraction
+            out: dict[str, list[Question]] = {"train": [], "val": [], "test": []}
+            for n, fact in self.facts.items():
+                split = "val" if hash_split(n, f, "val") else "test" if hash_split(n, f, "test") else "train"
+                out[split] += [Question(n, "city", fact["city"]), Question(n, "colour", fact["colour"])]
+            self._splits = out
+        return self._splits
+
+    def prompt(self, example: Question) -> str:
+        return example.text + "\n"
+
+    def gold(self, example: Question) -> str:
+        return example.answer
+
+    def reference_completion(self, example: Question) -> str:
+        """The demonstrated episode's policy turns (what the warm start teaches)."""
+        return f"<search>{example.name}</search><answer>{example.answer}</answer>"
+
+    def grade(self, example: Question, completion: str) -> Grade:
+        return grade_answer(completion, [example.answer], "em")
+
+    def make_env(self, example: Question) -> SearchEnv:
+        return SearchEnv(lambda: self.index, self.cfg.top_k, render)
+
+    # -- warm start ----------------------------------------------------------------------
+    def episode(self, example: Question, tokenizer) -> tuple[list[int], list[float]]:
+        """Token ids of a demonstrated episode and its loss mask (1 = policy token)."""
+        t1 = f"<search>{example.name}</search>"
+        obs = self.make_env(example).step(t1)
+        t2 = f"<answer>{example.answer}</answer>"
+        parts = [(tokenizer.encode(self.prompt(example)), 0.0), (tokenizer.encode(t1, add_special_tokens=False), 1.0),
+                 (tokenizer.encode(obs, add_special_tokens=False), 0.0),
+                 (tokenizer.encode(t2, add_special_tokens=False) + [tokenizer.eos_token_id], 1.0)]
+        return [i for ids, _ in parts for i in ids], [m for ids, m in parts for _ in ids]
+
+    def greedy_accuracy(self, model, tokenizer, examples: Sequence[Question], max_new_tokens: int = 48) -> float:
+        """Greedy multi-turn accuracy through the real rollout code (as the trainer's eval)."""
+        from suite.rollout import collect
+        from suite.sampler import KVSampler, SamplingParams
+
+        params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop_ids=(tokenizer.eos_token_id,))
+        rec, _ = collect(KVSampler(model, tokenizer), tokenizer, [tokenizer.encode(self.prompt(e)) for e in examples],
+                         params, None, envs=[self.make_env(e) for e in examples], max_turns=2, max_obs_tokens=96)
+        return sum(self.grade(e, t).correct for e, t in zip(examples, rec.texts)) / len(examples)
+
+    def warm_start(self, model, tokenizer, seed: int) -> Optional[dict[str, Any]]:
+        """Teacher-forced SFT on whole episodes (observations masked) until greedy accuracy on
+        questions about held-out train entities reaches ``warm_target``."""
+        train = self.splits()["train"]
+        rng = random.Random(seed)
+        names = sorted({q.name for q in train})
+        held = set(rng.sample(names, 50))
+        check = [q for q in train if q.name in held]
+        pool = [self.episode(q, tokenizer) for q in train if q.name not in held]
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
+        acc, step, every = 0.0, 0, 25
+        while step < self.cfg.warm_max_steps:
+            for _ in range(every):
+                loss = sft_loss(model, tokenizer, [pool[rng.randrange(len(pool))] for _ in range(32)])
+                opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                step += 1
+            acc = self.greedy_accuracy(model, tokenizer, check)
+            if acc >= self.cfg.warm_target:
+                break
+        return {"warm_steps": step, "warm_check_acc": acc, "warm_check_n": len(check)}
+
+
+def sft_loss(model, tokenizer, batch: Sequence[tuple[list[int], list[float]]]) -> torch.Tensor:
+    """Token-mean cross-entropy over the masked (policy) positions of left-padded episodes."""
+    from suite.sampler import left_pad
+
+    ids, attn = left_pad([ids for ids, _ in batch], tokenizer.pad_token_id, "cpu")
+    width = ids.shape[1]
+    target = torch.zeros(ids.shape)
+    for b, (seq, m) in enumerate(batch):
+        target[b, width - len(seq):] = torch.tensor(m)
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=ids, attention_mask=attn, position_ids=pos).logits[:, :-1]
+    logp = torch.log_softmax(logits.float(), -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    m = target[:, 1:]
+    return -(logp * m).sum() / m.sum()

@@ -1,0 +1,158 @@
+"""Sweep specs, expansion, local/debug launching, idempotent re-runs and interruption.
+
+Run: pytest tests/sweeps (the SLURM tests are in test_slurm.py, marked `slurm`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from suite.cli import main
+from suite.errors import BadInput
+from suite.runfolder import read_jsonl
+from sweeps.spec import BUNDLED, expand, load, parse
+
+MINI = """
+name: mini
+tasks: [arith]
+algorithms: [grpo, {name: rloo, variant: paper, set: {algo.mode: paper}}]
+seeds: [0, 1]
+budget: {updates: %d}
+base: none
+set: {eval.max_prompts: 8, rollout.prompts_per_step: 4, rollout.group_size: 4, train.checkpoint_every: 2}
+resources: {timeout_min: 10}
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize("spec", sorted(p.stem for p in BUNDLED.glob("*.yaml")))
+def test_every_name_in_every_bundled_spec_resolves(spec):
+    runs = expand(load(spec))
+    assert runs and all(r.sweep == load(spec).name for r in runs)
+    assert len({r.run_id for r in runs}) == len(runs)
+
+
+def test_quickstart_spec_shape():
+    sw = load("quickstart")
+    assert sw.tasks[0][0] == "arith" and len(sw.algorithms) >= 4 and len(sw.seeds) >= 3
+
+
+def test_batch_size_spec_scales_lr_by_sqrt():
+    runs = expand(load("batch_size"))
+    by = {(r.algo.name, r.variant): r.optim.lr for r in runs if r.seed == 0}
+    base = by[("grpo", "fixed-lr:prompts_per_step=64")]
+    assert by[("grpo", "sqrt-lr:prompts_per_step=64")] == pytest.approx(base * 2.0)
+    assert by[("grpo", "sqrt-lr:prompts_per_step=16")] == pytest.approx(base)
+    r = next(r for r in runs if r.variant == "sqrt-lr:prompts_per_step=32")
+    assert r.factors == {"rollout.prompts_per_step": 32} and r.rollout.prompts_per_step == 32
+
+
+def test_validation_reports_every_problem_with_its_location(tmp_path, capsys):
+    bad = write(tmp_path, """
+name: bad
+tasks: [arith, arithm]
+algorithms: [grpo, {name: ppo, set: {rollout.temprature: 0.5}}, {name: nope}]
+seeds: [0]
+budget: {samples: 100, updates: 3}
+bogus: 1
+""")
+    code = main(["sweep", "run", str(bad), "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2
+    for needle in ("unknown key 'bogus'", "exactly one unit"):
+        assert needle in err
+    assert not (tmp_path / "out").exists()
+    bad2 = write(tmp_path, MINI.replace("algorithms: [grpo,", "algorithms: [grpoo,") % 2
+                 + "factors: {rollout.temprature: [0.5]}\n", "b2.yaml")
+    with pytest.raises(BadInput) as e:
+        expand(load(str(bad2)))
+    text = str(e.value)
+    assert "algorithms[0]=grpoo: unknown algorithm 'grpoo'; did you mean 'grpo'?" in text
+    assert "algorithms[1]=rloo: unknown key 'rollout.temprature'" in text
+
+
+def test_dry_run_prints_one_line_per_run(tmp_path, capsys):
+    spec = write(tmp_path, MINI % 2)
+    assert main(["sweep", "run", str(spec), "--dry-run", "--out", str(tmp_path / "o")]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 4 and all(line.startswith("arith__") for line in lines)
+    assert not (tmp_path / "o").exists()
+
+
+def _snapshot(folder: Path) -> dict:
+    return {str(p): (p.stat().st_mtime_ns, p.stat().st_size) for p in folder.rglob("*") if p.is_file()}
+
+
+def test_local_sweep_records_labels_and_reruns_nothing(tmp_path, capsys):
+    spec = write(tmp_path, MINI % 2)
+    assert main(["sweep", "run", str(spec), "--out", str(tmp_path), "--workers", "2"]) == 0
+    root = tmp_path / "mini"
+    specs = [json.loads(p.read_text()) for p in root.glob("*/spec.json")]
+    assert len(specs) == 4
+    assert {(s["algo"]["name"], s["variant"]) for s in specs} == {("grpo", None), ("rloo", "paper")}
+    assert all(s["sweep"] == "mini" and s["factors"] == {} for s in specs)
+    runs = {p.parent.name for p in root.glob("*/status.json")}
+    before = {k: v for k, v in _snapshot(root).items() if any(r in k for r in runs)}
+    capsys.readouterr()
+    assert main(["sweep", "run", str(spec), "--out", str(tmp_path)]) == 0
+    assert "skipping 4 completed" in capsys.readouterr().err
+    after = {k: v for k, v in _snapshot(root).items() if any(r in k for r in runs)}
+    assert before == after
+    assert main(["sweep", "status", str(root), "--json"]) == 0
+    st = json.loads(capsys.readouterr().out)
+    assert st["counts"] == {"completed": 4} and st["total"] == 4
+
+
+def test_debug_cluster_runs_in_process(tmp_path):
+    spec = write(tmp_path, MINI % 1)
+    assert main(["sweep", "run", str(spec), "--out", str(tmp_path), "--cluster", "debug"]) == 0
+    assert len(list((tmp_path / "mini").glob("*/final/config.json"))) == 4
+
+
+@pytest.mark.slow
+def test_interrupted_local_sweep_completes_on_rerun_without_losing_results(tmp_path):
+    spec = write(tmp_path, MINI % 12)
+    cmd = [sys.executable, "-m", "suite.cli", "sweep", "run", str(spec), "--out", str(tmp_path), "--workers", "2"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, text=True)
+    root = tmp_path / "mini"
+    deadline = time.time() + 240
+    while time.time() < deadline:  # interrupt once one run has finished and another is mid-way
+        states = [json.loads(p.read_text()).get("state") for p in root.glob("*/status.json")
+                  if p.stat().st_size > 0]
+        steps = [json.loads(p.read_text()).get("step", 0) for p in root.glob("*/status.json")]
+        if "completed" in states and any(s >= 3 for s, st in zip(steps, states) if st == "running"):
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground process group
+    proc.communicate(timeout=240)
+    states = {p.parent.name: json.loads(p.read_text())["state"] for p in root.glob("*/status.json")}
+    assert "completed" in states.values() and "preempted" in states.values(), states
+    done = {k for k, v in states.items() if v == "completed"}
+    before = {k: v for k, v in _snapshot(root).items() if any(d in k for d in done)}
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert f"skipping {len(done)} completed" in res.stderr
+    after = {k: v for k, v in _snapshot(root).items() if any(d in k for d in done)}
+    assert before == after  # finished runs untouched
+    final = {p.parent.name: json.loads(p.read_text()) for p in root.glob("*/status.json")}
+    assert all(s["state"] == "completed" for s in final.values()) and len(final) == 4
+    resumed = [s for s in final.values() if s["attempt"] == 2]
+    assert resumed
+    for s in resumed:
+        rows = read_jsonl(root / s["run_id"] / "metrics.jsonl") if "run_id" in s else None
+    for rid, s in final.items():
+        steps = [r["step"] for r in read_jsonl(root / rid / "metrics.jsonl")]
+        assert steps == list(range(1, 13)), (rid, steps)
