@@ -168,6 +168,9 @@ class Algorithm:
     on_policy_pg: ClassVar[bool] = True
     """With π_θ = π_old = μ the gradient equals the plain policy gradient −A·∇log π under the
     entry's aggregation (checked by contract tests)."""
+    tune_knob: ClassVar[Optional[tuple[str, tuple]]] = None
+    """The one algorithm knob ``rlsuite sweep tune`` grids over next to the learning rate, with
+    its candidate values (None: learning rate only)."""
     inert: ClassVar[dict[str, str]] = {}
     """Config fields that deliberately change neither rewards, advantages, filter nor loss on
     their own, with the reason (the "live knobs" contract test skips them)."""

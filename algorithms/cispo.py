@@ -56,6 +56,7 @@ class CISPO(Algorithm):
     fidelity = "code"
     switches = ("eps_is_low", "eps_is_high")
     group_relative = True
+    tune_knob = ("eps_is_high", (0.2, 1.0, 4.0))
     Config = CISPOConfig
     cfg: CISPOConfig
 

@@ -65,6 +65,7 @@ class DAPO(GRPO):
     citation = "Yu et al. 2025, DAPO: An Open-Source LLM Reinforcement Learning System at Scale, arXiv:2503.14476"
     fidelity = "code"
     switches = ("clip_eps_high", "dynamic_sampling", "overlong")
+    tune_knob = ("clip_eps_high", (0.24, 0.28, 0.32))
     Config = DAPOConfig
     cfg: DAPOConfig
 

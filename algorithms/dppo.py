@@ -93,6 +93,7 @@ class DPPO(Algorithm):
     switches = ("divergence", "direction", "tis_cap", "anchor")
     group_relative = True
     inert = {"delta_kl": "used only with divergence = kl or topk_kl (default tv)"}
+    tune_knob = ("delta_tv", (0.1, 0.15, 0.2))
     Config = DPPOConfig
     cfg: DPPOConfig
 

@@ -45,6 +45,7 @@ class DrGRPO(GRPO):
     fidelity = "code"
     assumptions = ("ε = 0.2, the Oat default; the paper's README does not state it",)
     switches = ("scale_by_std", "aggregation", "zero_truncated")
+    tune_knob = ("clip_eps_high", (0.2, 0.28))
     Config = DrGRPOConfig
     cfg: DrGRPOConfig
 

@@ -51,6 +51,7 @@ class GRPO(Algorithm):
     fidelity = "code"
     switches = ("scale_by_std", "aggregation", "kl_coef")
     group_relative = True
+    tune_knob = ("clip_eps_high", (0.2, 0.28))
     Config = GRPOConfig
     cfg: GRPOConfig
 

@@ -47,6 +47,7 @@ class GSPO(GRPO):
     citation = "Zheng et al. 2025, Group Sequence Policy Optimization, arXiv:2507.18071"
     fidelity = "code"
     switches = ("clip_eps_low", "clip_eps_high")
+    tune_knob = ("clip_eps_high", (3e-4, 4e-4, 1e-3))
     Config = GSPOConfig
     cfg: GSPOConfig
 

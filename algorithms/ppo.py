@@ -61,6 +61,7 @@ class PPO(Algorithm):
                 "GAE: Schulman et al. 2015, arXiv:1506.02438")
     fidelity = "code"
     switches = ("dual_clip", "lam", "value_clip", "whiten_adv")
+    tune_knob = ("lam", (0.95, 1.0))
     Config = PPOConfig
     cfg: PPOConfig
 

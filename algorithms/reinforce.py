@@ -39,6 +39,7 @@ class Reinforce(Algorithm):
     citation = "Williams 1992, Simple statistical gradient-following algorithms for connectionist RL, Mach. Learn. 8"
     fidelity = "paper"
     switches = ("baseline",)
+    tune_knob = ("baseline", ("none", "group_mean"))
     Config = ReinforceConfig
     cfg: ReinforceConfig
 

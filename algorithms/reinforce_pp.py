@@ -57,6 +57,7 @@ class ReinforcePP(Algorithm):
                 "Normalization, arXiv:2501.03262")
     fidelity = "code"
     switches = ("gamma", "kl_coef")
+    tune_knob = ("clip_eps", (0.1, 0.2))
     Config = ReinforcePPConfig
     cfg: ReinforcePPConfig
 

@@ -56,6 +56,7 @@ class RLOO(Algorithm):
     fidelity = "code"
     switches = ("mode", "kl_coef")
     group_relative = True
+    tune_knob = ("clip_eps", (0.1, 0.2))
     Config = RLOOConfig
     cfg: RLOOConfig
 

@@ -99,9 +99,8 @@ def main() -> None:
         f"| **full report (load, tables, fits, figures, render)** | **{t_total:.1f}** |",
         f"| report without figures | {t_nofig:.1f} |", "",
         f"The 2 cores are shared with other work (1-min load average {load[0]:.1f} before, "
-        f"{os.getloadavg()[0]:.1f} after), so wall times vary up to 2x between runs (22.8 s vs 43.1 s for the "
-        "full report in two runs of this script on the same code); figures (32 PNG/SVG saves) and the 50 "
-        "scaling fits x 200 bootstrap refits dominate.", "",
+        f"{os.getloadavg()[0]:.1f} after), so wall times vary by 2x or more with the load; figures (32 PNG/SVG "
+        "saves) and the 50 scaling fits x 200 bootstrap refits dominate.", "",
         f"Output: {size / 1e6:.1f} MB in total, report.html {html / 1e6:.1f} MB; peak RSS {rss:.0f} MB.", "",
     ]
     if args.coverage_draws:

@@ -180,16 +180,20 @@ class RunSpec:
     sweep: Optional[str] = None
     variant: Optional[str] = None
     factors: dict = field(default_factory=dict)
+    tuning: dict = field(default_factory=dict)
+    """Labels (not in the run id): sweep name, variant (in the id when set), factor values and
+    the tuning record of a tuned sweep (what was tuned, on which seeds, with what budget)."""
 
     def to_dict(self) -> dict:
         d = {s: as_dict(getattr(self, s)) for s in SECTIONS}
-        d.update(seed=self.seed, sweep=self.sweep, variant=self.variant, factors=dict(self.factors))
+        d.update(seed=self.seed, sweep=self.sweep, variant=self.variant, factors=dict(self.factors),
+                 tuning=dict(self.tuning))
         return d
 
     @property
     def config_hash(self) -> str:
         d = self.to_dict()
-        for k in ("sweep", "factors") + (("variant",) if self.variant is None else ()):
+        for k in ("sweep", "factors", "tuning") + (("variant",) if self.variant is None else ()):
             d.pop(k)  # a named variant is part of the identity: two arms never share a folder
         d["train"].pop("checkpoint_every")
         blob = json.dumps(d, sort_keys=True, default=str).encode()

@@ -54,7 +54,7 @@ def check_existing(run_dir: Path, spec: RunSpec) -> tuple[Optional[int], int]:
 
 def _semantic(d: dict) -> dict:
     """A spec document without the fields that do not change results (labels, checkpointing)."""
-    d = {k: v for k, v in d.items() if k not in ("sweep", "factors")}
+    d = {k: v for k, v in d.items() if k not in ("sweep", "factors", "tuning")}
     d["train"] = {k: v for k, v in d.get("train", {}).items() if k != "checkpoint_every"}
     return d
 

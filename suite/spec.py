@@ -37,7 +37,7 @@ def nest(assignments: Sequence[tuple[str, Any]], flag: str, errors: list[str]) -
 def resolve(task: Optional[str], algo: Optional[str], model: Optional[str], seed: Optional[int],
             configs: Sequence[dict] = (), sets: Sequence[tuple[str, Any]] = (),
             budgets: Sequence[tuple[str, Any]] = (), sweep: Optional[str] = None, variant: Optional[str] = None,
-            factors: Optional[dict] = None) -> RunSpec:
+            factors: Optional[dict] = None, tuning: Optional[dict] = None) -> RunSpec:
     """Build and validate a :class:`RunSpec`; raise ``BadInput`` listing every problem."""
     import algorithms  # noqa: F401  (registration)
     import tasks  # noqa: F401
@@ -110,7 +110,8 @@ def resolve(task: Optional[str], algo: Optional[str], model: Optional[str], seed
         if algo_cls else None
     # range checks run even when other problems were found, so every problem is reported at once
     checkable = {k: (v if v is not None or k in ("task", "algo") else SECTION_CLASSES[k]()) for k, v in built.items()}
-    spec = RunSpec(seed=seed_value, sweep=sweep, variant=variant, factors=dict(factors or {}), **checkable)
+    spec = RunSpec(seed=seed_value, sweep=sweep, variant=variant, factors=dict(factors or {}),
+                   tuning=dict(tuning or {}), **checkable)
     errors += [p for p in check_ranges(spec) if task_cls is not None or not p.startswith("no budget set")]
     if errors or any(v is None for v in built.values()):
         raise BadInput(errors or ["invalid run spec"])
@@ -124,4 +125,4 @@ def spec_from_dict(d: dict) -> RunSpec:
     algo = sections.get("algo", {}).pop("name", None)
     model = sections.get("model", {}).pop("name", None)
     return resolve(task, algo, model, d.get("seed", 0), configs=[sections], sweep=d.get("sweep"),
-                   variant=d.get("variant"), factors=d.get("factors"))
+                   variant=d.get("variant"), factors=d.get("factors"), tuning=d.get("tuning"))

@@ -26,6 +26,11 @@ def _add(sub) -> None:
     run.add_argument("--dry-run", action="store_true", help="print the runs, one per line; submit nothing")
     run.add_argument("--retry-failed", action="store_true", help="also resubmit runs whose state is failed")
     run.add_argument("--no-wait", action="store_true", help="SLURM: return after submitting")
+    tu = ssub.add_parser("tune", help="equal-budget grid (LR x the entry's knob) on val; writes the final spec")
+    tu.add_argument("spec")
+    tu.add_argument("--out", type=Path, default=Path("results"))
+    tu.add_argument("--cluster", choices=["auto", "slurm", "local", "debug"], default="local")
+    tu.add_argument("--workers", type=int, default=2)
     st = ssub.add_parser("status", help="runs of a sweep folder by state, with reasons and logs")
     st.add_argument("folder", type=Path, help="<root>/<sweep name>")
     st.add_argument("--json", action="store_true")
@@ -49,10 +54,17 @@ def _progress_bar(total: int):
 
 def run_sweep(spec_ref: str, out: Path, cluster: str, workers: int, dry_run: bool = False,
               retry_failed: bool = False, wait: bool = True, progress: bool = True) -> tuple[Path, dict]:
-    from sweeps.launch import launch, status, to_submit, wait_for_live, write_manifest
-    from sweeps.spec import expand, load
+    from sweeps.spec import load
 
-    sweep = load(spec_ref)
+    return run_sweep_spec(load(spec_ref), out, cluster, workers, dry_run, retry_failed, wait, progress)
+
+
+def run_sweep_spec(sweep, out: Path, cluster: str, workers: int, dry_run: bool = False,
+                   retry_failed: bool = False, wait: bool = True, progress: bool = True) -> tuple[Path, dict]:
+    """Expand (validating everything first), skip what is done, launch the rest, wait."""
+    from sweeps.launch import launch, status, to_submit, wait_for_live, write_manifest
+    from sweeps.spec import expand
+
     runs = expand(sweep)
     root = out / sweep.name
     if dry_run:
@@ -78,6 +90,12 @@ def run_sweep(spec_ref: str, out: Path, cluster: str, workers: int, dry_run: boo
 def cmd_sweep(args) -> int:
     from sweeps.launch import status
 
+    if args.sweep_cmd == "tune":
+        from sweeps.tune import tune
+
+        path = tune(args.spec, args.out, args.cluster, args.workers)
+        print(f"tuned spec: {path.resolve()}")
+        return 0
     if args.sweep_cmd == "status":
         if not args.folder.is_dir():
             raise BadInput(f"{args.folder} is not a sweep folder (expected <root>/<sweep name>)")

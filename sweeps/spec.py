@@ -234,7 +234,8 @@ def expand(sweep: SweepSpec) -> list[RunSpec]:
                     variant = f"{variant}:{_factor_label(combo)}" if variant else _factor_label(combo)
                 for seed in sweep.seeds:
                     try:
-                        kw = dict(sweep=sweep.name, variant=variant, factors=combo)
+                        kw = dict(sweep=sweep.name, variant=variant, factors=combo,
+                                  tuning=sweep.tuning.get("record", {}) if sweep.tuning else {})
                         spec = resolve(task, arm.name, model, seed, sets=sets, budgets=list(sweep.budget.items()), **kw)
                         rule = sweep.lr_scaling
                         if rule and arm.variant in rule["variants"] and rule["factor"] in combo:

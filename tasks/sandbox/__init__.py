@@ -321,7 +321,10 @@ def bwrap_command(python_info: dict, scratch_mb: int) -> list[str]:
     for b in sorted(binds):
         if not (b == "/usr" or b.startswith("/usr/")):
             args += ["--ro-bind", b, b]
-    args += ["--dev", "/dev", "--size", str(scratch_mb << 20), "--tmpfs", "/tmp", "--chdir", "/tmp"]
+    # a read-only root and /dev: only the /tmp tmpfs is writable, and the zygote wipes it
+    # after every program, so nothing carries over from one program to the next
+    args += ["--dev", "/dev", "--size", str(scratch_mb << 20), "--tmpfs", "/tmp", "--remount-ro", "/dev",
+             "--remount-ro", "/", "--chdir", "/tmp"]
     return args
 
 
@@ -562,7 +565,7 @@ class Sandbox:
         for uid in uids:
             z = dict(base)
             if "bwrap" in L:
-                z.update(scratch_root="/tmp", cleanup="all", uid=None)
+                z.update(scratch_root="/tmp", cleanup="all", uid=None, wipe_scratch_root=True)
                 cmd = bwrap_command(info, c.scratch_mb) + ["--"] + py
                 plans.append(_Plan(cmd, uid, z, None))
                 continue

@@ -522,6 +522,15 @@ def run_job(cfg, job):
     for fd in (out_r, st_r, pidfd):
         os.close(fd)
     _rmtree(scratch)
+    if cfg.get("wipe_scratch_root"):  # bwrap: the whole tmpfs is the sandbox's only writable place
+        for e in os.scandir(cfg["scratch_root"]):
+            if e.is_dir(follow_symlinks=False):
+                _rmtree(e.path)
+            else:
+                try:
+                    os.unlink(e.path)
+                except OSError:
+                    pass
     rc = None
     if wstatus is not None:
         rc = os.waitstatus_to_exitcode(wstatus)

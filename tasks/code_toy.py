@@ -1,0 +1,233 @@
+"""``code_toy``: the embedded code task — write a one-line Python function from examples.
+
+Example prompt ``"f(0)=3,f(4)=7,f(9)=12\\nf=lambda x:"``; a correct completion ``"x+3"``
+(or ``"3+x"``, any expression that behaves the same) followed by EOS. The completion's
+first line is run in :mod:`tasks.sandbox` as::
+
+    f=lambda x:<completion>
+    assert f(0)==3
+    ...                       # the 3 shown examples and 3 hidden ones
+
+and the reward is 1 when every assert passes (the hidden inputs, from −5..15, rule out a
+lookup table of the shown ones), else 0. So, unlike ``arith``, the reward comes from
+*executing* model-written code, with everything that implies (syntax errors, exceptions,
+hostile output) handled by the sandbox.
+
+Functions come from templates with small constants (``x+c``, ``x-c``, ``c-x``, ``x*c``,
+``x//c``, ``x%c``, ``x*x+c``, ``max(x,c)``, ``min(x,c)``, ``abs(x-c)``, ``x*c+d``); shown
+inputs are three distinct values in 0..9. Problems are generated from a fixed seed, so every
+machine sees the same splits: ``val`` and ``test`` are disjoint hash-selected slices (of the
+prompt text) and ``train`` is the rest.
+
+With the embedded ``tiny`` model the task provides a supervised warm start (teacher-forced
+canonical expressions on train problems) that stops once greedy accuracy on held-out train
+problems reaches ``warm_target``, leaving headroom for RL. The preset's budget is sized to
+the sandbox's measured rate (``benchmarks/results/sandbox.md``): about 6,400 graded samples
+plus evals, most of them answered from the grading cache (identical programs run once).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import torch
+
+from suite.errors import BadInput
+from tasks.arith import _sft_loss
+from tasks.base import Grade, Task, TaskConfig, hash_split, register
+from tasks.sandbox import Layer, Sandbox, SandboxConfig, SandboxUnavailable
+
+# (template, constants for c, constants for d)
+TEMPLATES: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...] = (
+    ("x+{c}", tuple(range(1, 10)), ()),
+    ("x-{c}", tuple(range(1, 10)), ()),
+    ("{c}-x", tuple(range(1, 10)), ()),
+    ("x*{c}", tuple(range(2, 10)), ()),
+    ("x//{c}", tuple(range(2, 6)), ()),
+    ("x%{c}", tuple(range(2, 8)), ()),
+    ("x*x+{c}", tuple(range(0, 10)), ()),
+    ("max(x,{c})", tuple(range(1, 9)), ()),
+    ("min(x,{c})", tuple(range(1, 9)), ()),
+    ("abs(x-{c})", tuple(range(1, 9)), ()),
+    ("x*{c}+{d}", tuple(range(2, 6)), tuple(range(1, 10))),
+)
+HIDDEN_INPUTS = tuple(range(-5, 16))
+
+
+@dataclass(frozen=True)
+class Problem:
+    expr: str
+    shown: tuple[tuple[int, int], ...]
+    hidden: tuple[tuple[int, int], ...]
+
+    @property
+    def text(self) -> str:
+        return ",".join(f"f({x})={y}" for x, y in self.shown) + "\nf=lambda x:"
+
+    @property
+    def answer(self) -> str:
+        """The canonical expression (one of many correct ones)."""
+        return self.expr
+
+    def program(self, expr: str) -> str:
+        asserts = "".join(f"assert f({x})=={y}\n" for x, y in self.shown + self.hidden)
+        return f"f=lambda x:{expr}\n{asserts}"
+
+
+def generate(n: int, seed: int = 1234) -> list[Problem]:
+    """``n`` distinct problems from a fixed seed (deterministic on every machine)."""
+    rng = random.Random(seed)
+    funcs = [t.format(c=c, d=d) for t, cs, ds in TEMPLATES for c in cs for d in (ds or (0,))]
+    seen, out = set(), []
+    while len(out) < n:
+        expr = funcs[rng.randrange(len(funcs))]
+        f = eval("lambda x:" + expr)  # noqa: S307 - our own templates, not model output
+        xs = rng.sample(range(10), 3)
+        hid = rng.sample([h for h in HIDDEN_INPUTS if h not in xs], 3)
+        p = Problem(expr, tuple((x, f(x)) for x in xs), tuple((x, f(x)) for x in hid))
+        if p.text not in seen:
+            seen.add(p.text)
+            out.append(p)
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class CodeToyConfig(TaskConfig):
+    n_problems: int = 20000
+    """Problems generated (from a fixed seed) before the split."""
+    val_fraction: float = 0.01
+    """Hash-selected share held out as val (test takes the same share)."""
+    warm_target: float = 0.3
+    """Warm start stops once greedy accuracy on held-out train problems reaches this."""
+    warm_max_steps: int = 3000
+    """Upper bound on warm-start SFT steps."""
+    timeout_s: float = 2.0
+    """Wall-clock limit per program."""
+    cache_size: int = 65536
+    """Graded programs remembered (identical program text → the same result)."""
+    sandbox_layers: tuple[Layer, ...] = ("auto",)
+    """Sandbox layers (see :class:`tasks.sandbox.SandboxConfig.layers`)."""
+    sandbox_python: Optional[str] = None
+    """Interpreter for the programs (see ``SandboxConfig.python``)."""
+    sandbox_workers: int = 2
+    """Programs run at once."""
+    sandbox_allow_unisolated: bool = False
+    """Run with resource limits only when no layer can hide the user's files (opt-in)."""
+
+    def __post_init__(self) -> None:
+        if self.n_problems < 1000:
+            raise ValueError(f"n_problems must be ≥ 1000, got {self.n_problems}")
+        if not 0 < self.val_fraction < 0.2:
+            raise ValueError(f"val_fraction must be in (0, 0.2), got {self.val_fraction}")
+        if not 0 < self.warm_target < 1:
+            raise ValueError(f"warm_target must be in (0, 1), got {self.warm_target}")
+        self.sandbox_config()
+
+    def sandbox_config(self) -> SandboxConfig:
+        return SandboxConfig(layers=self.sandbox_layers, python=self.sandbox_python, workers=self.sandbox_workers,
+                             timeout_s=self.timeout_s, memory_mb=256, allow_unisolated=self.sandbox_allow_unisolated)
+
+
+@register
+class CodeToy(Task):
+    name = "code_toy"
+    summary = "Embedded one-line Python functions from examples, graded by running asserts in the sandbox."
+    version = "1"
+    Config = CodeToyConfig
+    cfg: CodeToyConfig
+    presets = {
+        "embedded": {
+            "rollout": {"group_size": 8, "prompts_per_step": 8, "max_new_tokens": 12, "temperature": 1.0},
+            "optim": {"lr": 3e-4, "critic_lr": 1e-3, "grad_clip": 1.0},
+            "train": {"epochs": 1, "minibatches": 1},
+            "budget": {"samples": 6400},
+            "eval": {"max_prompts": 200, "every": 0.25},
+        },
+        "hf": {"rollout": {"max_new_tokens": 24}, "budget": {"samples": 6400}},
+    }
+
+    def __init__(self, cfg: CodeToyConfig) -> None:
+        super().__init__(cfg)
+        try:
+            self.sandbox = Sandbox(cfg.sandbox_config())
+        except SandboxUnavailable as e:
+            raise BadInput(f"code_toy: {e}") from None
+        self._splits: Optional[dict[str, list[Problem]]] = None
+        self._cache: OrderedDict[str, bool] = OrderedDict()
+
+    def splits(self) -> dict[str, list[Problem]]:
+        if self._splits is None:
+            c = self.cfg
+            probs = generate(c.n_problems)
+            val = [p for p in probs if hash_split(p.text, c.val_fraction, "val")]
+            val_set = set(val)
+            test = [p for p in probs if hash_split(p.text, c.val_fraction, "test") and p not in val_set]
+            held = val_set | set(test)
+            self._splits = {"train": [p for p in probs if p not in held], "val": val, "test": test}
+        return self._splits
+
+    def prompt(self, example: Problem) -> str:
+        return example.text
+
+    def gold(self, example: Problem) -> str:
+        return example.answer
+
+    @staticmethod
+    def expression(completion: str) -> str:
+        return completion.split("\n", 1)[0].strip()
+
+    def grade(self, example: Problem, completion: str) -> Grade:
+        return self.grade_batch([example], [completion])[0]
+
+    def grade_batch(self, examples: Sequence[Problem], completions: Sequence[str]) -> list[Grade]:
+        exprs = [self.expression(c) for c in completions]
+        progs = [e.program(x) if x else None for e, x in zip(examples, exprs)]
+        todo = list(dict.fromkeys(p for p in progs if p is not None and p not in self._cache))
+        if todo:
+            for p, r in zip(todo, self.sandbox.run_many(todo, self.cfg.timeout_s)):
+                self._cache[p] = r.passed
+        out = []
+        for p, x in zip(progs, exprs):
+            ok = p is not None and self._cache[p]
+            if p is not None:
+                self._cache.move_to_end(p)
+            out.append(Grade(reward=float(ok), correct=ok, parsed=x or None))
+        while len(self._cache) > self.cfg.cache_size:
+            self._cache.popitem(last=False)
+        return out
+
+    def close(self) -> None:
+        self.sandbox.close()
+
+    # -- warm start ----------------------------------------------------------------------
+    def warm_start(self, model, tokenizer, seed: int) -> Optional[dict[str, Any]]:
+        """Teacher-forced SFT on train problems until held-out greedy accuracy ≥ warm_target."""
+        from suite.sampler import KVSampler, SamplingParams
+
+        train = self.splits()["train"]
+        rng = random.Random(seed)
+        check = rng.sample(train, 200)
+        check_set = set(check)
+        pool = [p for p in train if p not in check_set]
+        opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.0)
+        params = SamplingParams(max_new_tokens=12, temperature=0.0, stop_ids=(tokenizer.eos_token_id,))
+        acc, step = 0.0, 0
+        while step < self.cfg.warm_max_steps:
+            for _ in range(100):
+                batch = [pool[rng.randrange(len(pool))] for _ in range(64)]
+                loss = _sft_loss(model, tokenizer, batch)
+                opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                step += 1
+            out = KVSampler(model, tokenizer).generate(
+                [tokenizer.encode(p.text, add_special_tokens=False) for p in check], params)
+            texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in out.ids]
+            acc = sum(g.correct for g in self.grade_batch(check, texts)) / len(check)
+            if acc >= self.cfg.warm_target:
+                break
+        return {"warm_steps": step, "warm_check_acc": acc}
