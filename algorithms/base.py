@@ -137,7 +137,8 @@ class Context:
     of the task's train split; seed: the run seed; policy: the trained model (read-only by
     convention; ``before_rollout`` may read its parameters); generator(stream): a fresh
     ``torch.Generator`` seeded by (seed, stream, step); charge(kind, tokens, params): add
-    ``2·params·tokens`` FLOPs of an extra pass (``kind`` names it in the metrics).
+    ``2·params·tokens`` FLOPs of an extra pass (``kind`` names it in the metrics);
+    refresh_reference(): copy the current policy into π_ref (needs ``ref_logp`` in ``needs``).
     """
 
     step: int
@@ -151,6 +152,7 @@ class Context:
     policy: Any
     generator: Callable[[str], torch.Generator]
     charge: Callable[[str, int, int], None]
+    refresh_reference: Callable[[], None] = lambda: None
 
 
 class Algorithm:

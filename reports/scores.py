@@ -57,7 +57,8 @@ def available_metrics(evals: pd.DataFrame) -> list[str]:
 
 
 def select_metric(runset: RunSet, metric: str) -> pd.DataFrame:
-    """Evals of one metric, using each run's own task key when present.
+    """Evals of one metric, using each run's own task key when present, one row per
+    (run, step, split, final) with eval seeds averaged.
 
     Raises ReportError listing the valid metrics when `metric` appears nowhere.
     """
@@ -72,6 +73,11 @@ def select_metric(runset: RunSet, metric: str) -> pd.DataFrame:
     other = sel[~own & ~sel["run_id"].isin(have_own)]
     first_task = other.groupby("run_id")["eval_task"].transform("min")
     chosen = pd.concat([sel[own], other[other["eval_task"] == first_task]])
+    # several rows at one (step, split) are eval seeds of one eval: average them within the run
+    # first (metrics-and-eval.md §2), so the training seed stays the unit of replication
+    keys = ["run_id", "step", "split", "final"]
+    rest = {c: (c, "first") for c in chosen.columns if c not in keys and c != "value"}
+    chosen = chosen.groupby(keys, as_index=False, sort=False, dropna=False).agg(value=("value", "mean"), **rest)
     return chosen.sort_values(["run_id", "step", "split"], kind="stable").reset_index(drop=True)
 
 

@@ -66,7 +66,16 @@ class RolloutConfig:
     engine: Literal["auto", "kv", "hf"] = "auto"
     """``kv``: the hand-written KV-cached sampler (Llama-style models); ``hf``: HF ``generate``."""
     staleness: int = 0
-    """Sync the engine's weights when they lag more than this many updates (0 = every update)."""
+    """k: how stale the behaviour policy may be, in optimizer updates (0 = always current)."""
+    sync: Literal["periodic", "lag"] = "periodic"
+    """``periodic``: re-sync the engine once it lags more than k updates (it then catches up);
+    ``lag``: the engine always holds the policy exactly k updates back (asynchronous RL,
+    simulated deterministically; the trainer keeps the last k policies)."""
+    mismatch: Literal["none", "bf16", "noise"] = "none"
+    """Training–inference mismatch knob: the engine samples from a bf16-rounded copy, or a copy
+    with seeded Gaussian weight noise, so μ ≠ π_old even on-policy."""
+    mismatch_scale: float = 1e-3
+    """Relative std of the ``noise`` mismatch (noise = scale · std(weight) per tensor)."""
     old_logp: Literal["recompute", "behaviour"] = "recompute"
     """π_old: recomputed by a scoring pass, or aliased to μ for exactly on-policy samples."""
     max_turns: int = 4
@@ -341,6 +350,7 @@ def check_ranges(spec: RunSpec) -> list[str]:
     }
     e += [f"{k} must be ≥ 1, got {v}" for k, v in positive.items() if v < 1]
     nonneg = {"rollout.top_k": r.top_k, "rollout.staleness": r.staleness, "rollout.topk": r.topk,
+              "rollout.mismatch_scale": r.mismatch_scale,
               "train.micro_batch_size": t.micro_batch_size, "eval.n_samples": ev.n_samples,
               "eval.max_prompts": ev.max_prompts, "optim.warmup_updates": o.warmup_updates,
               "rollout.max_refill_tries": r.max_refill_tries, "train.checkpoint_every": t.checkpoint_every}

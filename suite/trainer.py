@@ -13,7 +13,8 @@ Per step (numbers match the sections of :meth:`Trainer.step`):
 6. K epochs × minibatches: ``algo.loss`` (+ generic KL loss, + ``algo.value_loss``)
    aggregated with the global normaliser of the entry's mode (computed before the
    micro-batch loop), backward, clip, AdamW step, ``algo.after_update``; the rollout engine
-   is re-synced when its weights lag more than ``rollout.staleness`` updates;
+   is re-synced per ``rollout.sync``/``rollout.staleness`` (periodic catch-up, or a fixed lag
+   of k updates), through the mismatch knob (``rollout.mismatch``) when set;
 7. log one metrics row, evaluate on schedule, checkpoint, stop at the budget or on
    divergence.
 """
@@ -88,6 +89,10 @@ class Trainer:
                 raise BadInput(f"task '{task.name}' has an empty {s} split")
         self.stop_ids = (tokenizer.eos_token_id,)
         self.engine = make_engine(r.engine, self.model, tokenizer)
+        self._history: dict[int, dict] = {0: {k: v.detach().clone() for k, v in self.model.state_dict().items()}} \
+            if r.sync == "lag" else {}
+        if r.mismatch != "none":
+            self.engine.load_weights(self._behaviour_state(self.model.state_dict(), 0), 0)
         self.ref = copy.deepcopy(self.model).eval().requires_grad_(False) if "ref_logp" in self.needs else None
         self.critic = Critic(self.model, spec.model.critic).to(self.device) if "values" in self.needs else None
         groups = [{"params": [p for p in self.model.parameters() if p.requires_grad], "lr": spec.optim.lr}]
@@ -128,7 +133,44 @@ class Trainer:
                        prompts_per_step=s.rollout.prompts_per_step, n_train=len(self.splits["train"]),
                        seed=s.seed, policy=self.model,
                        generator=lambda stream: torch.Generator().manual_seed(seed_for(s.seed, stream, self.step_no)),
-                       charge=self._charge_extra)
+                       charge=self._charge_extra, refresh_reference=self._refresh_reference)
+
+    def _refresh_reference(self) -> None:
+        """Copy the current policy into π_ref (algorithms with periodic reference refresh)."""
+        if self.ref is None:
+            raise RuntimeError("refresh_reference() needs a reference model: declare 'ref_logp' in needs")
+        self.ref.load_state_dict(self.model.state_dict())
+
+    # -- the behaviour policy: staleness and the mismatch knob -------------------------
+    def _behaviour_state(self, state: dict, version: int) -> dict:
+        """The weights the engine samples with: the policy's, through the mismatch knob."""
+        r = self.spec.rollout
+        if r.mismatch == "none":
+            return state
+        out = {}
+        gen = torch.Generator().manual_seed(seed_for(self.spec.seed, "mismatch", version))
+        for k, v in state.items():
+            if not v.is_floating_point():
+                out[k] = v
+            elif r.mismatch == "bf16":
+                out[k] = v.to(torch.bfloat16).to(v.dtype)
+            else:
+                noise = torch.randn(v.shape, generator=gen).to(v.device, v.dtype)
+                out[k] = v + r.mismatch_scale * v.float().std().nan_to_num(0.0).to(v.dtype) * noise
+        return out
+
+    def _sync_engine(self) -> None:
+        """After a step: periodic re-sync once the lag exceeds k, or hold exactly k updates back."""
+        r, u = self.spec.rollout, int(self.budget.counters["updates"])
+        if r.sync == "lag":
+            self._history[u] = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            target = max(v for v in self._history if v <= max(0, u - r.staleness))
+            for old in [v for v in self._history if v < target]:
+                del self._history[old]
+            if target != self.engine.version or r.staleness == 0:
+                self.engine.load_weights(self._behaviour_state(self._history[target], target), target)
+        elif u - self.engine.version > r.staleness:
+            self.engine.load_weights(self._behaviour_state(self.model.state_dict(), u), u)
 
     def _charge_extra(self, kind: str, tokens: int, params: int) -> None:
         self.budget.charge_flops(kind, scoring_flops(params, tokens))
@@ -214,7 +256,7 @@ class Trainer:
         dev = self.device
         tokens, attn, mask = rec.tokens.to(dev), rec.attn_mask.to(dev), rec.loss_mask.to(dev)
         n_tok = int(rec.attn_mask.sum())
-        on_policy = bool((rec.policy_version == self.budget.counters["updates"]).all()) and r.top_p == 1.0 \
+        on_policy = bool((rec.policy_version == self.budget.counters["updates"]).all()) and r.top_p == 1.0 and r.mismatch == "none" \
             and r.top_k == 0 and bool((rec.behaviour_id == 0).all())
         fields: dict[str, Any] = {}
         head_values = self.critic is not None and self.critic.mode == "head"
@@ -420,8 +462,9 @@ class Trainer:
             st["critic"] = self.critic.state_dict()
         if self.ref is not None:
             st["ref"] = self.ref.state_dict()
-        if self.engine.version != self.budget.counters["updates"]:
-            st["engine"] = self.engine.state()
+        st["engine"] = self.engine.state()  # the behaviour weights (stale or perturbed) as they are
+        if self._history:
+            st["history"] = self._history
         return st
 
     def save_checkpoint(self) -> None:
@@ -442,7 +485,8 @@ class Trainer:
             self.critic.load_state_dict(st["critic"])
         if self.ref is not None:
             self.ref.load_state_dict(st["ref"])
-        self.engine.load_weights(st.get("engine", self.model.state_dict()), st["engine_version"])
+        self.engine.load_weights(st["engine"], st["engine_version"])
+        self._history = st.get("history", self._history)
         return True
 
     # -- eval --------------------------------------------------------------------------
@@ -474,8 +518,7 @@ class Trainer:
         t1 = time.perf_counter()
         metrics.update(self._update(batch, ctx))  # 6
         t2 = time.perf_counter()
-        if self.budget.counters["updates"] - self.engine.version > self.spec.rollout.staleness:
-            self.engine.load_weights(self.model.state_dict(), int(self.budget.counters["updates"]))
+        self._sync_engine()
         dt = time.perf_counter() - t0
         self.budget.charge("wall_s", dt)
         metrics.update({"perf/step_time": dt, "perf/rollout_time": t1 - t0, "perf/train_time": t2 - t1,

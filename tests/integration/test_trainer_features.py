@@ -158,3 +158,50 @@ def test_warm_start_cache_is_built_once_under_concurrency(tmp_path):
     assert res[0]["sum"] == res[1]["sum"]
     folders = [p for p in (tmp_path / "warmstart").iterdir() if p.is_dir()]
     assert len(folders) == 1 and not any(".tmp" in p.name for p in folders)
+
+
+def test_lag_staleness_holds_the_behaviour_policy_k_updates_back(tmp_path, capsys):
+    code = main(["run", "--task", "_parity_test", "--algo", "grpo", "--budget", "updates=6", "--set", "rollout.sync=lag",
+                 "--set", "rollout.staleness=2", "--set", "algo.kl_coef=0", "--out", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    rows = read_jsonl(f"{_dir(out)}/metrics.jsonl")
+    assert [r["offpolicy/staleness_max"] for r in rows] == [0, 1, 2, 2, 2, 2]
+    assert all(r["mismatch/logp_abs_diff_mean"] > 1e-4 for r in rows[1:])
+
+
+def test_mismatch_knob_makes_mu_differ_from_pi_old_on_policy(tmp_path, capsys):
+    for knob, sets in (("bf16", []), ("noise", ["--set", "rollout.mismatch_scale=0.05"])):
+        code = main(["run", "--task", "_parity_test", "--algo", "grpo", "--budget", "updates=2",
+                     "--set", f"rollout.mismatch={knob}", *sets, "--out", str(tmp_path / knob)])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        rows = read_jsonl(f"{_dir(out)}/metrics.jsonl")
+        assert rows[0]["offpolicy/staleness_max"] == 0
+        assert rows[0]["mismatch/logp_abs_diff_mean"] > 1e-6, knob  # μ from the rounded/perturbed copy
+
+
+def test_lag_staleness_resumes_exactly(tmp_path, monkeypatch):
+    from suite.runner import execute
+    from suite.spec import resolve
+    from suite.trainer import Trainer
+
+    spec = resolve("_parity_test", "grpo", "tiny", 0, sets=[("rollout.sync", "lag"), ("rollout.staleness", 2),
+                                                            ("rollout.mismatch", "noise"), ("train.checkpoint_every", 2)],
+                   budgets=[("updates", 6)])
+    assert execute(spec, tmp_path / "ref")[0] == 0
+    real, crashed = Trainer.step, {"done": False}
+
+    def flaky(self):
+        if self.step_no == 3 and not crashed["done"]:
+            crashed["done"] = True
+            raise RuntimeError("injected crash")
+        return real(self)
+
+    monkeypatch.setattr(Trainer, "step", flaky)
+    assert execute(spec, tmp_path / "crash")[0] == 1
+    code, run = execute(spec, tmp_path / "crash")
+    assert code == 0
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("time", "budget/wall_s") and not k.startswith("perf/")}
+                          for r in rows]
+    assert strip(read_jsonl(run / "metrics.jsonl")) == strip(read_jsonl(tmp_path / "ref" / run.name / "metrics.jsonl"))

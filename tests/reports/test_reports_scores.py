@@ -32,6 +32,17 @@ def test_final_and_last_k(tmp_path):
     assert sc3["score"] == pytest.approx(np.mean(val[-3:]))
 
 
+def test_eval_seeds_averaged_within_the_run(tmp_path):
+    run = synthetic.write_run(tmp_path, "arith", synthetic.Arm(algo="grpo"), 0)
+    ev = evals_of(run)
+    final = next(e for e in ev if e["split"] == "test" and e.get("final"))
+    extra = {**final, "eval/arith/greedy_acc": final["eval/arith/greedy_acc"] + 0.1, "eval_seed": 1}
+    with open(run / "evals.jsonl", "a") as fh:
+        fh.write(json.dumps(extra) + "\n")
+    sc = score_runs(load_runs(tmp_path), CFG).scores.iloc[0]
+    assert sc["score"] == pytest.approx(final["eval/arith/greedy_acc"] + 0.05)
+
+
 def test_diverged_scores_last_finite_eval_and_is_unstable(tmp_path):
     run = synthetic.write_run(tmp_path, "arith", synthetic.Arm(algo="ppo", diverge_at=0.6), 0)
     with open(run / "evals.jsonl", "a") as fh:  # a NaN eval after the last good one
