@@ -6,6 +6,8 @@ Add an algorithm: write one file here (see ``grpo.py``), decorate its class with
 """
 
 from algorithms.base import ALGORITHMS, AdvOut, AlgoConfig, Algorithm, Behaviour, Context, Group, register
-from algorithms import cispo, dapo, dppo, dr_grpo, grpo, gspo, ppo, reinforce, reinforce_pp, rloo  # noqa: F401
+from algorithms import cispo, comppo, dapo, dppo, dr_grpo, grpo, gspo, ppo, reinforce, reinforce_pp, rloo, three_po  # noqa: F401
 
 __all__ = ["ALGORITHMS", "AdvOut", "AlgoConfig", "Algorithm", "Behaviour", "Context", "Group", "register"]
+from algorithms import agro, copc, dc_grpo, ggpo, sp3o  # noqa: E402,F401  (seed papers B)
+from algorithms import judges, rrc  # noqa: E402,F401  (RRC)

@@ -53,10 +53,11 @@ from suite.types import Batch, Forward
 #: Inputs an algorithm may declare in ``needs``. Policy-forward outputs: ``entropy``,
 #: ``hidden``, ``attn_stat``; batch fields: ``old_logp`` (π_old scoring pass), ``values``
 #: (a critic), ``topk`` (behaviour top-K log-probs from the rollout), ``behav_attn_stat``
-#: (the sampler's attention statistic), ``behav_hidden``. ``ref_logp`` is implied by
-#: ``kl_coef > 0`` and may also be declared.
+#: (the sampler's attention statistic), ``behav_hidden``, ``anchor`` (a greedy decode of the
+#: current policy per prompt, given to ``rewards`` as ``Group.anchors``; charged to the budget).
+#: ``ref_logp`` is implied by ``kl_coef > 0`` and may also be declared.
 NEEDS = frozenset({"entropy", "hidden", "attn_stat", "old_logp", "ref_logp", "values", "topk",
-                   "behav_attn_stat", "behav_hidden"})
+                   "behav_attn_stat", "behav_hidden", "anchor"})
 
 Fidelity = Literal["code", "paper", "abstract", "description"]
 
@@ -101,7 +102,10 @@ class Group:
 
     ``scores [G]`` are the task's grades; ``completions`` the decoded texts; ``example`` the
     task's example object; ``parsed`` the task's parsed answers; ``lengths [G]`` policy tokens
-    per completion; ``truncated [G]`` bool, hit ``max_new_tokens`` without EOS.
+    per completion; ``truncated [G]`` bool, hit ``max_new_tokens`` without EOS;
+    ``grade(text) → float``: the task's own grader for this prompt (task-aware judges use it, so
+    ``algorithms/`` imports no task); ``anchors``: reference responses for this prompt (the
+    current policy's greedy decode), present when the entry ``needs`` ``"anchor"``.
     """
 
     prompt: str
@@ -111,6 +115,8 @@ class Group:
     scores: Tensor
     lengths: Optional[Tensor] = None
     truncated: Optional[Tensor] = None
+    grade: Optional[Callable[[str], float]] = None
+    anchors: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -186,6 +192,12 @@ class Algorithm:
     def needs(self) -> frozenset[str]:
         """Extra inputs required (subset of :data:`NEEDS`); ``ref_logp`` when kl_coef > 0."""
         return frozenset({"ref_logp"}) if self.cfg.kl_coef > 0 else frozenset()
+
+    @property
+    def critic(self) -> Optional[str]:
+        """Critic kind the entry requires (``head``, ``mlp_head``, ``mlp_head_detached``,
+        ``separate``), or None to use ``model.critic``. Only read when ``values`` is needed."""
+        return None
 
     @property
     def aggregation(self) -> AggMode:

@@ -163,6 +163,7 @@ def passk_figure(task: str, runset: RunSet, scored: Scored, colors: dict, cfg: R
         return None
     label = runs.set_index("run_id")["algorithm"]
     ev = ev.assign(k=ev["metric"].str[5:].astype(int), algorithm=ev["run_id"].map(label))
+    ev = ev.groupby(["algorithm", "k", "run_id"], as_index=False)["value"].mean()  # eval seeds within a run
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for alg, g in ev.groupby("algorithm", sort=True):
         pts = [(k, stats.bootstrap_ci(gk["value"].to_numpy(), reps=cfg.reps, confidence=cfg.confidence,

@@ -145,30 +145,42 @@ def non_embedding_params(model: nn.Module) -> int:
 
 
 class ValueHead(nn.Module):
-    """A linear value head ``V = w·h + b`` on hidden states ``[B, T, H] → [B, T]``."""
+    """A value head on hidden states ``[B, T, H] → [B, T]``: linear, or a small MLP
+    (``H → H/2 → 1``, tanh); ``detach`` stops value gradients from reaching the trunk."""
 
-    def __init__(self, hidden: int) -> None:
+    def __init__(self, hidden: int, mlp: bool = False, detach: bool = False) -> None:
         super().__init__()
-        self.proj = nn.Linear(hidden, 1)
-        nn.init.zeros_(self.proj.weight)
-        nn.init.zeros_(self.proj.bias)
+        self.detach = detach
+        self.proj = nn.Sequential(nn.Linear(hidden, hidden // 2), nn.Tanh(), nn.Linear(hidden // 2, 1)) if mlp \
+            else nn.Linear(hidden, 1)
+        last = self.proj[-1] if mlp else self.proj
+        nn.init.zeros_(last.weight)
+        nn.init.zeros_(last.bias)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        return self.proj(h.to(self.proj.weight.dtype)).squeeze(-1)
+        h = h.detach() if self.detach else h
+        return self.proj(h.to(next(self.proj.parameters()).dtype)).squeeze(-1)
+
+
+CRITIC_KINDS = ("head", "mlp_head", "mlp_head_detached", "separate")
 
 
 class Critic(nn.Module):
     """Critic for algorithms that need values.
 
-    ``head``: a :class:`ValueHead` on the actor's trunk (the actor forward returns hidden
-    states; gradients of the value loss reach the trunk). ``separate``: its own copy of the
-    initial policy's transformer with a value head (a second model: its FLOPs are counted).
+    ``head``: a linear :class:`ValueHead` on the actor's trunk (the actor forward returns hidden
+    states; gradients of the value loss reach the trunk); ``mlp_head``: a small MLP head on the
+    trunk; ``mlp_head_detached``: the same on detached hidden states (the trunk learns from the
+    policy loss only); ``separate``: its own copy of the initial policy's transformer with a
+    linear head (a second model: its FLOPs are counted).
     """
 
     def __init__(self, policy: nn.Module, mode: str) -> None:
         super().__init__()
+        if mode not in CRITIC_KINDS:
+            raise ValueError(f"unknown critic kind '{mode}'; valid: {', '.join(CRITIC_KINDS)}")
         self.mode = mode
-        self.head = ValueHead(policy.config.hidden_size)
+        self.head = ValueHead(policy.config.hidden_size, mlp=mode.startswith("mlp"), detach=mode.endswith("detached"))
         self.trunk = copy.deepcopy(policy.get_decoder()) if mode == "separate" else None
 
     def forward_separate(self, tokens: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:

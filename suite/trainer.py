@@ -94,7 +94,11 @@ class Trainer:
         if r.mismatch != "none":
             self.engine.load_weights(self._behaviour_state(self.model.state_dict(), 0), 0)
         self.ref = copy.deepcopy(self.model).eval().requires_grad_(False) if "ref_logp" in self.needs else None
-        self.critic = Critic(self.model, spec.model.critic).to(self.device) if "values" in self.needs else None
+        self.critic = None
+        if "values" in self.needs:
+            with torch.random.fork_rng(devices=[]):  # the critic's initial weights depend on the seed only
+                torch.manual_seed(seed_for(spec.seed, "critic") % 2**63)
+                self.critic = Critic(self.model, algo.critic or spec.model.critic).to(self.device)
         groups = [{"params": [p for p in self.model.parameters() if p.requires_grad], "lr": spec.optim.lr}]
         if self.critic is not None:
             groups.append({"params": list(self.critic.parameters()), "lr": spec.optim.critic_lr})
@@ -231,15 +235,28 @@ class Trainer:
         grades = self.task.grade_batch(examples, list(rec.texts))
         scores = torch.tensor([g.reward for g in grades], dtype=torch.float)
         rewards = torch.empty_like(scores)
+        anchors = self._anchors(idx) if "anchor" in self.needs else [()] * len(idx)
         for g, i in enumerate(idx):
             sl = slice(g * G, (g + 1) * G)
-            group = Group(prompt=self._prompt("train", i)[1], example=self.splits["train"][i],
+            example = self.splits["train"][i]
+            group = Group(prompt=self._prompt("train", i)[1], example=example,
                           completions=rec.texts[sl], parsed=tuple(x.parsed for x in grades[sl]), scores=scores[sl],
-                          lengths=rec.loss_mask[sl].sum(-1), truncated=rec.truncated[sl])
+                          lengths=rec.loss_mask[sl].sum(-1), truncated=rec.truncated[sl],
+                          grade=lambda text, ex=example: float(self.task.grade(ex, text).reward), anchors=anchors[g])
             rewards[sl] = torch.as_tensor(self.algo.rewards(group, ctx), dtype=torch.float)
         rec = rec.replace(scores=scores, rewards=rewards, parsed=tuple(g.parsed for g in grades))
         self._charge_rollout(rec, len(idx))
         return rec, metrics
+
+    def _anchors(self, idx: list[int]) -> list[tuple[str, ...]]:
+        """One greedy decode of the current behaviour policy per prompt (charged as rollout)."""
+        r = self.spec.rollout
+        params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=0.0, stop_ids=self.stop_ids)
+        rec, _ = collect(self.engine, self.tok, [self._prompt("train", i)[0] for i in idx], params, None)
+        gen = int(rec.loss_mask.sum())
+        self.budget.charge("gen_tokens", gen)
+        self.budget.charge_flops("anchor", rollout_flops(self.P, int(rec.attn_mask.sum()) - gen, gen))
+        return [(t,) for t in rec.texts]
 
     def _charge_rollout(self, rec: Rollout, n_prompts: int) -> None:
         b = self.budget
@@ -259,7 +276,7 @@ class Trainer:
         on_policy = bool((rec.policy_version == self.budget.counters["updates"]).all()) and r.top_p == 1.0 and r.mismatch == "none" \
             and r.top_k == 0 and bool((rec.behaviour_id == 0).all())
         fields: dict[str, Any] = {}
-        head_values = self.critic is not None and self.critic.mode == "head"
+        head_values = self.critic is not None and self.critic.mode != "separate"
         if r.old_logp == "behaviour" and on_policy and not head_values:
             fields["old_logp"] = rec.behav_logp.to(dev)
         else:
@@ -385,7 +402,7 @@ class Trainer:
         s, t = self.spec, self.spec.train
         cfg = self.algo.cfg
         want = frozenset({"entropy"}) | (self.needs & {"hidden", "attn_stat", "topk"})
-        head_values = self.critic is not None and self.critic.mode == "head"
+        head_values = self.critic is not None and self.critic.mode != "separate"
         if head_values:
             want = want | {"values"}
         B = batch.batch_size

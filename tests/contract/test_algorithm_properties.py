@@ -73,7 +73,8 @@ def random_batch(seed: int = 0, equal_group: bool = True) -> tuple[Batch, Forwar
                   rewards=scores.clone(), truncated=truncated, prompt_width=PW, old_logp=old,
                   ref_logp=(old - 0.1 * torch.rand(B, T, generator=g)) * mask,
                   values=torch.randn(B, T, generator=g) * mask, token_rewards=last - 0.01 * mask,
-                  topk_ids=torch.randint(4, 90, (B, T, K), generator=g), topk_logp=_topk(g, (B, T)))
+                  topk_ids=torch.randint(4, 90, (B, T, K), generator=g), topk_logp=_topk(g, (B, T)),
+                  attn_stat=torch.rand(B, T, generator=g) * mask)
     fwd = Forward(logp=logp, entropy=torch.rand(B, T, generator=g), hidden=torch.randn(B, T, 8, generator=g),
                   attn_stat=torch.rand(B, T, generator=g) * mask,
                   values=(batch.values + torch.randn(B, T, generator=g)) * mask, topk_logp=_topk(g, (B, T)))

@@ -1,0 +1,59 @@
+"""AGRO — "RL-finetuning LLMs from on- and off-policy data with a single algorithm" (Tang,
+Cohen, Zhang, Valko, Munos et al., arXiv 2503.19612, AISTATS 2026); algorithms.md §11.
+
+Generation consistency (Theorem 1): at the optimum of ``E[R] − β·KL(π‖π_ref)`` the KL-adjusted
+sequence reward ``U(y) = R(y) − β·log(π_θ(y|x)/π_ref(y|x))`` equals ``β·log Z(x)`` for every y.
+The update, for G samples from *any* behaviour μ (on- or off-policy, no importance weights):
+
+    g = (1/G)·Σ_i sg(U_i − Ū)·∇log π_θ(y_i|x),    Ū = mean_G U
+
+Its fixed point is the consistency condition whatever μ is; on-policy it is the usual
+KL-regularised policy gradient with a group-mean baseline. ``∇log π_θ(y_i|x)`` is the full
+sequence log-prob, hence ``seq-mean-token-sum`` (per-token ``−sg(Â_i)·log π_θ(y_it)``, summed
+over the sequence, averaged over sequences).
+
+Differs from GGPO (``algorithms/ggpo.py``, which it shares the code with) by: 1. the arithmetic
+mean contrast instead of log-mean-exp; 2. no reference refresh (π_ref fixed);
+3. ``seq-mean-token-sum`` aggregation. Differs from GRPO by the contrast of U instead of a
+z-score of R, no ratio/clip, and β inside the advantage instead of a KL loss.
+
+Fidelity: ``abstract`` (plus secondary summaries); the core update is reconstructed from the
+stated principle, see ``assumptions``. Metrics under ``algo/agro/``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Optional
+
+from algorithms.base import register
+from algorithms.ggpo import GGPO, GGPOConfig
+from suite.aggregation import AggMode
+
+
+@dataclass(frozen=True, kw_only=True)
+class AGROConfig(GGPOConfig):
+    contrast: Literal["log_mean_exp", "mean"] = "mean"
+    """Group baseline of U: arithmetic mean (AGRO) or Gibbs free energy (GGPO)."""
+    refresh_every: Optional[int] = None
+    """Copy π_θ into π_ref every T optimizer updates (null = never, AGRO's fixed reference)."""
+    aggregation: AggMode = "seq-mean-token-sum"
+
+
+@register
+class AGRO(GGPO):
+    name = "agro"
+    summary = "Mean contrast of the KL-adjusted sequence reward: one update for on- and off-policy data."
+    citation = ("Tang, Cohen, Zhang, Valko, Munos et al. 2025, RL-finetuning LLMs from on- and off-policy data "
+                "with a single algorithm, arXiv:2503.19612 (AISTATS 2026)")
+    fidelity = "abstract"
+    assumptions = (
+        "Core update reconstructed from the stated principle: g = (1/G)·Σ_i sg(U_i − Ū)·∇log π_θ(y_i|x).",
+        "U_i = R_i − β·Σ_t(log π_old − log π_ref): the sequence log-ratio uses π_old (the policy at rollout).",
+        "β not known; 0.05 as GGPO's range 0.01–0.1; the generic kl_coef stays 0.",
+        "Aggregation not known; seq-mean-token-sum because the gradient uses the full sequence log-prob.",
+        "Off-policy data is trained without importance weights (the paper's point); μ never enters the loss.",
+        "A singleton group has zero advantage (its mean is its own U).",
+    )
+    Config = AGROConfig
+    cfg: AGROConfig

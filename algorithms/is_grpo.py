@@ -1,0 +1,153 @@
+"""IS-GRPO — σ-proportional prompt sampling with importance weights (a reconstruction).
+
+Ge, Yin, Liang, Zhang 2026, "Why GRPO Needs Normalization: A Local-Curvature Perspective on
+Adaptive Gradients", arXiv 2601.23135: prompt q's gradient curvature scales with its reward std
+σ_q, so GRPO's ``(R − mean)/σ_q`` is a prompt-wise step η/σ_q. IS-GRPO (absent from v1) is rebuilt
+as importance sampling ∝ that constant (N = train-split size, σ̂ a checkpointed per-prompt table):
+
+    P(q) ∝ max(σ̂_q, σ_min)^α,   w_q = 1/(N·P(q)),   Â_i = w_q·(R_i − mean_G R) / mean_batch(w)
+
+E[update] is the uniform-prompt REINFORCE-with-baseline gradient; the per-sample scale is σ̄/σ̂_q.
+Differs from GRPO (``algorithms/grpo.py``; its loss and defaults ε 0.2, β 0.04 are kept) by:
+  1. ``sample_prompts`` draws prompts ∝ σ̂^α (``alpha = 0``: uniform); σ̂ is updated from each
+     batch in ``after_update``, so sampling and weighting see the same P.
+  2. Mean-only advantage × IS weight (``is_weight``, ``renormalise``; ``scale_by_std`` gives GRPO's
+     arm, ``reinforce`` with ``baseline=group_mean`` the unnormalised one).
+Not implemented: the "response-IS" reading (stale groups re-weighted): no trainer hook re-injects groups.
+Fidelity: ``abstract``. [ASSUMPTION]s (also ``ISGRPO.assumptions``): prompt-level IS with
+P ∝ σ̂^α, w = 1/(N·P); σ̂ = the last batch's unbiased within-group std (or an EMA,
+``sigma_source``); unseen prompts σ̂ = 0.5, floor σ_min = 0.05; w renormalised by its batch mean;
+draws with replacement (w exact); GRPO's loss and defaults; orthogonality statistic = mean |cos|
+of per-prompt Σ A·h (last-layer hidden states) within a micro-batch (``orthogonality``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, Optional
+
+import torch
+
+from algorithms.base import AdvOut, Context, register
+from algorithms.grpo import GRPO, GRPOConfig
+from suite.ops import broadcast_to_tokens, group_mean_std, group_normalised_advantage
+from suite.types import Batch, Forward
+
+
+def prompt_probs(sigma_hat: torch.Tensor, alpha: float, sigma_min: float) -> torch.Tensor:
+    """``P(q) ∝ max(σ̂_q, σ_min)^α``. Shapes: [N] → [N]."""
+    s = sigma_hat.clamp(min=sigma_min) ** alpha
+    return s / s.sum()
+
+
+def feature_orthogonality(hidden, adv, mask, group_id) -> Optional[torch.Tensor]:
+    """Mean |cos| between per-prompt vectors ``Σ_{i∈q,t} A·h`` ([B,T,H], [B,T], [B,T], [B] → scalar)."""
+    v = ((adv * mask)[..., None] * hidden.float()).sum(1)  # [B, H]
+    _, inv = torch.unique(group_id, return_inverse=True)
+    V = torch.zeros(int(inv.max()) + 1, v.shape[-1], dtype=v.dtype, device=v.device).index_add_(0, inv, v)
+    U = torch.nn.functional.normalize(V[V.norm(dim=-1) > 0], dim=-1)
+    return ((U @ U.T).abs().sum() - len(U)) / (len(U) * (len(U) - 1)) if len(U) >= 2 else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ISGRPOConfig(GRPOConfig):
+    scale_by_std: bool = False
+    """Divide by the group std (True: GRPO's σ-normalised arm)."""
+    alpha: float = 1.0
+    """Sampler temperature: P ∝ σ̂^α (0 = uniform)."""
+    is_weight: bool = True
+    """Multiply the advantage by w_q = 1/(N·P(q))."""
+    renormalise: bool = True
+    """Divide w by its batch mean."""
+    sigma_min: float = 0.05
+    """Floor of σ̂ in the sampler."""
+    sigma_prior: float = 0.5
+    """σ̂ of prompts never seen."""
+    sigma_source: Literal["last", "ema"] = "last"
+    """σ̂ from the prompt's last batch, or an exponential running mean."""
+    ema_decay: float = 0.5
+    """Decay of the running mean (sigma_source = ema)."""
+    with_replacement: bool = True
+    """Draw prompts with replacement (exact IS weight)."""
+    orthogonality: bool = False
+    """Log the feature-orthogonality statistic (needs last-layer hidden states)."""
+
+
+_STATE = "acts through sample_prompts and the σ̂ table: a fresh entry samples uniformly (w ≡ 1); tested in test_seed_a"
+
+
+@register
+class ISGRPO(GRPO):
+    name = "is_grpo"
+    summary = "GRPO with prompts sampled ∝ within-prompt reward std and the mean-only advantage × IS weight."
+    citation = ("Ge, Yin, Liang, Zhang 2026, Why GRPO Needs Normalization: A Local-Curvature Perspective on "
+                "Adaptive Gradients, arXiv:2601.23135")
+    fidelity = "abstract"
+    assumptions = (
+        "prompt-level IS: P(q) ∝ max(σ̂_q, σ_min)^α, w_q = 1/(N·P(q)) (the v1 paper does not describe IS-GRPO)",
+        "σ̂_q = unbiased within-group reward std of the prompt's last batch (or an EMA, sigma_source)",
+        "unseen prompts get σ̂ = sigma_prior = 0.5; σ̂ floored at sigma_min = 0.05",
+        "w renormalised by its batch mean (renormalise); prompts drawn with replacement so w is exact",
+        "loss and defaults as GRPO (clip 0.2, k3 KL β 0.04, seq-mean-token-mean)",
+        "orthogonality statistic = mean |cos| of per-prompt Σ A·h (last-layer hidden) per micro-batch")
+    switches = ("alpha", "scale_by_std", "is_weight", "renormalise", "sigma_source", "sigma_min", "sigma_prior")
+    inert = {k: _STATE for k in ("alpha", "is_weight", "renormalise", "sigma_min", "sigma_prior", "sigma_source",
+                                 "ema_decay", "with_replacement")} | {"orthogonality": "metric only"}
+    tune_knob = ("alpha", (0.5, 1.0))
+    Config = ISGRPOConfig
+    cfg: ISGRPOConfig
+
+    def __init__(self, cfg: ISGRPOConfig) -> None:
+        super().__init__(cfg)
+        self.sigma: Optional[torch.Tensor] = None  # [N] σ̂ table, NaN = unseen
+        self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # (prompt idx, σ) not yet applied
+
+    @property
+    def needs(self) -> frozenset[str]:
+        return super().needs | ({"hidden"} if self.cfg.orthogonality else set())
+
+    def _probs(self, n: int) -> torch.Tensor:
+        if self.sigma is None or len(self.sigma) != n:
+            self.sigma = torch.full((n,), float("nan"))
+        sig = torch.nan_to_num(self.sigma, nan=self.cfg.sigma_prior)
+        return prompt_probs(sig, self.cfg.alpha, self.cfg.sigma_min)
+
+    def sample_prompts(self, ctx: Context) -> list[int]:
+        p = self._probs(ctx.n_train)
+        repl = self.cfg.with_replacement or ctx.prompts_per_step > ctx.n_train
+        return torch.multinomial(p, ctx.prompts_per_step, repl, generator=ctx.generator("is_grpo/prompts")).tolist()
+
+    def advantages(self, batch: Batch, ctx: Context) -> AdvOut:
+        c = self.cfg
+        adv = group_normalised_advantage(batch.rewards, batch.group_id, c.scale_by_std)  # [B]
+        idx = batch.example_idx.long().cpu()
+        p = self._probs(ctx.n_train)
+        w_raw = 1.0 / (ctx.n_train * p[idx])  # [B] exact IS weight of each sample's prompt
+        w = w_raw / w_raw.mean() if c.renormalise else w_raw
+        adv = adv * w.to(adv) if c.is_weight else adv
+        std = group_mean_std(batch.rewards, batch.group_id)[1]
+        self.pending.append((idx, std.detach().float().cpu()))
+        m = {"sigma_mean": std.mean(), "is_weight_mean": w_raw.mean(), "is_weight_max": w_raw.max(),
+             "sampler_entropy": -(p * p.log()).sum(), "seen_frac": (~self.sigma.isnan()).float().mean()}
+        return AdvOut(adv=broadcast_to_tokens(adv, batch.loss_mask),
+                      metrics={f"algo/is_grpo/{k}": float(v) for k, v in m.items()})
+
+    def after_update(self, ctx: Context) -> None:
+        for idx, std in self.pending:  # σ̂ update once per step, after the batch was weighted
+            old, d = self.sigma[idx], self.cfg.ema_decay
+            self.sigma[idx] = std if self.cfg.sigma_source == "last" else torch.where(old.isnan(), std, d * old + (1 - d) * std)
+        self.pending = []
+
+    def loss(self, fwd: Forward, batch: Batch, ctx: Context):
+        loss, metrics = super().loss(fwd, batch, ctx)
+        o = feature_orthogonality(fwd.hidden.detach(), batch.adv, batch.loss_mask, batch.group_id) \
+            if self.cfg.orthogonality and fwd.hidden is not None else None
+        if o is not None:
+            metrics["algo/is_grpo/orthogonality"] = o
+        return loss, metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"sigma": self.sigma, "pending": list(self.pending)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.sigma, self.pending = state.get("sigma"), list(state.get("pending", []))

@@ -1,0 +1,10 @@
+"""Every baseline on `arith` over 3 seeds at one matched budget → benchmarks/results/baselines.md.
+
+    python benchmarks/baselines.py [--workers 2] [--out DIR]
+"""
+
+from _sweep import main
+
+if __name__ == "__main__":
+    main("baselines", "benchmarks/results/baselines.md", "Baselines on the embedded default (arith, tiny model)",
+         "12 entries × 3 seeds at 25,600 samples each, from the shared cached warm start.")
