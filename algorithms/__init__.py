@@ -11,3 +11,4 @@ from algorithms import cispo, comppo, dapo, dppo, dr_grpo, grpo, gspo, ppo, rein
 __all__ = ["ALGORITHMS", "AdvOut", "AlgoConfig", "Algorithm", "Behaviour", "Context", "Group", "register"]
 from algorithms import agro, copc, dc_grpo, ggpo, sp3o  # noqa: E402,F401  (seed papers B)
 from algorithms import judges, rrc  # noqa: E402,F401  (RRC)
+from algorithms import dppo_pdm, drpo, edas, entrocraft, is_grpo, pnpo  # noqa: E402,F401  (seed papers A)

@@ -84,6 +84,10 @@ class COPC(PPO):
         "λ = 0.95, γ = 1; advantages whitened as PPO; staleness k ∈ {1, 2, 4, 8} is a trainer setting.",
     )
     switches = ("mask", "weighted_gae", "coupled", "weight_clip_mode", "weight_clip", "mask_high", "mask_low")
+    _no_stale = "live only on tokens with π_old/μ outside [0.5, 2], which the contract batch lacks (unit-tested)"
+    inert = {"weight_clip_mode": "with coupling, kept tokens have ρ ∈ [c_min, c_max] = [1/c̄, c̄] by default, so the "
+                                 "lower clip binds only when c̄ < 1/c_min or coupled = false (unit-tested)",
+             "mask": _no_stale, "mask_high": _no_stale, "mask_low": _no_stale, "coupled": _no_stale}
     tune_knob = ("weight_clip", (1.5, 2.0, 4.0))
     Config = COPCConfig
     cfg: COPCConfig
@@ -96,11 +100,9 @@ class COPC(PPO):
         c, m = self.cfg, batch.loss_mask
         rho = torch.exp((batch.old_logp - batch.behav_logp).clamp(-20.0, 20.0)) * m
         keep = ((rho >= c.mask_low_value) & (rho <= c.mask_high)).to(m.dtype) * m if c.mask else m
-        if c.weight_clip_mode == "two_sided":
-            w = rho.clamp(1 / c.weight_clip, c.weight_clip)
-        else:
-            w = rho.clamp(max=c.weight_clip)
-        w = (w * keep if c.coupled else w) if c.weighted_gae else torch.ones_like(m)
+        two = c.weight_clip_mode == "two_sided"
+        clipped = rho.clamp(1 / c.weight_clip, c.weight_clip) if two else rho.clamp(max=c.weight_clip)
+        w = (clipped * keep if c.coupled else clipped) if c.weighted_gae else torch.ones_like(m)
         delta, _ = gae(batch.token_rewards, batch.values, m, c.gamma, 0.0)  # δ_t with masked carry
         adv, _ = gae(w * delta, torch.zeros_like(delta), m, c.gamma, c.lam * w)
         returns = (adv + batch.values) * m
@@ -109,7 +111,7 @@ class COPC(PPO):
         stale = (self.updates - batch.policy_version).float()
         wm = w[m > 0]
         k = "algo/copc"
-        metrics = {f"{k}/masked_frac": masked_mean(1 - keep, m), f"{k}/clipped_frac": masked_mean((w != rho).float(), m),
+        metrics = {f"{k}/masked_frac": masked_mean(1 - keep, m), f"{k}/clipped_frac": masked_mean((clipped != rho).float(), m),
                    f"{k}/w_mean": masked_mean(w, m), f"{k}/w_min": wm.min() if wm.numel() else 1.0,
                    f"{k}/w_max": wm.max() if wm.numel() else 1.0,
                    f"{k}/ess": wm.sum() ** 2 / wm.square().sum().clamp(min=1e-12),  # (Σw)²/Σw² over tokens

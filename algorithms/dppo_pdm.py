@@ -34,7 +34,14 @@ from typing import Literal, Optional
 import torch
 
 from algorithms.base import register
-from algorithms.dppo import DPPO, Divergence, DPPOConfig, binary_divergence, topk_divergence, trust_region_mask
+from algorithms.dppo import (
+    DPPO,
+    Divergence,
+    DPPOConfig,
+    binary_divergence,
+    topk_divergence,
+    trust_region_mask,
+)
 from suite.ops import masked_mean
 from suite.types import Batch, Forward
 
@@ -57,8 +64,8 @@ def categories(logp, anchor_logp, kind, pol_topk=None, beh_topk=None, topk_ids=N
         one = torch.stack([torch.ones_like(p), torch.zeros_like(p)], -1)
         return torch.stack([p, 1 - p], -1), torch.stack([q, 1 - q], -1), one
     pi, mu = pol_topk.exp(), beh_topk.exp()
-    rest = lambda x: (1 - x.sum(-1, keepdim=True)).clamp(min=1e-7)  # noqa: E731 (as topk_divergence)
-    hit = (topk_ids == tokens[..., None]).float()
+    rest = lambda x: (1 - x.sum(-1, keepdim=True)).clamp(min=1e-7)
+    hit = (topk_ids == tokens[..., None]).to(pi.dtype)
     hit = torch.cat([hit, 1 - hit.amax(-1, keepdim=True)], -1)
     return torch.cat([pi, rest(pi)], -1), torch.cat([mu, rest(mu)], -1), hit
 

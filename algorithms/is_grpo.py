@@ -7,18 +7,17 @@ as importance sampling ∝ that constant (N = train-split size, σ̂ a checkpoin
 
     P(q) ∝ max(σ̂_q, σ_min)^α,   w_q = 1/(N·P(q)),   Â_i = w_q·(R_i − mean_G R) / mean_batch(w)
 
-E[update] is the uniform-prompt REINFORCE-with-baseline gradient; the per-sample scale is σ̄/σ̂_q.
+E[update] = the uniform-prompt REINFORCE-with-baseline gradient; per-sample scale σ̄/σ̂_q.
 Differs from GRPO (``algorithms/grpo.py``; its loss and defaults ε 0.2, β 0.04 are kept) by:
   1. ``sample_prompts`` draws prompts ∝ σ̂^α (``alpha = 0``: uniform); σ̂ is updated from each
      batch in ``after_update``, so sampling and weighting see the same P.
   2. Mean-only advantage × IS weight (``is_weight``, ``renormalise``; ``scale_by_std`` gives GRPO's
      arm, ``reinforce`` with ``baseline=group_mean`` the unnormalised one).
 Not implemented: the "response-IS" reading (stale groups re-weighted): no trainer hook re-injects groups.
-Fidelity: ``abstract``. [ASSUMPTION]s (also ``ISGRPO.assumptions``): prompt-level IS with
-P ∝ σ̂^α, w = 1/(N·P); σ̂ = the last batch's unbiased within-group std (or an EMA,
-``sigma_source``); unseen prompts σ̂ = 0.5, floor σ_min = 0.05; w renormalised by its batch mean;
-draws with replacement (w exact); GRPO's loss and defaults; orthogonality statistic = mean |cos|
-of per-prompt Σ A·h (last-layer hidden states) within a micro-batch (``orthogonality``).
+Fidelity: ``abstract``. [ASSUMPTION]s (also ``ISGRPO.assumptions``): prompt-level IS, P ∝ σ̂^α,
+w = 1/(N·P); σ̂ = last batch's unbiased group std (or EMA, ``sigma_source``); unseen σ̂ = 0.5, floor
+0.05; w renormalised by its batch mean; draws with replacement (w exact); GRPO's loss/defaults;
+orthogonality = mean |cos| of per-prompt Σ A·h (last-layer hidden) in a micro-batch.
 """
 
 from __future__ import annotations
@@ -73,7 +72,7 @@ class ISGRPOConfig(GRPOConfig):
     """Log the feature-orthogonality statistic (needs last-layer hidden states)."""
 
 
-_STATE = "acts through sample_prompts and the σ̂ table: a fresh entry samples uniformly (w ≡ 1); tested in test_seed_a"
+_STATE = "acts via sample_prompts and the σ̂ table: a fresh entry samples uniformly (w ≡ 1); see test_seed_a"
 
 
 @register
@@ -135,7 +134,8 @@ class ISGRPO(GRPO):
     def after_update(self, ctx: Context) -> None:
         for idx, std in self.pending:  # σ̂ update once per step, after the batch was weighted
             old, d = self.sigma[idx], self.cfg.ema_decay
-            self.sigma[idx] = std if self.cfg.sigma_source == "last" else torch.where(old.isnan(), std, d * old + (1 - d) * std)
+            ema = torch.where(old.isnan(), std, d * old + (1 - d) * std)
+            self.sigma[idx] = std if self.cfg.sigma_source == "last" else ema
         self.pending = []
 
     def loss(self, fwd: Forward, batch: Batch, ctx: Context):

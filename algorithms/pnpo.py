@@ -76,7 +76,8 @@ class PNPO(GRPO):
                    "inv_sqrt schedule: ε_t = ε_0/√t with ε_0 = 0.2 (GRPO's ε at t = 1)",
                    "t counts policy tokens of the response (observations skipped)")
     switches = ("ratio", "gradient", "clip_schedule")
-    inert = {"clip_eps0": "used only with clip_schedule = inv_sqrt (default constant)"}
+    inert = {"clip_eps0": "used only with clip_schedule = inv_sqrt (default constant)",
+             "gradient": "changes the gradient, not the loss value the live-knob harness compares (see test_seed_a)"}
     tune_knob = ("clip_eps_high", (2e-3, 5e-3, 1e-2))
     Config = PNPOConfig
     cfg: PNPOConfig

@@ -21,7 +21,14 @@ Metrics ``algo/rrc/{judge_calls, comparisons, order_flip_agreement, tie_rate, an
 per step (``rewards`` counts; ``advantages`` emits and resets).
 
 Fidelity: ``description`` — paper not found (code URL github.com/wangclnlp/RRC not retrieved);
-precedent GRAM (github.com/NiuTrans/GRAM, code checked). See ``assumptions``.
+precedent GRAM (github.com/NiuTrans/GRAM, code checked: A/B verdict softmax, both orders).
+[ASSUMPTION]s (also in ``assumptions``): the whole reward construction above (pairwise P over all
+pairs or a tournament, Borda, the rank formula, ``s(y ≻ a) − ½``); the anchor is the current
+policy's greedy decode (reference-model or gold anchors and binary-search placement among
+ordered anchors are not built); R feeds GRPO's z-score or RLOO; both presentation orders; G = 8
+typical (G comes from the task preset); the judge's prompt template; the tournament's tie and
+Borda rules; the no-anchor fallback. Win-rate benchmarks (AlpacaEval, Arena-Hard, MT-Bench) are
+evaluation, not part of this entry.
 """
 
 from __future__ import annotations
@@ -129,16 +136,17 @@ class RRC(Algorithm):
                 "github.com/wangclnlp/RRC); precedent GRAM, github.com/NiuTrans/GRAM")
     fidelity = "description"
     assumptions = (
-        "Self-competitive: order-averaged P_ij over all pairs (or a tournament), Borda b_i = mean_j P_ij, "
-        "rank reward R_i = 1 − 2(rank_i − 1)/(G − 1) or b_i directly",
-        "Anchor-guided: R_i = s(y_i ≻ a) − ½ averaged over anchors; the anchor is the current policy's greedy "
-        "decode; 'rank' = hard wins (the ordinal reward), binary-search placement among ordered anchors not built",
-        "Judge: softmax over the verdict tokens A/B at the answer position, averaged over both presentation "
-        "orders (GRAM); the prompt template is our own",
-        "Tournament = merge sort on s ≥ ½ with adjacent ties sharing the average rank; its Borda score is the "
-        "one implied by the ranking, (G − rank)/(G − 1)",
-        "Without anchors (hooks called outside the trainer) the anchor strategy uses the other group members "
-        "as anchors and counts the group in algo/rrc/anchorless_groups",
+        ("Self-competitive: order-averaged P_ij over all pairs (or a tournament), Borda b_i = mean_j P_ij, "
+         "rank reward R_i = 1 − 2(rank_i − 1)/(G − 1) or b_i directly"),
+        ("Anchor-guided: R_i = s(y_i ≻ a) − ½ averaged over anchors; the anchor is the current policy's greedy "
+         "decode; 'rank' = hard wins (the ordinal reward), binary-search placement among ordered anchors not built"),
+        ("Judge: softmax over the verdict tokens A/B at the answer position, averaged over both presentation "
+         "orders (GRAM); the prompt template is our own"),
+        ("Tournament = merge sort on s ≥ ½ with adjacent ties sharing the average rank; its Borda score is the "
+         "one implied by the ranking, (G − rank)/(G − 1)"),
+        ("Without anchors (hooks called outside the trainer) the anchor strategy uses the other group members "
+         "as anchors and counts the group in algo/rrc/anchorless_groups"),
+        "R feeds GRPO's group z-score or RLOO's leave-one-out baseline (estimator)",
         "Defaults unknown: G from the task preset (8 typical), both orders, GRPO clip 0.2 and k3 KL 0.04",
     )
     switches = ("strategy", "judge", "reward", "pairs", "debias_order", "estimator")

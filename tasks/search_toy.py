@@ -116,7 +116,7 @@ class SearchToy(Task):
     cfg: SearchToyConfig
     presets = {
         "embedded": {
-            "rollout": {"group_size": 8, "prompts_per_step": 8, "max_new_tokens": 48, "max_turns": 2,
+            "rollout": {"group_size": 8, "prompts_per_step": 8, "max_new_tokens": 64, "max_turns": 2,
                         "max_obs_tokens": 96, "temperature": 1.0},
             "optim": {"lr": 3e-4, "critic_lr": 1e-3, "grad_clip": 1.0},
             "train": {"epochs": 1, "minibatches": 1},

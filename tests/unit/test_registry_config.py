@@ -82,7 +82,7 @@ def test_unknown_name_without_close_match_has_no_suggestion():
 
 def test_builtin_registries_list_valid_names():
     with pytest.raises(UnknownName) as e:
-        ALGORITHMS.get("gpro")
+        ALGORITHMS.get("grpoo")
     assert "did you mean 'grpo'?" in str(e.value)
     for name in ("grpo", "ppo"):
         assert name in str(e.value)

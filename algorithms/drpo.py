@@ -1,0 +1,119 @@
+"""DRPO — Divergence Regularized Policy Optimization (a reconstruction from the abstract).
+
+Yao, Zhou, Qi, Lee, Bo, Pang 2026, "Rethinking the Divergence Regularization in LLM RL", arXiv
+2606.09821. DRPO keeps DPPO's Binary-TV geometry (the sampled token's shift Δ = p − q, p = π_θ(y_t),
+q = μ(y_t)) but replaces the hard mask by a smooth advantage-weighted quadratic regulariser: SPO's
+construction (arXiv 2401.16025, ``rA − |A|(r−1)²/(2ε)``) moved from ratio space to Δp space,
+
+    J_t = A_t·p/q − (|A_t|/(2δ))·(p − q)²/q,      ∇J_t = A_t·ρ_t·w_t·∇log p,
+    w_t = 1 − sign(A_t)·(p − q)/δ_±               (δ_high for A > 0, δ_low for A < 0)
+
+w is 1 at p = q, 0 exactly on DPPO's boundary sign(A)(p − q) = δ, negative beyond it (a
+corrective, sign-reversed signal), bounded in [1 − 1/δ, 1 + 1/δ] and continuous. Practical loss
+(DPPO-style): ``ℓ_t = −A_t·sg(min(ρ_t, C))·sg(w_t)·log π_θ(y_t)``.
+
+Differs from DPPO (``algorithms/dppo.py``) by:
+  1. The smooth weight w instead of the 0/1 mask (switch ``weight``: ``smooth`` / ``hard`` = DPPO's
+     Binary-TV mask with the direction criterion).
+  2. Corrective negative weights (``corrective = False`` clamps w at 0).
+  3. Switch ``space``: Δp space (``prob``) or SPO's ratio space (``ratio``: Δ = ρ − 1).
+Same as DPPO: anchor μ (``anchor``), mean-only GRPO advantage, seq-mean-token-sum-norm, TIS cap C.
+
+Fidelity: ``abstract`` (plus secondary summaries; no code). [ASSUMPTION]s: the weight is SPO's
+quadratic penalty in Δp space with tolerance δ/q; the DPPO-style practical loss with sg(w) and
+truncated IS; δ_low = δ_high = 0.15; C = 10 (as the suite's DPPO; the reference asks for a large C);
+GRPO mean-only advantage and seq-mean-token-sum-norm as DPPO.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from algorithms.base import AlgoConfig, register
+from algorithms.dppo import DPPO
+from suite.aggregation import AggMode
+from suite.ops import masked_mean
+from suite.types import Batch, Forward
+
+
+def drpo_weight(logp: torch.Tensor, anchor_logp: torch.Tensor, adv: torch.Tensor, delta_low: float,
+                delta_high: float, space: str) -> torch.Tensor:
+    """``w = 1 − sign(A)·Δ/δ_±`` with Δ = p − q (``prob``) or ρ − 1 (``ratio``). [B, T] → [B, T] (detached)."""
+    logp, anchor_logp = logp.detach(), anchor_logp.detach()
+    shift = logp.exp() - anchor_logp.exp() if space == "prob" else (logp - anchor_logp).clamp(-20, 20).exp() - 1
+    delta = torch.where(adv > 0, delta_high, delta_low)
+    return 1 - torch.sign(adv) * shift / delta
+
+
+@dataclass(frozen=True, kw_only=True)
+class DRPOConfig(AlgoConfig):
+    delta_low: float = 0.15
+    """Tolerance δ for A < 0 (w = 0 at p − q = −δ_low)."""
+    delta_high: float = 0.15
+    """Tolerance δ for A > 0 (w = 0 at p − q = δ_high)."""
+    weight: Literal["smooth", "hard"] = "smooth"
+    """Smooth quadratic-regulariser weight, or DPPO's hard mask (w ∈ {0, 1})."""
+    corrective: bool = True
+    """Allow negative (corrective) weights beyond the boundary; False clamps w at 0."""
+    space: Literal["prob", "ratio"] = "prob"
+    """Shift in probability space (Δ = p − q) or SPO's ratio space (Δ = ρ − 1)."""
+    tis_cap: float = 10.0
+    """Truncated-IS cap C on ρ = p/q."""
+    anchor: Literal["behaviour", "old"] = "behaviour"
+    """q from the rollout policy μ, or from a recomputed π_old."""
+    scale_by_std: bool = False
+    """Divide the group-centred reward by the group std (off, as DPPO)."""
+    aggregation: AggMode = "seq-mean-token-sum-norm"
+
+
+@register
+class DRPO(DPPO):
+    name = "drpo"
+    summary = "DPPO's Δp geometry with a smooth advantage-weighted quadratic regulariser (corrective beyond δ)."
+    citation = ("Yao, Zhou, Qi, Lee, Bo, Pang 2026, Rethinking the Divergence Regularization in LLM RL, "
+                "arXiv:2606.09821")
+    fidelity = "abstract"
+    assumptions = ("weight = SPO's quadratic penalty moved to Δp space: w = 1 − sign(A)(p − q)/δ (tolerance δ/q)",
+                   "practical DPPO-style loss −A·sg(min(ρ, C))·sg(w)·log π",
+                   "δ_low = δ_high = 0.15 (DPPO's δ_TV)",
+                   "TIS cap C = 10 as the suite's DPPO (reference: 'large C')",
+                   "GRPO mean-only advantage and seq-mean-token-sum-norm, as DPPO")
+    switches = ("weight", "corrective", "space", "delta_low", "delta_high", "tis_cap", "anchor")
+    inert: dict[str, str] = {}
+    tune_knob = ("delta_high", (0.1, 0.15, 0.2))
+    Config = DRPOConfig
+    cfg: DRPOConfig
+
+    @property
+    def needs(self) -> frozenset[str]:
+        return super(DPPO, self).needs | ({"old_logp"} if self.cfg.anchor == "old" else set())
+
+    def loss(self, fwd: Forward, batch: Batch, ctx):
+        c, mask, adv = self.cfg, batch.loss_mask, batch.adv
+        anchor = batch.behav_logp if c.anchor == "behaviour" else batch.old_logp
+        w = drpo_weight(fwd.logp, anchor, adv, c.delta_low, c.delta_high, c.space)
+        if c.weight == "hard":
+            w = (w >= 0).float()  # sign(A)·Δ ≤ δ: DPPO's Binary-TV mask with the direction criterion
+        elif not c.corrective:
+            w = w.clamp(min=0)
+        ratio = torch.exp((fwd.logp.detach() - anchor).clamp(-20, 20))
+        loss = -adv * ratio.clamp(max=c.tis_cap) * w * fwd.logp * mask
+        with torch.no_grad():
+            active = mask * (adv != 0).float()
+            off = (w <= 0).float() * active  # at or beyond the boundary
+            big = torch.finfo(w.dtype).max
+            shift = (fwd.logp.detach().exp() - anchor.exp()).abs()
+            metrics = {"stats/clip_frac": masked_mean((w <= 0).float(), active),
+                       "stats/ratio_mean": masked_mean(ratio, mask),
+                       "algo/drpo/w_mean": masked_mean(w, active),
+                       "algo/drpo/w_min": torch.where(active > 0, w, big).min() if active.any() else w.new_tensor(1.0),
+                       "algo/drpo/w_max": torch.where(active > 0, w, -big).max() if active.any() else w.new_tensor(1.0),
+                       "algo/drpo/w_neg_frac": masked_mean((w < 0).float(), active),
+                       "algo/drpo/beyond_pos_frac": masked_mean(off * (adv > 0).float(), active),
+                       "algo/drpo/beyond_neg_frac": masked_mean(off * (adv < 0).float(), active),
+                       "algo/drpo/abs_dp_mean": masked_mean(shift, mask),
+                       "algo/drpo/tis_clip_frac": masked_mean((ratio > c.tis_cap).float(), mask)}
+        return loss, metrics

@@ -1,0 +1,167 @@
+"""How fast is each sandbox layer, and does each contain the hostile battery?
+
+For every layer combination this machine provides, in one invocation: programs per second
+with ``--workers`` workers, warm (forked from a zygote) and fresh (a new sandbox and
+interpreter per program), side by side with a plain ``subprocess`` + ``setrlimit`` baseline
+(no isolation), as a ratio; then the hostile battery per combination. Writes
+``benchmarks/results/sandbox.md``.
+
+    python benchmarks/sandbox.py [--workers 2] [--warm-n 600] [--fresh-n 60] [--results PATH]
+
+The ``uid`` layer needs an interpreter its uid can read; combinations with it use
+``--system-python`` (default /usr/bin/python3) when the running one is not readable.
+Rates depend on machine load: the load average before and after is recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tasks.sandbox import Sandbox, SandboxConfig, SandboxUnavailable, detect  # noqa: E402
+from tasks.sandbox.battery import ITEMS, Env, claimed, run_battery  # noqa: E402
+
+TRIVIAL = "assert sum(range(10)) == 45\n"
+HUMANEVAL_LIKE = ("from typing import List\n\n\ndef has_close_elements(numbers: List[float], threshold: float) -> bool:\n"
+                  "    for i, a in enumerate(numbers):\n        for j, b in enumerate(numbers):\n"
+                  "            if i != j and abs(a - b) < threshold:\n                return True\n    return False\n\n\n"
+                  "def check(candidate):\n    assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.3) == True\n"
+                  "    assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.05) == False\n\ncheck(has_close_elements)\n")
+
+
+def plain_subprocess_rate(python: str, n: int, workers: int, code: str) -> float:
+    """Baseline: ``python -c code`` with rlimits via preexec_fn, ``workers`` at a time."""
+
+    def limits() -> None:
+        resource.setrlimit(resource.RLIMIT_CPU, (5, 6))
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16 << 20, 16 << 20))
+
+    t0 = time.perf_counter()
+    running: list[subprocess.Popen] = []
+    started = 0
+    while started < n or running:
+        while started < n and len(running) < workers:
+            running.append(subprocess.Popen([python, "-c", code], preexec_fn=limits, stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.DEVNULL, start_new_session=True))
+            started += 1
+        running[0].wait()
+        running.pop(0)
+    return n / (time.perf_counter() - t0)
+
+
+def sandbox_rate(cfg: SandboxConfig, n: int, code: str) -> tuple[float, str]:
+    with Sandbox(cfg) as sb:
+        sb.run_many([code] * (2 * cfg.workers))  # workers up (warm); one round (fresh)
+        t0 = time.perf_counter()
+        rs = sb.run_many([code] * n)
+        rate = n / (time.perf_counter() - t0)
+        bad = [r.status for r in rs if not r.passed]
+        return rate, ("+".join(sb.layers) + (f" ({len(bad)} not passed: {bad[:3]})" if bad else ""))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--warm-n", type=int, default=600)
+    ap.add_argument("--fresh-n", type=int, default=60)
+    ap.add_argument("--system-python", default="/usr/bin/python3")
+    ap.add_argument("--skip-battery", action="store_true")
+    ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results" / "sandbox.md")
+    args = ap.parse_args()
+    load0 = os.getloadavg()
+    d = detect()
+    sysd = detect(args.system_python) if os.path.exists(args.system_python) else None
+    combos = [("rlimit",), ("uid",), ("landlock",), ("bwrap",), ("bwrap", "landlock"), ("bwrap", "uid", "landlock")]
+    lines = ["# Sandbox layers: throughput and the hostile battery", "",
+             f"Machine: {platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}, "
+             f"load average before {load0[0]:.1f} (shared machine: rates are noisy). "
+             f"Command: `python benchmarks/sandbox.py --workers {args.workers}`.", "",
+             "Detection (running interpreter):", "", "```", d.report(), "```", ""]
+    if sysd is not None and sysd.python != d.python:
+        lines += [f"Detection ({args.system_python}):", "", "```", sysd.report(), "```", ""]
+    rows, plans = [], []
+    for combo in combos:
+        det = d
+        py = None
+        if "uid" in combo and not d.available["uid"] and sysd is not None:
+            det, py = sysd, args.system_python
+        if not all(det.available[x] for x in combo):
+            why = "; ".join(f"{x}: {det.reasons[x]}" for x in combo if not det.available[x])
+            rows.append(f"| {'+'.join(combo)} | — | — | — | — | not available: {why} |")
+            continue
+        plans.append((combo, py))
+    base_py = d.python
+    base = {name: plain_subprocess_rate(base_py, args.fresh_n, args.workers, code)
+            for name, code in (("trivial", TRIVIAL), ("humaneval", HUMANEVAL_LIKE))}
+    print(f"plain subprocess: {base}", flush=True)
+    for combo, py in plans:
+        res = {}
+        used = ""
+        for warm in (True, False):
+            for name, code in (("trivial", TRIVIAL), ("humaneval", HUMANEVAL_LIKE)):
+                cfg = SandboxConfig(layers=combo, python=py, workers=args.workers, warm=warm,
+                                    allow_unisolated=combo == ("rlimit",))
+                try:
+                    res[(warm, name)], used = sandbox_rate(cfg, args.warm_n if warm else args.fresh_n, code)
+                except SandboxUnavailable as e:
+                    res[(warm, name)], used = float("nan"), str(e)
+        print(combo, res, flush=True)
+        pyname = Path(py or base_py).name + (f" ({py})" if py else "")
+        rows.append(f"| {used} | {res[(True, 'trivial')]:.0f} ({res[(True, 'trivial')] / base['trivial']:.1f}×) | "
+                    f"{res[(True, 'humaneval')]:.0f} ({res[(True, 'humaneval')] / base['humaneval']:.1f}×) | "
+                    f"{res[(False, 'trivial')]:.0f} ({res[(False, 'trivial')] / base['trivial']:.2f}×) | "
+                    f"{res[(False, 'humaneval')]:.0f} ({res[(False, 'humaneval')] / base['humaneval']:.2f}×) | "
+                    f"{pyname} |")
+    lines += [f"## Programs per second ({args.workers} workers; ratio to the plain-subprocess baseline)", "",
+              f"Baseline, plain `subprocess` + `setrlimit` (no isolation), fresh interpreter per program: "
+              f"{base['trivial']:.0f}/s (trivial), {base['humaneval']:.0f}/s (HumanEval-like). "
+              f"Warm: {args.warm_n} programs forked from a zygote per worker; fresh: {args.fresh_n} programs, a new "
+              "sandbox + interpreter each.", "",
+              "| layers | warm, trivial | warm, HumanEval-like | fresh, trivial | fresh, HumanEval-like | interpreter |",
+              "|---|---|---|---|---|---|", *rows, ""]
+    if not args.skip_battery:
+        lines += ["## Hostile battery", "",
+                  "✔ contained; ✘ not contained although the combination claims it (a bug); "
+                  "○ not contained and not claimed by these layers (by design: e.g. `uid` leaves the network open).", "",
+                  "| layers | " + " | ".join(ITEMS) + " | claimed contained |", "|---|" + "---|" * (len(ITEMS) + 1)]
+        for combo, py in plans:
+            cfg = SandboxConfig(layers=combo, python=py, workers=1, memory_mb=256, allow_unisolated=combo == ("rlimit",))
+            sb = Sandbox(cfg)
+            env = Env(Path(tempfile.mkdtemp(prefix="rlsb-bench-")))
+            try:
+                outs = run_battery(sb, env, timeout_s=1.0)
+            finally:
+                sb.close()
+                env.close()
+            must = claimed(sb.layers)
+            cells = ["✔" if o.contained else ("✘" if o.item in must else "○") for o in outs]
+            n_claimed = sum(o.contained for o in outs if o.item in must)
+            lines.append(f"| {'+'.join(sb.layers)} | " + " | ".join(cells) + f" | {n_claimed}/{len(must)} |")
+            for o in outs:
+                if not o.contained:
+                    lines.append(f"|  ↳ {o.item} | " + o.detail.replace("|", "/") + " |" + " |" * len(ITEMS))
+            print(combo, [(o.item, o.contained) for o in outs], flush=True)
+        lines.append("")
+    load1 = os.getloadavg()
+    lines += [f"Load average after: {load1[0]:.1f}. Python {platform.python_version()} "
+              f"(`{sys.executable}`). Each rate is one timed batch, so expect "
+              "±20% run to run on a shared machine."]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    args.results.parent.mkdir(parents=True, exist_ok=True)
+    args.results.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
