@@ -11,8 +11,11 @@ time of this process (``time.process_time``; with one thread this equals wall ti
 machine and is less disturbed by other jobs on a shared one); wall-clock medians are listed
 too. ``--device cuda`` runs the same on a GPU (then wall time with synchronisation).
 
-    python benchmarks/s3r.py [--batches 8 32] [--prompt-len 512] [--new-tokens 128]
-                             [--gamma 4] [--sink 4] [--windows 16 64] [--temps 1.0 0.5] [--reps 5]
+    python benchmarks/s3r.py [--prompt-lens 64 512] [--batches 8 32] [--new-tokens 128]
+                             [--gamma 4] [--sink 4] [--windows 16 64] [--temps 1.0] [--reps 5]
+
+A second table (no timing) gives the acceptance rate over ``--acc-windows`` × ``--acc-temps``
+at the longest prompt length and largest batch.
 
 Writes ``benchmarks/results/s3r.md``.
 """
@@ -20,6 +23,7 @@ Writes ``benchmarks/results/s3r.md``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import platform
 import random
 import statistics
@@ -49,15 +53,27 @@ def timed(fn, device: str) -> tuple[float, float]:
     return (w1 - w0 if device == "cuda" else c1 - c0), w1 - w0
 
 
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown model"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", type=int, nargs="+", default=[8, 32])
-    ap.add_argument("--prompt-len", type=int, default=512)
+    ap.add_argument("--prompt-lens", type=int, nargs="+", default=[64, 512])
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--gamma", type=int, default=4)
     ap.add_argument("--sink", type=int, default=4)
     ap.add_argument("--windows", type=int, nargs="+", default=[16, 64])
-    ap.add_argument("--temps", type=float, nargs="+", default=[1.0, 0.5])
+    ap.add_argument("--temps", type=float, nargs="+", default=[1.0])
+    ap.add_argument("--acc-windows", type=int, nargs="+", default=[4, 16, 64, 256])
+    ap.add_argument("--acc-temps", type=float, nargs="+", default=[1.0, 0.5, 0.25])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--device", default="cpu")
@@ -69,55 +85,72 @@ def main() -> None:
     kv = KVSampler(model, tok)
     rng = random.Random(0)
     alphabet = string.ascii_letters + string.digits + " .,+=?"
+
+    def make_prompts(plen: int, bsz: int) -> list[list[int]]:
+        return [tok.encode("".join(rng.choice(alphabet) for _ in range(plen)), add_special_tokens=False)
+                for _ in range(bsz)]
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else None
     machine = (f"GPU {gpu}" if gpu else
-               f"CPU {platform.machine()} ({platform.processor() or 'unknown model'}), {args.threads} torch thread(s), "
+               f"CPU {platform.machine()} ({cpu_name()}), {args.threads} torch thread(s), "
                f"torch {torch.__version__}")
     lines = ["# S3R: self-sparse speculative rollouts vs the dense KV sampler (tiny model, fp32)", "",
              f"Machine: {machine}. GPU: not measured (none available to this run)." if not gpu else
              f"Machine: {machine}.",
              "",
-             f"Settings: prompt length {args.prompt_len} (random characters, distinct per sample), "
+             f"Settings: random-character prompts, distinct per sample, "
              f"{args.new_tokens} new tokens per sample (no stop ids), γ = {args.gamma}, sink = {args.sink}, "
              f"no top-p/top-k, {args.reps} alternating reps after one warm-up; speed-up = median over reps of "
              f"time(KV) / time(S3R). Times are {'wall' if gpu else 'process CPU'} seconds (medians). "
              f"Command: `python benchmarks/s3r.py`.", "",
-             "| batch | window | T | acceptance | accepted / block | tokens / verify | KV s | S3R s | speed-up "
+             "| prompt | batch | window | T | acceptance | accepted / block | tokens / verify | KV s | S3R s | speed-up "
              "| KV decode s | S3R decode s | decode speed-up | wall KV s | wall S3R s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for bsz in args.batches:
-        prompts = [tok.encode("".join(rng.choice(alphabet) for _ in range(args.prompt_len)), add_special_tokens=False)
-                   for _ in range(bsz)]
-        for window in args.windows:
-            s3 = S3RSampler(model, tok, gamma=args.gamma, sink=args.sink, window=window)
-            for T in args.temps:
-                full = SamplingParams(max_new_tokens=args.new_tokens, temperature=T)
-                one = SamplingParams(max_new_tokens=1, temperature=T)
-                rec = {k: [] for k in ("kv", "s3", "kv1", "s31", "wkv", "ws3", "ratio", "dratio", "acc", "alen", "tpv")}
-                for rep in range(args.reps + 1):
-                    g = torch.Generator().manual_seed(rep)
-                    t_kv, w_kv = timed(lambda: kv.generate(prompts, full, g), args.device)
-                    t_s3, w_s3 = timed(lambda: s3.generate(prompts, full, g), args.device)
-                    st = s3.last_stats
-                    t_kv1, _ = timed(lambda: kv.generate(prompts, one, g), args.device)
-                    t_s31, _ = timed(lambda: s3.generate(prompts, one, g), args.device)
-                    if not rep:
-                        continue  # warm-up
-                    d_kv, d_s3 = max(t_kv - t_kv1, 1e-9), max(t_s3 - t_s31, 1e-9)
-                    for k, v in (("kv", t_kv), ("s3", t_s3), ("kv1", t_kv1), ("s31", t_s31), ("wkv", w_kv),
-                                 ("ws3", w_s3), ("ratio", t_kv / t_s3), ("dratio", d_kv / d_s3),
-                                 ("acc", st["acceptance_rate"]), ("alen", st["mean_accepted_length"]),
-                                 ("tpv", st["tokens_per_verify"])):
-                        rec[k].append(v)
-                    print(f"batch {bsz} window {window} T {T} rep {rep}: kv {t_kv:.3f}s s3r {t_s3:.3f}s "
-                          f"ratio {t_kv / t_s3:.2f} decode ratio {d_kv / d_s3:.2f} acc {st['acceptance_rate']:.3f}",
-                          flush=True)
-                med = {k: statistics.median(v) for k, v in rec.items()}
-                lines.append(
-                    f"| {bsz} | {window} | {T} | {med['acc']:.3f} | {med['alen']:.2f} | {med['tpv']:.2f} "
-                    f"| {med['kv']:.3f} | {med['s3']:.3f} | {med['ratio']:.2f}x | {med['kv'] - med['kv1']:.3f} "
-                    f"| {med['s3'] - med['s31']:.3f} | {med['dratio']:.2f}x | {med['wkv']:.3f} | {med['ws3']:.3f} |")
-                print(lines[-1], flush=True)
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for plen, bsz, window in itertools.product(args.prompt_lens, args.batches, args.windows):
+        prompts = make_prompts(plen, bsz)
+        s3 = S3RSampler(model, tok, gamma=args.gamma, sink=args.sink, window=window)
+        for T in args.temps:
+            full = SamplingParams(max_new_tokens=args.new_tokens, temperature=T)
+            one = SamplingParams(max_new_tokens=1, temperature=T)
+            rec = {k: [] for k in ("kv", "s3", "kv1", "s31", "wkv", "ws3", "ratio", "dratio", "acc", "alen", "tpv")}
+            for rep in range(args.reps + 1):
+                g = torch.Generator().manual_seed(rep)
+                t_kv, w_kv = timed(lambda: kv.generate(prompts, full, g), args.device)
+                t_s3, w_s3 = timed(lambda: s3.generate(prompts, full, g), args.device)
+                st = s3.last_stats
+                t_kv1, _ = timed(lambda: kv.generate(prompts, one, g), args.device)
+                t_s31, _ = timed(lambda: s3.generate(prompts, one, g), args.device)
+                if not rep:
+                    continue  # warm-up
+                d_kv, d_s3 = max(t_kv - t_kv1, 1e-9), max(t_s3 - t_s31, 1e-9)
+                for k, v in (("kv", t_kv), ("s3", t_s3), ("kv1", t_kv1), ("s31", t_s31), ("wkv", w_kv),
+                             ("ws3", w_s3), ("ratio", t_kv / t_s3), ("dratio", d_kv / d_s3),
+                             ("acc", st["acceptance_rate"]), ("alen", st["mean_accepted_length"]),
+                             ("tpv", st["tokens_per_verify"])):
+                    rec[k].append(v)
+                print(f"prompt {plen} batch {bsz} window {window} T {T} rep {rep}: kv {t_kv:.3f}s s3r {t_s3:.3f}s "
+                      f"ratio {t_kv / t_s3:.2f} decode ratio {d_kv / d_s3:.2f} acc {st['acceptance_rate']:.3f}",
+                      flush=True)
+            med = {k: statistics.median(v) for k, v in rec.items()}
+            lines.append(
+                f"| {plen} | {bsz} | {window} | {T} | {med['acc']:.3f} | {med['alen']:.2f} | {med['tpv']:.2f} "
+                f"| {med['kv']:.3f} | {med['s3']:.3f} | {med['ratio']:.2f}x | {med['kv'] - med['kv1']:.3f} "
+                f"| {med['s3'] - med['s31']:.3f} | {med['dratio']:.2f}x | {med['wkv']:.3f} | {med['ws3']:.3f} |")
+            print(lines[-1], flush=True)
+    plen, bsz = max(args.prompt_lens), max(args.batches)
+    prompts = make_prompts(plen, bsz)
+    lines += ["", f"Acceptance rate (mean accepted drafts per block) by window and temperature: prompt {plen}, "
+              f"batch {bsz}, {args.new_tokens} new tokens, γ = {args.gamma}, sink = {args.sink}, seed 0.", "",
+              "| window | " + " | ".join(f"T = {T}" for T in args.acc_temps) + " |",
+              "|---|" + "---|" * len(args.acc_temps)]
+    for window in args.acc_windows:
+        s3 = S3RSampler(model, tok, gamma=args.gamma, sink=args.sink, window=window)
+        cells = []
+        for T in args.acc_temps:
+            s3.generate(prompts, SamplingParams(max_new_tokens=args.new_tokens, temperature=T),
+                        torch.Generator().manual_seed(0))
+            cells.append(f"{s3.last_stats['acceptance_rate']:.3f} ({s3.last_stats['mean_accepted_length']:.2f})")
+        lines.append(f"| {window} | " + " | ".join(cells) + " |")
+        print(lines[-1], flush=True)
     lines += ["", "Notes:", "",
               "* The output distribution is the dense sampler's in every row (tested exactly and by χ² in "
               "`tests/unit/test_s3r.py`); only cost differs.",
