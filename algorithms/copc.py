@@ -77,17 +77,14 @@ class COPC(PPO):
     fidelity = "abstract"
     assumptions = (
         "PPO with a critic; the staleness/mismatch ratio is ρ = π_old/μ (μ: behav_logp, π_old: recomputed).",
-        "Token mask M = 1[c_min ≤ ρ ≤ c_max] with c_min = 0.5, c_max = 2 (IcePop-style); masked tokens keep "
-        "their place in the aggregation normaliser.",
+        "Token mask M = 1[c_min ≤ ρ ≤ c_max], c_min = 0.5, c_max = 2 (IcePop-style); kept in the normaliser.",
         "Weighted GAE Â_t = w_t·δ_t + γλ·w_t·Â_{t+1}, w = clip(ρ, 1/c̄, c̄), c̄ = 2; value target Â + V.",
         "Coupling: masked tokens get w = 0 (trace cut) and are excluded from the value loss (switch coupled).",
         "λ = 0.95, γ = 1; advantages whitened as PPO; staleness k ∈ {1, 2, 4, 8} is a trainer setting.",
     )
     switches = ("mask", "weighted_gae", "coupled", "weight_clip_mode", "weight_clip", "mask_high", "mask_low")
-    _no_stale = "live only on tokens with π_old/μ outside [0.5, 2], which the contract batch lacks (unit-tested)"
     inert = {"weight_clip_mode": "with coupling, kept tokens have ρ ∈ [c_min, c_max] = [1/c̄, c̄] by default, so the "
-                                 "lower clip binds only when c̄ < 1/c_min or coupled = false (unit-tested)",
-             "mask": _no_stale, "mask_high": _no_stale, "mask_low": _no_stale, "coupled": _no_stale}
+                                 "lower clip binds only when c̄ < 1/c_min or coupled = false (unit-tested)"}
     tune_knob = ("weight_clip", (1.5, 2.0, 4.0))
     Config = COPCConfig
     cfg: COPCConfig
@@ -106,20 +103,19 @@ class COPC(PPO):
         delta, _ = gae(batch.token_rewards, batch.values, m, c.gamma, 0.0)  # δ_t with masked carry
         adv, _ = gae(w * delta, torch.zeros_like(delta), m, c.gamma, c.lam * w)
         returns = (adv + batch.values) * m
-        if c.whiten_adv:
-            adv = masked_whiten(adv, m)
+        adv = masked_whiten(adv, m) if c.whiten_adv else adv
         stale = (self.updates - batch.policy_version).float()
-        wm = w[m > 0]
-        k = "algo/copc"
-        metrics = {f"{k}/masked_frac": masked_mean(1 - keep, m), f"{k}/clipped_frac": masked_mean((clipped != rho).float(), m),
+        wm, k = w[m > 0], "algo/copc"
+        ess = wm.sum() ** 2 / wm.square().sum().clamp(min=1e-12)  # (Σw)²/Σw² over response tokens
+        metrics = {f"{k}/masked_frac": masked_mean(1 - keep, m),
+                   f"{k}/clipped_frac": masked_mean((clipped != rho).float(), m),
                    f"{k}/w_mean": masked_mean(w, m), f"{k}/w_min": wm.min() if wm.numel() else 1.0,
                    f"{k}/w_max": wm.max() if wm.numel() else 1.0,
-                   f"{k}/ess": wm.sum() ** 2 / wm.square().sum().clamp(min=1e-12),  # (Σw)²/Σw² over tokens
-                   f"{k}/ess_frac": wm.sum() ** 2 / wm.square().sum().clamp(min=1e-12) / max(1, wm.numel()),
+                   f"{k}/ess": ess, f"{k}/ess_frac": ess / max(1, wm.numel()),
                    **{f"{k}/staleness_frac_{n}": ((stale >= lo) & (stale <= hi)).float().mean()
-                      for n, lo, hi in STALENESS_BUCKETS}}
-        metrics.update({"value/returns_mean": masked_mean(returns, m),
-                        "value/explained_var": explained_variance(batch.values, returns, m)})
+                      for n, lo, hi in STALENESS_BUCKETS},
+                   "value/returns_mean": masked_mean(returns, m),
+                   "value/explained_var": explained_variance(batch.values, returns, m)}
         return AdvOut(adv=adv, returns=returns, metrics=metrics, extras={"copc_keep": keep})
 
     def loss(self, fwd: Forward, batch: Batch, ctx: Context):

@@ -71,8 +71,7 @@ class DCGRPO(GRPO):
                 "Training under Black-box Discrepancy, arXiv:2606.08779")
     fidelity = "abstract"
     assumptions = (
-        "Penalty λ·δ_t on every response token (whether the paper hinges it as λ·max(0, δ_t − c) is not "
-        "confirmed; switch hinge).",
+        "Penalty λ·δ_t on every response token; a per-token hinge λ·max(0, δ_t − c) is not confirmed (switch hinge).",
         "mean δ is the token mean over the batch's response tokens.",
         "Dual order: λ_k = clip(λ_{k−1} + η(mean δ_k − c)) first, then shaping with λ_k (switch dual_order).",
         "λ_max = 10 (not given; a safety cap).",

@@ -104,16 +104,14 @@ class DRPO(DPPO):
         with torch.no_grad():
             active = mask * (adv != 0).float()
             off = (w <= 0).float() * active  # at or beyond the boundary
-            big = torch.finfo(w.dtype).max
-            shift = (fwd.logp.detach().exp() - anchor.exp()).abs()
             metrics = {"stats/clip_frac": masked_mean((w <= 0).float(), active),
                        "stats/ratio_mean": masked_mean(ratio, mask),
-                       "algo/drpo/w_mean": masked_mean(w, active),
-                       "algo/drpo/w_min": torch.where(active > 0, w, big).min() if active.any() else w.new_tensor(1.0),
-                       "algo/drpo/w_max": torch.where(active > 0, w, -big).max() if active.any() else w.new_tensor(1.0),
-                       "algo/drpo/w_neg_frac": masked_mean((w < 0).float(), active),
                        "algo/drpo/beyond_pos_frac": masked_mean(off * (adv > 0).float(), active),
                        "algo/drpo/beyond_neg_frac": masked_mean(off * (adv < 0).float(), active),
-                       "algo/drpo/abs_dp_mean": masked_mean(shift, mask),
+                       "algo/drpo/abs_dp_mean": masked_mean((fwd.logp.detach().exp() - anchor.exp()).abs(), mask),
                        "algo/drpo/tis_clip_frac": masked_mean((ratio > c.tis_cap).float(), mask)}
+            if active.any():  # the distribution of w over tokens with A ≠ 0
+                wa = w[active > 0]
+                metrics.update({"algo/drpo/w_mean": wa.mean(), "algo/drpo/w_min": wa.min(), "algo/drpo/w_max": wa.max(),
+                                "algo/drpo/w_neg_frac": (wa < 0).float().mean()})
         return loss, metrics

@@ -21,9 +21,8 @@ reference is refreshed in ``after_update`` through ``ctx.refresh_reference``; 5.
 default (``loss_type``: ``ppo_clip`` token surrogate, or ``squared_gap``: the gradient of
 ``½·Σ_i (U_i(θ) − sg Φ)²/β``, i.e. REINFORCE with the gap re-evaluated at the current θ).
 
-Refresh events are logged by the next ``advantages`` call (whose ref_logp comes from the fresh
-reference): ``algo/ggpo/refreshed`` (refreshes since the last batch), ``algo/ggpo/refreshes``.
-Fidelity: ``description``; every formula is a reconstruction, see ``assumptions``.
+Refresh events are logged by the next ``advantages`` call (its ref_logp comes from the fresh
+reference): ``algo/ggpo/refreshed`` (since the last batch), ``algo/ggpo/refreshes`` (total).
 """
 
 from __future__ import annotations
@@ -38,6 +37,8 @@ from algorithms.reinforce import policy_gradient_loss
 from suite.aggregation import AggMode
 from suite.ops import broadcast_to_tokens, clipped_surrogate, masked_sum
 from suite.types import Batch, Forward
+
+STATE = ("updates", "refreshes", "logged", "seen")
 
 
 def group_contrast(u: torch.Tensor, group_ids: torch.Tensor, beta: float, kind: str) -> torch.Tensor:
@@ -100,8 +101,7 @@ class GGPO(Algorithm):
 
     def __init__(self, cfg: GGPOConfig) -> None:
         super().__init__(cfg)
-        self.updates, self.refreshes = 0, 0
-        self.logged = self.seen = 0  # refresh counts already logged / seen by the last advantages call
+        self.updates = self.refreshes = self.logged = self.seen = 0  # logged/seen: refreshes already reported
 
     @property
     def needs(self) -> frozenset[str]:
@@ -115,9 +115,7 @@ class GGPO(Algorithm):
         c, mask = self.cfg, batch.loss_mask
         u = self._u(batch.rewards, batch.old_logp, batch.ref_logp, mask)
         base = group_contrast(u, batch.group_id, c.beta, c.contrast)
-        gap = u - base
-        mean_u = group_contrast(u, batch.group_id, c.beta, "mean")
-        phi = group_contrast(u, batch.group_id, c.beta, "log_mean_exp")
+        gap, mean_u, phi = u - base, *(group_contrast(u, batch.group_id, c.beta, x) for x in ("mean", "log_mean_exp"))
         k = f"algo/{self.name}"
         metrics = {f"{k}/gibbs_gap_mean": gap.mean(), f"{k}/gibbs_gap_abs_mean": gap.abs().mean(),
                    f"{k}/phi_minus_ubar": (phi - mean_u).mean(), f"{k}/u_mean": u.mean(),
@@ -146,8 +144,7 @@ class GGPO(Algorithm):
             self.refreshes += 1
 
     def state_dict(self) -> dict[str, Any]:
-        return {"updates": self.updates, "refreshes": self.refreshes, "logged": self.logged, "seen": self.seen}
+        return {k: getattr(self, k) for k in STATE}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.updates, self.refreshes = state["updates"], state["refreshes"]
-        self.logged, self.seen = state["logged"], state["seen"]
+        self.updates, self.refreshes, self.logged, self.seen = (state[k] for k in STATE)

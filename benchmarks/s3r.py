@@ -41,12 +41,12 @@ from suite.speculative import S3RSampler
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def timed(fn, device: str) -> tuple[float, float]:
+def timed(device: str, fn, *args) -> tuple[float, float]:
     """(CPU seconds or, on cuda, wall seconds; wall seconds)."""
     if device == "cuda":
         torch.cuda.synchronize()
     c0, w0 = time.process_time(), time.perf_counter()
-    fn()
+    fn(*args)
     if device == "cuda":
         torch.cuda.synchronize()
     c1, w1 = time.process_time(), time.perf_counter()
@@ -114,11 +114,11 @@ def main() -> None:
             rec = {k: [] for k in ("kv", "s3", "kv1", "s31", "wkv", "ws3", "ratio", "dratio", "acc", "alen", "tpv")}
             for rep in range(args.reps + 1):
                 g = torch.Generator().manual_seed(rep)
-                t_kv, w_kv = timed(lambda: kv.generate(prompts, full, g), args.device)
-                t_s3, w_s3 = timed(lambda: s3.generate(prompts, full, g), args.device)
+                t_kv, w_kv = timed(args.device, kv.generate, prompts, full, g)
+                t_s3, w_s3 = timed(args.device, s3.generate, prompts, full, g)
                 st = s3.last_stats
-                t_kv1, _ = timed(lambda: kv.generate(prompts, one, g), args.device)
-                t_s31, _ = timed(lambda: s3.generate(prompts, one, g), args.device)
+                t_kv1, _ = timed(args.device, kv.generate, prompts, one, g)
+                t_s31, _ = timed(args.device, s3.generate, prompts, one, g)
                 if not rep:
                     continue  # warm-up
                 d_kv, d_s3 = max(t_kv - t_kv1, 1e-9), max(t_s3 - t_s31, 1e-9)

@@ -21,8 +21,10 @@ rejected slots are simply overwritten next round: the static cache never needs c
 
 Knobs: ``gamma`` (draft length), ``sink`` and ``window`` (the sparse budget, ``sink + window``
 keys per draft query), ``residual`` (``False`` = the negative control: on rejection sample
-from ``p`` instead of the residual, which biases the output towards tokens the draft
-under-proposes... i.e. it is *not* exact). After each ``generate`` the attribute
+from ``p`` instead of the residual; the output is then ``min(p, q) + (1 − Σ min(p, q)) · p``,
+which over-samples the tokens the draft over-proposes, i.e. it is *not* exact),
+``share_prefill`` (run the prefill once per distinct prompt, e.g. once per GRPO group, and copy
+its cache rows; exact). After each ``generate`` the attribute
 ``last_stats`` holds the acceptance rate, mean accepted drafts per block, tokens emitted per
 verify pass and forward counts.
 
@@ -40,7 +42,14 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from suite.sampler import GenOutput, KVSampler, SamplingParams, _StopTracker, left_pad, truncate_logits
+from suite.sampler import (
+    GenOutput,
+    KVSampler,
+    SamplingParams,
+    _StopTracker,
+    left_pad,
+    truncate_logits,
+)
 
 # ----------------------------------------------------------------------------------------
 # The rule on single distributions.
@@ -134,7 +143,7 @@ class S3RSampler(KVSampler):
             ok = torch.cat([sink_ok, win_ok], 1)
             ok[:, -1] = True  # the query itself (also a left-padding query with no real key)
             allowed = ok[:, None, None, :]  # [B, 1, 1, K]
-            gidx = idx[:, None, :, None].expand(B, self.n_kv, idx.shape[1], self.head_dim)
+            rows = torch.arange(B, device=dev)[:, None]
         else:
             end = int(slots.max()) + 1
             key = torch.arange(end, device=dev)[None, None, :]  # [1, 1, end]
@@ -144,7 +153,8 @@ class S3RSampler(KVSampler):
                 kpos, qpos = key - pad[:, None, None], qs - pad[:, None, None]
                 allowed = allowed & ((kpos < self.sink) | (kpos > qpos - self.window))
             allowed = (allowed | (key == qs))[:, None]  # [B, 1, S, end]
-        bias = torch.zeros(allowed.shape, dtype=self.dtype, device=dev).masked_fill(~allowed, float("-inf"))
+        bias = torch.zeros(allowed.shape, dtype=self.dtype, device=dev).masked_fill(~allowed, float("-inf")) \
+            if want_attn else None
         widx = slots[:, None, :, None].expand(B, self.n_kv, S, self.head_dim)
         rep = self.n_heads // self.n_kv
         conc = []
@@ -160,18 +170,21 @@ class S3RSampler(KVSampler):
             cache[i][0].scatter_(2, widx, k)
             cache[i][1].scatter_(2, widx, v)
             if mode == "sparse":
-                kk, vv = cache[i][0].gather(2, gidx), cache[i][1].gather(2, gidx)
+                kk, vv = cache[i][0][rows, :, idx].transpose(1, 2), cache[i][1][rows, :, idx].transpose(1, 2)
             else:
                 kk, vv = cache[i][0][:, :, :end], cache[i][1][:, :, :end]
             if rep > 1:
                 kk, vv = kk.repeat_interleave(rep, 1), vv.repeat_interleave(rep, 1)
-            scores = (q @ kk.transpose(-1, -2)) / math.sqrt(self.head_dim) + bias
-            attn = torch.softmax(scores.float(), -1).to(self.dtype)
-            if want_attn:
+            if want_attn:  # explicit weights (as KVSampler.forward), for the concentration statistic
+                scores = (q @ kk.transpose(-1, -2)) / math.sqrt(self.head_dim) + bias
+                attn = torch.softmax(scores.float(), -1).to(self.dtype)
                 a = attn.float().clamp(min=1e-12)  # [B, H, S, keys]
                 n_keys = allowed[:, 0].sum(-1).float().clamp(min=2)  # [B, S]
                 conc.append(-(a * a.log()).sum(-1).mean(1) / n_keys.log())
-            o = (attn @ vv).transpose(1, 2).reshape(B, S, -1)
+                o = attn @ vv
+            else:  # fused kernel; every row has at least its own key, so no row is empty
+                o = torch.nn.functional.scaled_dot_product_attention(q, kk, vv, attn_mask=allowed)
+            o = o.transpose(1, 2).reshape(B, S, -1)
             x = x + torch.nn.functional.linear(o, w[p + "self_attn.o_proj.weight"])
             h = self._rms(x, w[p + "post_attention_layernorm.weight"])
             g = torch.nn.functional.linear(h, w[p + "mlp.gate_proj.weight"])

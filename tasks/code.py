@@ -239,20 +239,15 @@ class CodeTask(Task):
     def run_programs(self, progs: Sequence[str]) -> list[str]:
         """Statuses of ``progs`` (cached by program text; each distinct program runs once)."""
         todo = list(dict.fromkeys(p for p in progs if p not in self._cache))
-        if todo:
-            for p, r in zip(todo, self.sandbox.run_many(todo, self.cfg.timeout_s)):
-                if self.cfg.cache_size and r.status != "sandbox_error":
-                    self._cache[p] = r.status
-                    if len(self._cache) > self.cfg.cache_size:
-                        self._cache.popitem(last=False)
-                else:
-                    self._cache.setdefault(p, r.status)  # used for this call only
-        out = []
+        fresh = dict(zip(todo, (r.status for r in self.sandbox.run_many(todo, self.cfg.timeout_s)))) if todo else {}
+        out = [fresh[p] if p in fresh else self._cache[p] for p in progs]
         for p in progs:
-            out.append(self._cache[p])
-            self._cache.move_to_end(p)
-        while len(self._cache) > self.cfg.cache_size:
-            self._cache.popitem(last=False)
+            if p in self._cache:
+                self._cache.move_to_end(p)
+        if self.cfg.cache_size:
+            self._cache.update((p, s) for p, s in fresh.items() if s != "sandbox_error")
+            while len(self._cache) > self.cfg.cache_size:
+                self._cache.popitem(last=False)
         return out
 
     def grade(self, example: dict, completion: str) -> Grade:

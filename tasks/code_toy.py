@@ -186,15 +186,14 @@ class CodeToy(Task):
         exprs = [self.expression(c) for c in completions]
         progs = [e.program(x) if x else None for e, x in zip(examples, exprs)]
         todo = list(dict.fromkeys(p for p in progs if p is not None and p not in self._cache))
-        if todo:
-            for p, r in zip(todo, self.sandbox.run_many(todo, self.cfg.timeout_s)):
-                self._cache[p] = r.passed
+        fresh = {p: r for p, r in zip(todo, self.sandbox.run_many(todo, self.cfg.timeout_s))} if todo else {}
         out = []
         for p, x in zip(progs, exprs):
-            ok = p is not None and self._cache[p]
-            if p is not None:
+            ok = p is not None and (fresh[p].passed if p in fresh else self._cache[p])
+            if p in self._cache:
                 self._cache.move_to_end(p)
             out.append(Grade(reward=float(ok), correct=ok, parsed=x or None))
+        self._cache.update((p, r.passed) for p, r in fresh.items() if r.status != "sandbox_error")
         while len(self._cache) > self.cfg.cache_size:
             self._cache.popitem(last=False)
         return out

@@ -165,10 +165,9 @@ class SearchToy(Task):
         """Token ids and loss mask (1 = policy token) of one *teacher* episode: search the name,
         then answer with the fact of a uniformly random retrieved passage (see ``warm_start``)."""
         t1 = f"<search>{example.name}</search>"
-        env = self.make_env(example)
-        obs = env.step(t1)
-        facts = self.facts[example.name]
-        t2 = f"<answer>{facts[rng.choice(('city', 'colour'))]}</answer>"
+        obs = self.make_env(example).step(t1)
+        hit = rng.choice(self.index.search([example.name], self.cfg.top_k)[0])
+        t2 = f"<answer>{hit['document']['contents'].rsplit(' ', 1)[1].rstrip('.')}</answer>"
         parts = [(tokenizer.encode(self.prompt(example)), 0.0), (tokenizer.encode(t1, add_special_tokens=False), 1.0),
                  (tokenizer.encode(obs, add_special_tokens=False), 0.0),
                  (tokenizer.encode(t2, add_special_tokens=False) + [tokenizer.eos_token_id], 1.0)]

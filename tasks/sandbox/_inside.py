@@ -228,7 +228,7 @@ _ALWAYS = ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_open", "pid
 def seccomp_program(self_pid, allow_fork, full, signal_scoped):
     """Build the BPF filter (a list of (code, jt, jf, k)).
 
-    Always: no ptrace / process_vm / pidfd / tkill / rlimit changes; ``kill``-family
+    Always: no ptrace / process_vm / pidfd / tkill; ``prlimit64`` only on itself; ``kill``-family
     signals only to this process or its own group (to any positive pid when Landlock
     scopes signals); no clone into new namespaces; with ``allow_fork=False`` no new
     processes at all (threads are allowed: clone3 answers ENOSYS so libc falls back to

@@ -21,7 +21,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Optional
 
 from tasks.sandbox import RunResult, Sandbox
 
@@ -302,5 +302,3 @@ def run_battery(sb: Sandbox, env: Env, items: tuple[str, ...] = ITEMS, timeout_s
         out.append(_check(item, env, r, sb, starts))
     return out
 
-
-Check = Callable[[Outcome], bool]

@@ -59,6 +59,8 @@ def random_batch(seed: int = 0, equal_group: bool = True) -> tuple[Batch, Forwar
     noise[2, PW], noise[5, PW] = 3.0, -3.0  # far outside any trust region
     old = (logp - noise).clamp(max=0) * mask
     behav = (old + 0.3 * torch.randn(B, T, generator=g)).clamp(max=0) * mask
+    old[6, PW], behav[6, PW] = -1.5, -0.45  # stale tokens: ρ = π_old/μ = e^-1.05 ≈ 0.35 ...
+    behav[3, PW] = old[3, PW] - 1.1  # ... and e^1.1 ≈ 3.0 (outside [0.5, 2])
     scores = torch.randint(0, 2, (B,), generator=g).float()
     if equal_group:
         scores[:G] = 1.0  # one group with all-equal scores (dynamic sampling drops it)

@@ -14,8 +14,12 @@ from scipy import stats
 from suite.config import ModelConfig
 from suite.models import load_model
 from suite.sampler import KVSampler, SamplingParams, left_pad
-from suite.speculative import (S3RSampler, exact_one_step_distribution, residual_distribution,
-                               speculative_accept)
+from suite.speculative import (
+    S3RSampler,
+    exact_one_step_distribution,
+    residual_distribution,
+    speculative_accept,
+)
 
 D = torch.float64
 
@@ -300,7 +304,7 @@ def test_chi2_s3r_matches_dense_and_control_fails(tiny):
     _, ctrl_counts, ctrl_acc = _run_chi2(model, tok, residual=False)
     ctrl = [_chi2(ctrl_counts[j], marg[j]) for j in range(m)]
     print(f"\nS3R χ² (N={CHI_N}, T={CHI_T}, {CHI_KW}): TV(q, p) pos0 = {tv0:.4f}, E TV pos1 = {tv1:.4f}, "
-          f"acceptance {acc_rate:.3f}")
+          f"acceptance {acc_rate:.3f} (control {ctrl_acc:.3f})")
     for j, ((s, pv, df), (cs, cpv, _)) in enumerate(zip(res, ctrl)):
         print(f"  pos {j}: S3R χ²={s:.1f} df={df} p={pv:.3g} | no-residual control χ²={cs:.1f} p={cpv:.3g}")
     assert all(pv > CHI_ALPHA / m for _, pv, _ in res), res

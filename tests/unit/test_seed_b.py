@@ -41,13 +41,13 @@ def make_batch(loss_mask, group_id, rewards, **kw) -> Batch:
     mask = t(loss_mask)
     B, T = mask.shape
     zeros = torch.zeros(B, T, dtype=D)
-    base = dict(tokens=kw.pop("tokens", torch.arange(1, B * T + 1).reshape(B, T)),
-                attn_mask=torch.ones(B, T, dtype=torch.long), loss_mask=mask,
-                behav_logp=zeros, old_logp=zeros, ref_logp=zeros, values=zeros, token_rewards=zeros,
-                turn_id=torch.zeros(B, T, dtype=torch.long), policy_version=torch.zeros(B, dtype=torch.long),
-                behaviour_id=torch.zeros(B, dtype=torch.long), group_id=torch.tensor(group_id),
-                example_idx=torch.arange(B), scores=t(rewards), rewards=t(rewards),
-                truncated=torch.zeros(B, dtype=torch.bool), prompt_width=1)
+    base = {"tokens": kw.pop("tokens", torch.arange(1, B * T + 1).reshape(B, T)),
+                "attn_mask": torch.ones(B, T, dtype=torch.long), "loss_mask": mask,
+                "behav_logp": zeros, "old_logp": zeros, "ref_logp": zeros, "values": zeros, "token_rewards": zeros,
+                "turn_id": torch.zeros(B, T, dtype=torch.long), "policy_version": torch.zeros(B, dtype=torch.long),
+                "behaviour_id": torch.zeros(B, dtype=torch.long), "group_id": torch.tensor(group_id),
+                "example_idx": torch.arange(B), "scores": t(rewards), "rewards": t(rewards),
+                "truncated": torch.zeros(B, dtype=torch.bool), "prompt_width": 1}
     base.update({k: (t(v) if isinstance(v, list) else v) for k, v in kw.items()})
     return Batch(**base)
 
@@ -166,8 +166,9 @@ def test_sp3o_position_and_delimiter_anchors():
     assert a[0].nonzero().squeeze(-1).tolist() == [2, 5, 8, 11]
     assert a[1].nonzero().squeeze(-1).tolist() == [2, 3] and a[2].nonzero().squeeze(-1).tolist() == [2]
     # d = 4: k = ⌊9/4⌋ + 1 = 3 → 0, round(4.5) = 5, 9 → columns 2, 7, 11;  d = 64: first and last only
-    assert select_anchors(torch.zeros(3, 12, dtype=torch.long), mask, 4, 4, "position")[0].nonzero().squeeze(-1).tolist() == [2, 7, 11]
-    assert select_anchors(torch.zeros(3, 12, dtype=torch.long), mask, 8, 64, "position")[0].sum() == 2
+    none = torch.zeros(3, 12, dtype=torch.long)
+    assert select_anchors(none, mask, 4, 4, "position")[0].nonzero().squeeze(-1).tolist() == [2, 7, 11]
+    assert select_anchors(none, mask, 8, 64, "position")[0].sum() == 2
     # delimiter 99 at policy indices 1, 2, 6 → candidates j = 2, 3, 7 (token after a delimiter); d = 2:
     # j = 2 (gap 2 from 0, 7 to the end) kept; j = 3 (gap 1) dropped; j = 7 (gap 5, 2 to the end) kept
     tokens = torch.zeros(3, 12, dtype=torch.long)
@@ -181,7 +182,7 @@ def test_sp3o_position_and_delimiter_anchors():
 SP_MASK = [[0, 1, 1, 1, 1, 1]]
 SP_V = [[0, 0.5, 9.0, 0.2, 9.0, 0.8]]  # V at non-anchors (9) is ignored by the segment estimator
 SP_R = [[0, 0, 0.1, 0, 0, 1.0]]
-SP_CFG = dict(n_anchors=3, min_gap=2, lam=0.5, whiten_adv=False, value_clip=None)
+SP_CFG = {"n_anchors": 3, "min_gap": 2, "lam": 0.5, "whiten_adv": False, "value_clip": None}
 
 
 def sp_batch():
@@ -247,7 +248,7 @@ def test_sp3o_flatness_index():
 # One response of 3 tokens, γ = 1, λ = 0.5, V = (0.5, 0.4, 0.3), r = (0, 0, 1), ρ = (1.5, 0.25, 3)
 # δ: δ2 = 1 − 0.3 = 0.7, δ1 = 0.3 − 0.4 = −0.1, δ0 = 0.4 − 0.5 = −0.1
 CO_MASK = [[0, 1, 1, 1]]
-CO_CFG = dict(lam=0.5, whiten_adv=False, value_clip=None)
+CO_CFG = {"lam": 0.5, "whiten_adv": False, "value_clip": None}
 
 
 def co_batch(policy_version=0):
@@ -285,7 +286,8 @@ def test_copc_mask_loss_value_loss_and_metrics():
     out, b = with_adv(a, co_batch())
     m = out.metrics
     # w = (1.5, 0.5, 2): ESS = (Σw)²/Σw² = 16/6.5 = 2.461538, /3 tokens = 0.820513; clipped 2/3; masked 2/3
-    assert float(m["algo/copc/ess"]) == pytest.approx(16 / 6.5) and float(m["algo/copc/ess_frac"]) == pytest.approx(16 / 19.5)
+    assert float(m["algo/copc/ess"]) == pytest.approx(16 / 6.5)
+    assert float(m["algo/copc/ess_frac"]) == pytest.approx(16 / 19.5)
     assert float(m["algo/copc/clipped_frac"]) == pytest.approx(2 / 3)
     assert float(m["algo/copc/masked_frac"]) == pytest.approx(2 / 3)
     # actor: ratio 1 → ℓ = −Â only on the kept token 0 (−0.075); masked tokens give 0
@@ -336,7 +338,7 @@ DC_OLD = [[1, 0.5, 0.3], [1, 0.25, 0.6], [1, 0.1, 1]]
 DC_MU = [[1, 0.4, 0.3], [1, 0.2, 0.62], [1, 0.13, 1]]
 DC_DELTA = [[0, 0.1, 0], [0, 0.05, 0.02], [0, 0.03, 0]]
 DC_BATCH = make_batch(DC_MASK, [0, 0, 0], [1.0, 0.0, 0.0], old_logp=t(DC_OLD).log(), behav_logp=t(DC_MU).log())
-DC_CFG = dict(eta=2.0, lambda_init=0.1, delta_budget=0.01, lambda_max=0.2)
+DC_CFG = {"eta": 2.0, "lambda_init": 0.1, "delta_budget": 0.01, "lambda_max": 0.2}
 A_GRPO = t([2 / R3, -1 / R3, -1 / R3])[:, None] * t(DC_MASK)
 
 
