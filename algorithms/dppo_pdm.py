@@ -27,7 +27,6 @@ Not implemented: realised-vs-predicted ΔD (needs the post-update forward of the
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 from typing import Literal, Optional
 
@@ -101,10 +100,9 @@ class DPPOPDM(DPPO):
         logp_d, kind = fwd.logp.detach(), c.divergence
         if kind.startswith("topk") and batch.topk_logp is None:
             raise ValueError("dppo_pdm with a top-K divergence needs the behaviour top-K: set rollout.topk > 0")
-        missing = kind.startswith("topk") and fwd.topk_logp is None
-        if missing:  # TEMPORARY: only hand-built Forwards lack it (the trainer always fills it); binary fallback
-            warnings.warn("dppo_pdm: Forward.topk_logp missing, using the binary estimate", stacklevel=2)
-            kind = kind[5:]
+        if kind.startswith("topk") and fwd.topk_logp is None:
+            raise ValueError("dppo_pdm with a top-K divergence needs π_θ's log-probs at the behaviour top-K "
+                             "(Forward.topk_logp; the trainer fills it when 'topk' is in needs)")
         pol_topk = fwd.topk_logp.detach() if kind.startswith("topk") else None
         pi, mu, one = categories(logp_d, anchor, kind, pol_topk, batch.topk_logp, batch.topk_ids, batch.tokens)
         div = topk_divergence(pol_topk, batch.topk_logp, kind) if kind.startswith("topk") else \
@@ -128,8 +126,7 @@ class DPPOPDM(DPPO):
                        "algo/dppo_pdm/disagree_frac": masked_mean((inv_pred != inv_dppo).float(), active),
                        "algo/dppo_pdm/pred_up_frac": masked_mean((d_pred > 0).float(), active),
                        "algo/dppo_pdm/tis_clip_frac": masked_mean((ratio > c.tis_cap).float(), mask),
-                       "algo/dppo_pdm/div_mean": masked_mean(div, mask),
-                       "algo/dppo_pdm/topk_missing": float(missing)}
+                       "algo/dppo_pdm/div_mean": masked_mean(div, mask)}
             if masked.sum() > 0:
                 for k, v in (("p", logp_d.exp()), ("q", anchor.exp()), ("ratio", ratio), ("entropy", fwd.entropy)):
                     if v is not None:

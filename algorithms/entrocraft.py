@@ -7,15 +7,13 @@ accepting samples by advantage sign steers H along a target band [L(s), U(s)]:
 
     H > U(s): keep A > 0 only (RAFT++);   H < L(s): keep A < 0 only (NSR);   else: GRPO.
 
-H is the last measured token-mean entropy (``ctx.entropy``), s = ``ctx.progress``. Schedules:
-``constant`` (L0, U0), ``linear`` L(s) = L0 + (L1 − L0)s (same for U), ``cosine`` (s → ½(1 − cos πs)),
-``custom`` (piecewise-linear knots ``custom_lower``/``custom_upper`` evenly spaced on [0, 1]).
+H = the last measured token-mean entropy (``ctx.entropy``), s = ``ctx.progress``. Schedules: ``constant``,
+``linear`` L(s) = L0 + (L1 − L0)s (same for U), ``cosine`` (s → ½(1 − cos πs)), ``custom`` (knots).
 Loss: PPO clip (ε 0.2), token-mean, k3 KL loss β = 0.001 (the reference script).
 
 Differs from GRPO (``algorithms/grpo.py``) by:
-  1. The regime wrapper on the advantage (``controller``: ``band`` as released; ``proportional``
-     accepts positives/negatives with probabilities a± = clip(1 ± gain·(H − H*), 0, 1),
-     H* = (L + U)/2; ``off`` = GRPO).
+  1. The regime wrapper on the advantage (``controller``: ``band`` as released; ``proportional``: accept
+     positives/negatives with probability a± = clip(1 ± gain·(H − H*), 0, 1), H* = (L + U)/2; ``off`` = GRPO).
   2. ``mechanism``: ``zero`` the rejected samples' advantages (released) or ``reject`` them in
      ``filter`` so the trainer refills the step with accepted samples.
   3. ``branch_adv``: the accepted samples keep the GRPO z-score (``normalised``) or, as released,
@@ -100,8 +98,7 @@ class EntrocraftConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        lo, up = self.custom_lower, self.custom_upper
-        if self.schedule == "custom" and (not lo or len(lo) != len(up)):
+        if self.schedule == "custom" and (not self.custom_lower or len(self.custom_lower) != len(self.custom_upper)):
             raise ValueError("schedule=custom needs custom_lower and custom_upper of equal, non-zero length")
 
 
@@ -119,8 +116,7 @@ class Entrocraft(GRPO):
                    "proportional controller a± = clip(1 ± gain·(H − H*)) and filter rejection ('general version')",
                    "schedule clock s/S = progress of the binding budget",
                    "zero-advantage samples are always accepted")
-    switches = ("controller", "schedule", "mechanism", "branch_adv", "lower_start", "lower_end", "upper_start",
-                "upper_end")
+    switches = ("controller", "schedule", "mechanism", "branch_adv", "lower_start", "lower_end", "upper_end")
     inert = {"custom_lower": "used only with schedule = custom", "custom_upper": "used only with schedule = custom",
              "gain": "used only with controller = proportional", "reward_center": "used only with branch_adv = raw",
              "clip_eps_low": "acts on A < 0 only; " + _CTX, "schedule": _CTX, "lower_start": _CTX, "lower_end": _CTX}

@@ -13,11 +13,10 @@ Differs from GRPO (``algorithms/grpo.py``; its loss and defaults ε 0.2, β 0.04
      batch in ``after_update``, so sampling and weighting see the same P.
   2. Mean-only advantage × IS weight (``is_weight``, ``renormalise``; ``scale_by_std`` gives GRPO's
      arm, ``reinforce`` with ``baseline=group_mean`` the unnormalised one).
-Not implemented: the "response-IS" reading (stale groups re-weighted): no trainer hook re-injects groups.
-Fidelity: ``abstract``. [ASSUMPTION]s (also ``ISGRPO.assumptions``): prompt-level IS, P ∝ σ̂^α,
-w = 1/(N·P); σ̂ = last batch's unbiased group std (or EMA, ``sigma_source``); unseen σ̂ = 0.5, floor
-0.05; w renormalised by its batch mean; draws with replacement (w exact); GRPO's loss/defaults;
-orthogonality = mean |cos| of per-prompt Σ A·h (last-layer hidden) in a micro-batch.
+Not implemented: the "response-IS" reading (stale groups re-weighted; no hook re-injects groups).
+Fidelity ``abstract``; [ASSUMPTION]s (= ``ISGRPO.assumptions``): prompt-level IS, P ∝ σ̂^α, w = 1/(N·P);
+σ̂ = last batch's unbiased group std (or EMA); unseen σ̂ 0.5, floor 0.05; w / batch mean; draws with
+replacement; GRPO's loss/defaults; orthogonality = mean |cos| of per-prompt Σ A·h per micro-batch.
 """
 
 from __future__ import annotations
@@ -72,9 +71,6 @@ class ISGRPOConfig(GRPOConfig):
     """Log the feature-orthogonality statistic (needs last-layer hidden states)."""
 
 
-_STATE = "acts via sample_prompts and the σ̂ table: a fresh entry samples uniformly (w ≡ 1); see test_seed_a"
-
-
 @register
 class ISGRPO(GRPO):
     name = "is_grpo"
@@ -90,8 +86,9 @@ class ISGRPO(GRPO):
         "loss and defaults as GRPO (clip 0.2, k3 KL β 0.04, seq-mean-token-mean)",
         "orthogonality statistic = mean |cos| of per-prompt Σ A·h (last-layer hidden) per micro-batch")
     switches = ("alpha", "scale_by_std", "is_weight", "renormalise", "sigma_source", "sigma_min", "sigma_prior")
-    inert = {k: _STATE for k in ("alpha", "is_weight", "renormalise", "sigma_min", "sigma_prior", "sigma_source",
-                                 "ema_decay", "with_replacement")} | {"orthogonality": "metric only"}
+    inert = {**dict.fromkeys(("alpha", "is_weight", "renormalise", "sigma_min", "sigma_prior", "sigma_source",
+                              "ema_decay", "with_replacement"), "acts via sample_prompts and the σ̂ table: a fresh "
+                             "entry samples uniformly (w ≡ 1); see test_seed_a"), "orthogonality": "metric only"}
     tune_knob = ("alpha", (0.5, 1.0))
     Config = ISGRPOConfig
     cfg: ISGRPOConfig
@@ -112,9 +109,9 @@ class ISGRPO(GRPO):
         return prompt_probs(sig, self.cfg.alpha, self.cfg.sigma_min)
 
     def sample_prompts(self, ctx: Context) -> list[int]:
-        p = self._probs(ctx.n_train)
         repl = self.cfg.with_replacement or ctx.prompts_per_step > ctx.n_train
-        return torch.multinomial(p, ctx.prompts_per_step, repl, generator=ctx.generator("is_grpo/prompts")).tolist()
+        return torch.multinomial(self._probs(ctx.n_train), ctx.prompts_per_step, repl,
+                                 generator=ctx.generator("is_grpo/prompts")).tolist()
 
     def advantages(self, batch: Batch, ctx: Context) -> AdvOut:
         c = self.cfg
@@ -125,7 +122,7 @@ class ISGRPO(GRPO):
         w = w_raw / w_raw.mean() if c.renormalise else w_raw
         adv = adv * w.to(adv) if c.is_weight else adv
         std = group_mean_std(batch.rewards, batch.group_id)[1]
-        self.pending.append((idx, std.detach().float().cpu()))
+        self.pending.append((idx, std.detach().float().cpu()))  # applied in after_update
         m = {"sigma_mean": std.mean(), "is_weight_mean": w_raw.mean(), "is_weight_max": w_raw.max(),
              "sampler_entropy": -(p * p.log()).sum(), "seen_frac": (~self.sigma.isnan()).float().mean()}
         return AdvOut(adv=broadcast_to_tokens(adv, batch.loss_mask),

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import os
 import platform
 import random
 import statistics
@@ -151,7 +152,11 @@ def main() -> None:
             cells.append(f"{s3.last_stats['acceptance_rate']:.3f} ({s3.last_stats['mean_accepted_length']:.2f})")
         lines.append(f"| {window} | " + " | ".join(cells) + " |")
         print(lines[-1], flush=True)
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
     lines += ["", "Notes:", "",
+              f"* Load average of the machine at the end of the run: {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} "
+              f"(1 / 5 / 15 min; other jobs shared the cores, hence process CPU time rather than wall time)."
+              if load else "* Load average not available.",
               "* The output distribution is the dense sampler's in every row (tested exactly and by χ² in "
               "`tests/unit/test_s3r.py`); only cost differs.",
               "* The draft uses the same weights, so it costs the same weight reads and MLP FLOPs as a dense "

@@ -24,9 +24,9 @@ keys per draft query), ``residual`` (``False`` = the negative control: on reject
 from ``p`` instead of the residual; the output is then ``min(p, q) + (1 − Σ min(p, q)) · p``,
 which over-samples the tokens the draft over-proposes, i.e. it is *not* exact),
 ``share_prefill`` (run the prefill once per distinct prompt, e.g. once per GRPO group, and copy
-its cache rows; exact). After each ``generate`` the attribute
-``last_stats`` holds the acceptance rate, mean accepted drafts per block, tokens emitted per
-verify pass and forward counts.
+its cache rows; exact). After each ``generate`` the attribute ``last_stats`` holds the
+acceptance rate, mean accepted drafts per block, tokens emitted per verify pass and forward
+counts; ``total_stats`` accumulates them until ``reset_stats()``.
 
 Speed: the draft costs the same weight reads and matmul FLOPs as a dense decode step; only its
 attention is cheaper (O(sink + window) instead of O(context)). A speed-up therefore needs
@@ -91,6 +91,8 @@ def _gumbel_pick(logw: Tensor, generator: Optional[torch.Generator]) -> Tensor:
 # ----------------------------------------------------------------------------------------
 # The engine.
 
+_COUNTS = ("rounds", "proposed", "accepted", "draft_forwards", "verify_forwards")
+
 
 class S3RSampler(KVSampler):
     """Self-sparse speculative sampler: same weights for draft (sparse attention) and target
@@ -106,6 +108,16 @@ class S3RSampler(KVSampler):
         self.gamma, self.sink, self.window, self.residual = gamma, sink, window, residual
         self.share_prefill = share_prefill
         self.last_stats: dict[str, float] = {}
+        self._totals = dict.fromkeys(_COUNTS, 0)
+
+    @property
+    def total_stats(self) -> dict[str, float]:
+        """The statistics of every ``generate`` since the last :meth:`reset_stats` (e.g. one
+        rollout step, which may call ``generate`` once per turn)."""
+        return self._finish(self._totals)
+
+    def reset_stats(self) -> None:
+        self._totals = dict.fromkeys(_COUNTS, 0)
 
     # -- a forward over S tokens with per-sample cache slots ---------------------------------
     def forward_tokens(self, ids: Tensor, pos: Tensor, cache: list[list[Tensor]], slot0: Tensor, pad: Tensor,
@@ -219,11 +231,11 @@ class S3RSampler(KVSampler):
         """Same contract as :meth:`KVSampler.generate` (ids, dense μ log-probs, truncated
         log-probs, stops, top-K, attention concentration of the dense pass)."""
         limits = list(limits) if limits is not None else [params.max_new_tokens] * len(prompts)
-        stats = {"rounds": 0, "proposed": 0, "accepted": 0, "draft_forwards": 0, "verify_forwards": 0}
+        stats = dict.fromkeys(_COUNTS, 0)
         if not prompts or any(len(p) == 0 for p in prompts):
             # no last prompt token to draft from: plain dense sampling (the same distribution)
             out = super().generate(prompts, params, generator, want_attn, limits)
-            self.last_stats = self._finish(stats)
+            self._record(stats)
             return out
         track = _StopTracker(len(prompts), params, self.tok, limits)
         ids, mask = left_pad(prompts, self.tok.pad_token_id or 0, self.device)
@@ -295,8 +307,13 @@ class S3RSampler(KVSampler):
             # advance samples still running; a finished one keeps its (in-range) slot and is ignored
             adv = torch.tensor([0 if d else kb + 1 for d, kb in zip(track.done, k_l)], dtype=torch.long, device=dev)
             ptr, last_pos, last = ptr + adv, last_pos + adv, final
-        self.last_stats = self._finish(stats)
+        self._record(stats)
         return track.output(want_attn)
+
+    def _record(self, stats: dict) -> None:
+        self.last_stats = self._finish(stats)
+        for k in _COUNTS:
+            self._totals[k] += stats[k]
 
     def _prefill(self, ids: Tensor, pos: Tensor, mask: Tensor, cache: list[list[Tensor]]) -> None:
         """Dense forward of ``ids[:, :-1]`` into cache slots [0, W−1). With ``share_prefill``,
@@ -332,6 +349,10 @@ class S3RSampler(KVSampler):
 
     @staticmethod
     def _finish(s: dict) -> dict[str, float]:
+        """Counts → rates. ``rounds``: (sample, verify pass) pairs; ``acceptance_rate``:
+        accepted / proposed drafts; ``mean_accepted_length``: accepted drafts per round;
+        ``tokens_per_verify``: tokens emitted per round (accepted + the resampled / bonus one,
+        before stop / cap truncation); ``draft_forwards`` / ``verify_forwards``: batched calls."""
         r = max(s["rounds"], 1)
         return {**s, "acceptance_rate": s["accepted"] / s["proposed"] if s["proposed"] else float("nan"),
                 "mean_accepted_length": s["accepted"] / r, "tokens_per_verify": (s["accepted"] + s["rounds"]) / r}

@@ -1,31 +1,36 @@
 """``search_toy``: the embedded tool-use task — the ``search`` protocol on a synthetic fact
 collection small enough for the ``tiny`` model (character tokenizer, context 1024) on a laptop.
 
-World: ``n_entities`` made-up names (``CVCVC``, e.g. ``dorak``), each with a city and a colour
-drawn from fixed lists by a fixed seed, stored as two passages: ``"dorak lives in oslo."``
-and ``"dorak likes teal."``. Questions: ``where does dorak live?`` (→ the city) and ``what
-does dorak like?`` (→ the colour). The facts are random, so only a search can answer them, and
-val/test ask about entities that never appear in train questions.
+World: ``n_entities`` made-up names (``CVCVC``, e.g. ``dorak``), each with a city and a food
+drawn from fixed lists by a fixed seed, stored as two passages ``"dorak city: oslo."`` and
+``"dorak food: rice."``. Questions: ``which city is dorak from?`` (→ the city) and ``which
+food does dorak eat?`` (→ the food). The facts are random, so only a search can answer them,
+and val/test ask about entities that never appear in train questions.
 
-Episode (the same :class:`tasks.search.SearchEnv` and grader as ``search``, with a compact
-passage rendering and Search-R1's tags)::
+Episode (the same :class:`tasks.search.SearchEnv` and grader as ``search``, Search-R1's tags,
+a compact passage rendering)::
 
-    where does dorak live?\\n<search>dorak</search>
+    which city is dorak from?\n<search>dorak city</search>
 
-    <information>dorak likes teal.
-    dorak lives in oslo.</information>
+    <information>dorak city: oslo.
+    dorak food: rice.</information>
 
     <answer>oslo</answer><eos>
 
-Retrieval: :class:`tasks.retrieval.TinyBM25` (pure Python; no optional dependency) with
-``top_k`` ≤ 2, so a search for a name returns both of its facts and the model must pick the
-one the question asks about. Reward: normalised exact match of the last ``<answer>``.
+Retrieval: :class:`tasks.retrieval.TinyBM25` (pure Python; no optional dependency), ``top_k``
+≤ 2. Both of an entity's passages match its name; the one that also matches the query's
+other word ranks first (a query of the name alone ties, and the city passage comes first).
+So the skill that decides the reward is *query formulation*: search for the name together
+with the relation the question asks about, then answer from the top passage. Reward:
+normalised exact match of the last ``<answer>``.
 
-Warm start (``warm_start``, cached by :mod:`suite.warmstart`): teacher-forced SFT on whole
-episodes with the environment's real observation, observation tokens masked out of the loss
-(as the RL loss masks them), on train questions; it stops as soon as greedy accuracy on
-questions about held-out train entities reaches ``warm_target``, so RL starts from partial
-competence with headroom.
+Warm start (``warm_start``, cached by :mod:`suite.warmstart`): SFT on whole teacher episodes
+with the environment's real observation, observation tokens masked out of the loss (as the
+RL loss masks them). The teacher knows the protocol but not the question: it searches the
+name with a *uniformly random* relation and answers from the top passage. The SFT model so
+learns the tags, copying the name and copying the answer, and is right about half the time;
+writing the query the question calls for is left to RL. Training stops once ``warm_target``
+of greedy answers on held-out train entities are *grounded* (one of that entity's facts).
 """
 
 from __future__ import annotations
@@ -40,39 +45,37 @@ from tasks.base import Grade, Task, TaskConfig, hash_split, register
 from tasks.retrieval import Hit, TinyBM25
 from tasks.search import SearchEnv, grade_answer
 
-CITIES = ("oslo", "rome", "lima", "kiev", "baku", "doha", "riga", "bern", "nice", "pune")
-COLOURS = ("red", "blue", "gold", "pink", "grey", "teal", "jade", "navy", "rust", "plum")
+RELATIONS = {"city": ("oslo", "rome", "lima", "kiev", "baku", "doha", "riga", "bern", "nice", "pune"),
+             "food": ("rice", "corn", "fish", "figs", "kale", "plum", "lamb", "tofu", "beef", "eggs")}
+QUESTIONS = {"city": "which city is {} from?", "food": "which food does {} eat?"}
 _CONS, _VOWELS = "bdfgklmnprstvz", "aeiou"
-_RESERVED = {"lives", "likes", "where", "what", "does", "live", "like"}
 WORLD_SEED = 20250101  # fixed: every machine sees the same world
 
 
 @dataclass(frozen=True)
 class Question:
     name: str
-    attr: str  # "city" or "colour"
+    relation: str  # a key of RELATIONS
     answer: str
 
     @property
     def text(self) -> str:
-        return f"where does {self.name} live?" if self.attr == "city" else f"what does {self.name} like?"
+        return QUESTIONS[self.relation].format(self.name)
 
 
 def make_world(n_entities: int) -> tuple[list[dict], dict[str, dict[str, str]]]:
-    """Passages ``{"id", "contents"}`` and ``{name: {"city", "colour"}}`` (fixed seed)."""
+    """Passages ``{"id", "contents"}`` and ``{name: {relation: value}}`` (fixed seed)."""
     rng = random.Random(WORLD_SEED)
     names: list[str] = []
-    seen: set[str] = set(_RESERVED)
+    seen: set[str] = set()
     while len(names) < n_entities:
         n = "".join(rng.choice(_CONS if i % 2 == 0 else _VOWELS) for i in range(5))
         if n not in seen:
             seen.add(n)
             names.append(n)
-    facts = {n: {"city": rng.choice(CITIES), "colour": rng.choice(COLOURS)} for n in names}
-    passages = []
-    for i, n in enumerate(names):
-        passages.append({"id": f"toy{2 * i}", "contents": f"{n} lives in {facts[n]['city']}."})
-        passages.append({"id": f"toy{2 * i + 1}", "contents": f"{n} likes {facts[n]['colour']}."})
+    facts = {n: {r: rng.choice(vals) for r, vals in RELATIONS.items()} for n in names}
+    passages = [{"id": f"toy{len(RELATIONS) * i + j}", "contents": f"{n} {r}: {facts[n][r]}."}
+                for i, n in enumerate(names) for j, r in enumerate(RELATIONS)]
     return passages, facts
 
 
@@ -140,7 +143,7 @@ class SearchToy(Task):
             out: dict[str, list[Question]] = {"train": [], "val": [], "test": []}
             for n, fact in self.facts.items():
                 split = "val" if hash_split(n, f, "val") else "test" if hash_split(n, f, "test") else "train"
-                out[split] += [Question(n, "city", fact["city"]), Question(n, "colour", fact["colour"])]
+                out[split] += [Question(n, r, v) for r, v in fact.items()]
             self._splits = out
         return self._splits
 
@@ -151,8 +154,8 @@ class SearchToy(Task):
         return example.answer
 
     def reference_completion(self, example: Question) -> str:
-        """The demonstrated episode's policy turns (what the warm start teaches)."""
-        return f"<search>{example.name}</search><answer>{example.answer}</answer>"
+        """The policy turns of a correct episode."""
+        return f"<search>{example.name} {example.relation}</search><answer>{example.answer}</answer>"
 
     def grade(self, example: Question, completion: str) -> Grade:
         return grade_answer(completion, [example.answer], "em")
@@ -162,12 +165,13 @@ class SearchToy(Task):
 
     # -- warm start ----------------------------------------------------------------------
     def episode(self, example: Question, tokenizer, rng: random.Random) -> tuple[list[int], list[float]]:
-        """Token ids and loss mask (1 = policy token) of one *teacher* episode: search the name,
-        then answer with the fact of a uniformly random retrieved passage (see ``warm_start``)."""
-        t1 = f"<search>{example.name}</search>"
-        obs = self.make_env(example).step(t1)
-        hit = rng.choice(self.index.search([example.name], self.cfg.top_k)[0])
-        t2 = f"<answer>{hit['document']['contents'].rsplit(' ', 1)[1].rstrip('.')}</answer>"
+        """Token ids and loss mask (1 = policy token) of one *teacher* episode: search the name
+        with a uniformly random relation, answer from the top passage (see ``warm_start``)."""
+        t1 = f"<search>{example.name} {rng.choice(sorted(RELATIONS))}</search>"
+        env = self.make_env(example)
+        obs = env.step(t1)
+        top = self.index.search(env.queries[-1:], 1)[0][0]["document"]["contents"]
+        t2 = f"<answer>{top.rsplit(' ', 1)[1].rstrip('.')}</answer>"
         parts = [(tokenizer.encode(self.prompt(example)), 0.0), (tokenizer.encode(t1, add_special_tokens=False), 1.0),
                  (tokenizer.encode(obs, add_special_tokens=False), 0.0),
                  (tokenizer.encode(t2, add_special_tokens=False) + [tokenizer.eos_token_id], 1.0)]
@@ -189,12 +193,11 @@ class SearchToy(Task):
     def warm_start(self, model, tokenizer, seed: int) -> Optional[dict[str, Any]]:
         """SFT on whole teacher episodes, observation tokens masked out of the loss.
 
-        The teacher searches the entity's name, then answers with the fact of a *uniformly
-        random* retrieved passage: its demonstrations teach the protocol, the query and copying
-        from the observation, but carry no information about which passage answers which
-        question. Training stops once ``warm_target`` of greedy answers on held-out train
-        entities are grounded (one of the entity's two facts); accuracy is then near 50%, and
-        choosing the passage that answers the question is left to RL.
+        The teacher searches the entity's name with a uniformly random relation and answers
+        from the top passage, so its demonstrations teach the protocol, copying the name and
+        copying the answer, but not which query a question calls for. Training stops once
+        ``warm_target`` of greedy answers on held-out train entities are grounded (one of the
+        entity's facts); accuracy is then near 50%.
         """
         train = self.splits()["train"]
         rng = random.Random(seed)

@@ -597,6 +597,8 @@ class Sandbox:
         self._ensure_workers()
         results: list[Optional[RunResult]] = [None] * len(codes)
         todo = deque(range(len(codes)))
+        self._retried: set[int] = set()
+        self._todo = todo
         sel = selectors.DefaultSelector()
         try:
             while todo or any(w.job is not None for w in self._workers):
@@ -643,9 +645,15 @@ class Sandbox:
                     w.retire()
 
     def _fail(self, w: _Worker, results: list, status: Status, msg: str, sel) -> None:
+        """A worker died or hung: restart it; its job is retried once on a fresh worker (a
+        program cannot signal its zygote, so a death is taken as the machine's fault at first)."""
         if w.job is not None:
-            results[w.job] = RunResult(status, None, msg, 0.0)
-            self.stats["sandbox_errors"] += 1
+            if w.job not in self._retried:
+                self._retried.add(w.job)
+                self._todo.appendleft(w.job)
+            else:
+                results[w.job] = RunResult(status, None, msg, 0.0)
+                self.stats["sandbox_errors"] += 1
         if not w.ready:
             w.start_failures += 1
         try:

@@ -158,7 +158,7 @@ def test_on_policy_gradient_is_the_plain_policy_gradient(name):
     if not algo.on_policy_pg:
         pytest.skip(f"{name} declares on_policy_pg = False")
     batch, fwd = random_batch(2)
-    batch = batch.replace(old_logp=fwd.logp.clone(), behav_logp=fwd.logp.clone())
+    batch = batch.replace(old_logp=fwd.logp.clone(), behav_logp=fwd.logp.clone(), topk_logp=fwd.topk_logp.clone())
     _, b = run_hooks(algo, batch, fwd)
     w = aggregation_weights(b.loss_mask, algo.aggregation, MAX_NEW)
     logp = fwd.logp.clone().requires_grad_(True)

@@ -103,7 +103,7 @@ def _canonical_batch():
                  group_id=torch.tensor([0, 0, 0, 1, 1, 1]), example_idx=torch.tensor([0, 0, 0, 1, 1, 1]),
                  scores=rewards, rewards=rewards, truncated=torch.zeros(B, dtype=torch.bool), prompt_width=2,
                  old_logp=logp, ref_logp=logp - 0.1 * mask, values=0.5 * mask, token_rewards=last,
-                 topk_ids=torch.zeros(B, T, 4, dtype=torch.long), topk_logp=torch.zeros(B, T, 4) - 1.0,
+                 topk_ids=torch.zeros(B, T, 4, dtype=torch.long), topk_logp=torch.tensor([0.4, 0.3, 0.1, 0.05]).log().expand(B, T, 4).clone(),
                  attn_stat=0.5 * mask)
 
 
@@ -123,7 +123,7 @@ def test_loss_on_the_canonical_batch(name):
     batch = dataclasses.replace(batch, adv=adv.adv, returns=adv.returns, extras={**batch.extras, **adv.extras})
     logp = (batch.old_logp + 0.05 * batch.loss_mask).requires_grad_(True)
     fwd = Forward(logp=logp, entropy=torch.ones_like(logp), values=(0.4 * batch.loss_mask).requires_grad_(True),
-                  hidden=torch.zeros(6, 6, 8), attn_stat=batch.attn_stat)
+                  hidden=torch.zeros(6, 6, 8), attn_stat=batch.attn_stat, topk_logp=batch.topk_logp + 0.01)
     loss, metrics = algo.loss(fwd, batch, ctx)
     assert loss.shape == batch.loss_mask.shape and torch.isfinite(loss).all()
     assert (loss * (1 - batch.loss_mask)).abs().sum() == 0

@@ -12,6 +12,7 @@ import pytest
 
 import tasks.code  # noqa: F401  (registration, until tasks/__init__.py imports it)
 from suite.cli import main
+from suite.errors import BadInput
 from tasks.base import read_jsonl
 from tasks.code import (HUMANEVAL_CHAT, MBPP, CodeConfig, HumanEval, MBPPConfig, carve, fenced_code,
                         humaneval_program, mbpp_code, mbpp_program, split_check, truncate)
@@ -41,9 +42,9 @@ def test_truncate_at_codex_stops():
 def test_humaneval_program_for_body_full_def_and_fenced_completions():
     tail = ROW["test"] + "\n\ncheck(add)\n"
     body = humaneval_program(ROW, "    return a + b\n\ndef junk():\n    pass\n")
-    assert body == ROW["prompt"] + "    return a + b\n\n\n\n" + tail
+    assert body == ROW["prompt"] + "    return a + b\n" + "\n\n" + tail
     full = humaneval_program(ROW, "def add(a, b):\n    return a + b\nprint(add(1, 2))\n")
-    assert full.startswith(ROW["prompt"] + "\ndef add(a, b):\n    return a + b\n\n\n")
+    assert full.startswith(ROW["prompt"] + "\ndef add(a, b):\n    return a + b\n\ndef check")
     assert "print(add" not in full
     fenced = humaneval_program(ROW, "Sure!\n```python\ndef add(a, b):\n    return a + b\n```\n")
     assert ROW["prompt"] + "\ndef add(a, b):\n    return a + b" in fenced
@@ -91,14 +92,14 @@ def test_cli_reports_bad_sandbox_settings_before_writing(tmp_path, capsys):
     code = main(["run", "--task", "mbpp", "--algo", "grpo", "--set", "task.sandbox_layers=[bwarp]",
                  "--set", "task.reward=some", "--out", str(tmp_path / "o")])
     err = capsys.readouterr().err
-    assert code == 2 and "unknown sandbox layer" in err and "task.reward" in err
+    assert code == 2 and "task.sandbox_layers[0]: 'bwarp' is not valid" in err and "task.reward" in err
     assert not (tmp_path / "o").exists()
 
 
 def test_missing_data_is_one_clear_error(tmp_path):
     task = HumanEval(CodeConfig(name="humaneval", data_path=str(tmp_path)))
     try:
-        with pytest.raises(Exception, match="has no .*HumanEval\\*.jsonl"):
+        with pytest.raises(BadInput, match=r"has no \[Hh\]uman\[Ee\]val\*\.jsonl file"):
             task.splits()
     finally:
         task.close()

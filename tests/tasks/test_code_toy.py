@@ -58,6 +58,7 @@ def test_config_errors():
         CodeToyConfig(name="code_toy", sandbox_layers=("nope",))
 
 
+@pytest.mark.slow
 def test_short_run_through_the_cli(tmp_path, capsys):
     code = main(["run", "--task", "code_toy", "--algo", "grpo", "--seed", "3", "--set", "model.warm_start=none",
                  "--budget", "samples=64", "--set", "eval.max_prompts=16", "--out", str(tmp_path)])

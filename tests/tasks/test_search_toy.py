@@ -29,12 +29,14 @@ def task():
 def test_world_is_fixed_and_searchable(task):
     passages, facts = make_world(600)
     assert (passages, facts) == make_world(600) and len(passages) == 1200 and len(facts) == 600
-    assert not {"lives", "likes", "where", "what"} & set(facts)
+    assert len(set(facts)) == 600 and all(len(n) == 5 for n in facts)
     name = next(iter(facts))
-    hits = task.index.search([name], 2)[0]
-    assert sorted(h["document"]["contents"] for h in hits) == sorted(
-        [f"{name} lives in {facts[name]['city']}.", f"{name} likes {facts[name]['colour']}."])
-    assert render(hits).count("\n") == 2
+    city, food = f"{name} city: {facts[name]['city']}.", f"{name} food: {facts[name]['food']}."
+    top = {q: [h["document"]["contents"] for h in task.index.search([q], 2)[0]]
+           for q in (name, f"{name} city", f"{name} food")}
+    # the relation word decides the top passage; the name alone ties (city first)
+    assert top == {name: [city, food], f"{name} city": [city, food], f"{name} food": [food, city]}
+    assert render(task.index.search([name], 2)[0]) == city + "\n" + food + "\n"
 
 
 def test_splits_hold_out_whole_entities(task):
@@ -42,21 +44,26 @@ def test_splits_hold_out_whole_entities(task):
     names = {k: {q.name for q in v} for k, v in s.items()}
     assert not (names["train"] & names["val"] or names["train"] & names["test"] or names["val"] & names["test"])
     assert 80 <= len(s["val"]) <= 160 and 80 <= len(s["test"]) <= 160 and len(s["train"]) > 900
-    assert all(q.answer == task.facts[q.name][q.attr] for v in s.values() for q in v)
+    assert all(q.answer == task.facts[q.name][q.relation] for v in s.values() for q in v)
 
 
 def test_teacher_episode_and_observation_mask(task):
     tok = char_tokenizer()
     q = task.splits()["train"][0]
+    rng = random.Random(0)
+    texts = [tok.decode(task.episode(q, tok, rng)[0]) for _ in range(40)]
+    queries = {t.split("<search>")[1].split("</search>")[0] for t in texts}
+    assert queries == {f"{q.name} city", f"{q.name} food"}  # the teacher picks the relation at random
+    for t in texts:  # ... and answers from the top passage
+        rel = t.split("<search>")[1].split("</search>")[0].split()[1]
+        assert t.endswith(f"<answer>{task.facts[q.name][rel]}</answer><eos>")
     ids, mask = task.episode(q, tok, random.Random(0))
     text = tok.decode(ids)
-    obs = task.make_env(q).step(f"<search>{q.name}</search>")
-    assert text.startswith(task.prompt(q) + f"<search>{q.name}</search>" + obs + "<answer>")
-    assert text.endswith("</answer><eos>")
-    answer = text.split("<answer>")[1].split("</answer>")[0]
-    assert answer in task.facts[q.name].values()  # the teacher copies a retrieved fact
+    t1 = text[len(task.prompt(q)):text.index("</search>") + len("</search>")]
+    obs = task.make_env(q).step(t1)
+    assert text.startswith(task.prompt(q) + t1 + obs + "<answer>")
     # mask: prompt 0, first turn 1, observation 0, second turn + EOS 1
-    n_p, n_1, n_o = len(task.prompt(q)), len(f"<search>{q.name}</search>"), len(obs)
+    n_p, n_1, n_o = len(task.prompt(q)), len(t1), len(obs)
     assert mask == [0.0] * n_p + [1.0] * n_1 + [0.0] * n_o + [1.0] * (len(ids) - n_p - n_1 - n_o)
     assert task.grade(q, task.reference_completion(q)).correct
     assert not task.grade(q, f"<answer>{'x' + q.answer}</answer>").correct

@@ -188,6 +188,11 @@ def test_sampled_logp_is_dense_model_logp(tiny):
         torch.testing.assert_close(torch.tensor(out.trunc_logp[b]), tr, atol=1e-4, rtol=0)
     st = s3.last_stats
     assert 0 < st["acceptance_rate"] < 1
+    s3.generate(prompts[:2], params, torch.Generator().manual_seed(1))
+    tot = s3.total_stats
+    assert tot["proposed"] == st["proposed"] + s3.last_stats["proposed"]
+    s3.reset_stats()
+    assert s3.total_stats["proposed"] == 0
 
 
 def test_full_window_accepts_almost_everything(tiny):
