@@ -103,7 +103,7 @@ def cmd_eval(args) -> int:
         model, tok, _ = load_model(spec.model)
         examples = task.splits()[args.split][: spec.eval.max_prompts or None]
         enc = [encode_prompt(task, e, tok, spec.model.chat_template) for e in examples]
-        res, _ = evaluate(make_engine(spec.rollout.engine, model, tok), tok, task, examples, [e[0] for e in enc],
+        res, _ = evaluate(make_engine(spec.rollout.engine, model, tok, spec.rollout), tok, task, examples, [e[0] for e in enc],
                           [e[1] for e in enc], spec.eval, spec.rollout.max_new_tokens, (tok.eos_token_id,),
                           spec.rollout.max_turns, spec.rollout.max_obs_tokens)
     finally:

@@ -63,8 +63,15 @@ class RolloutConfig:
     """Nucleus truncation (1 = off); μ log-probs stay untruncated, the truncation is logged."""
     top_k: int = 0
     """Top-k truncation (0 = off)."""
-    engine: Literal["auto", "kv", "hf"] = "auto"
-    """``kv``: the hand-written KV-cached sampler (Llama-style models); ``hf``: HF ``generate``."""
+    engine: Literal["auto", "kv", "hf", "s3r"] = "auto"
+    """``kv``: the hand-written KV-cached sampler (Llama-style models); ``hf``: HF ``generate``;
+    ``s3r``: self-sparse speculative rollouts on the KV sampler (exactly the dense distribution)."""
+    s3r_gamma: int = 4
+    """S3R: tokens drafted per verification."""
+    s3r_sink: int = 4
+    """S3R: first KV positions always attended by the sparse draft."""
+    s3r_window: int = 64
+    """S3R: most recent KV positions attended by the sparse draft."""
     staleness: int = 0
     """k: how stale the behaviour policy may be, in optimizer updates (0 = always current)."""
     sync: Literal["periodic", "lag"] = "periodic"

@@ -343,8 +343,13 @@ class HFGenerateEngine:
         return track.output(False)
 
 
-def make_engine(kind: str, model, tokenizer):
-    """``kv`` / ``hf`` / ``auto`` (kv for supported architectures, else hf)."""
+def make_engine(kind: str, model, tokenizer, rollout=None):
+    """``kv`` / ``hf`` / ``s3r`` / ``auto`` (kv for supported architectures, else hf)."""
+    if kind == "s3r":
+        from suite.speculative import S3RSampler
+
+        kw = dict(gamma=rollout.s3r_gamma, sink=rollout.s3r_sink, window=rollout.s3r_window) if rollout else {}
+        return S3RSampler(model, tokenizer, **kw)
     if kind == "kv" or (kind == "auto" and getattr(model.config, "model_type", None) in KV_ARCHITECTURES):
         return KVSampler(model, tokenizer)
     return HFGenerateEngine(model, tokenizer)

@@ -2,7 +2,8 @@
 
 The policy drafts γ tokens with *sparse* attention (each draft query attends only to a budget
 of KV positions: the first ``sink`` tokens of its sequence plus the most recent ``window``
-ones, itself included), then one *dense* forward over the γ drafted positions verifies them
+ones, itself included), then one *dense* forward over the newest committed token and the γ
+drafts (γ + 1 positions, one call) verifies them
 with the standard speculative-sampling rule (Leviathan et al. 2023; Chen et al. 2023): draft
 token ``d ~ q`` is accepted with probability ``min(1, p(d)/q(d))``; at the first rejection the
 next token is drawn from the residual ``norm(max(p − q, 0))``, and if all γ are accepted a

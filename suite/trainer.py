@@ -88,7 +88,7 @@ class Trainer:
             if not self.splits.get(s):
                 raise BadInput(f"task '{task.name}' has an empty {s} split")
         self.stop_ids = (tokenizer.eos_token_id,)
-        self.engine = make_engine(r.engine, self.model, tokenizer)
+        self.engine = make_engine(r.engine, self.model, tokenizer, r)
         self._history: dict[int, dict] = {0: {k: v.detach().clone() for k, v in self.model.state_dict().items()}} \
             if r.sync == "lag" else {}
         if r.mismatch != "none":
@@ -117,8 +117,11 @@ class Trainer:
     # ---------------------------------------------------------------------------------
     def _check_capabilities(self) -> None:
         fwd_caps = capabilities(self.model)
-        kv = self.spec.rollout.engine == "kv" or (self.spec.rollout.engine == "auto" and getattr(
-            self.model.config, "model_type", None) in KV_ARCHITECTURES)
+        arch = getattr(self.model.config, "model_type", None)
+        if self.spec.rollout.engine in ("kv", "s3r") and arch not in KV_ARCHITECTURES:
+            raise BadInput(f"rollout.engine={self.spec.rollout.engine} supports {', '.join(KV_ARCHITECTURES)} models, "
+                           f"not '{arch}'; use rollout.engine=hf or auto")
+        kv = self.spec.rollout.engine in ("kv", "s3r") or (self.spec.rollout.engine == "auto" and arch in KV_ARCHITECTURES)
         eng_caps = (KVSampler if kv else HFGenerateEngine).capabilities
         missing = []
         for need, have, who in (("entropy", fwd_caps, "policy forward"), ("hidden", fwd_caps, "policy forward"),
@@ -218,11 +221,17 @@ class Trainer:
                 self.engine.load_weights(beh.state, self.engine.version)
             gen = torch.Generator().manual_seed(seed_for(self.spec.seed, "rollout", self.step_no, attempt, beh.id))
             sub = list(beh.rows)
+            if hasattr(self.engine, "reset_stats"):
+                self.engine.reset_stats()
             rec, metrics = collect(self.engine, self.tok, [prompts[j] for j in sub], params, gen,
                                    envs=[envs[j] for j in sub] if envs else None, max_turns=r.max_turns,
                                    max_obs_tokens=r.max_obs_tokens, want_attn="behav_attn_stat" in self.needs,
                                    group_ids=[j // G for j in sub], example_idx=[rows[j] for j in sub],
                                    behaviour_ids=[beh.id] * len(sub))
+            stats = getattr(self.engine, "total_stats", None)
+            if stats:
+                metrics.update({f"rollout/s3r_{k}": float(v) for k, v in stats.items()
+                                if k in ("acceptance_rate", "mean_accepted_length", "tokens_per_verify")})
             if saved is not None:
                 self.engine.load_weights(saved, self.engine.version)
             parts.append(rec)
@@ -513,7 +522,7 @@ class Trainer:
         ids = [self._prompt(split, i) for i in range(len(examples))]
         engine = self.engine
         if engine.version != self.budget.counters["updates"]:
-            engine = make_engine(s.rollout.engine, self.model, self.tok)  # evaluate the current policy
+            engine = make_engine(s.rollout.engine, self.model, self.tok, s.rollout)  # the current policy
         res, samples = evaluate(engine, self.tok, self.task, examples, [p[0] for p in ids], [p[1] for p in ids],
                                 s.eval, s.rollout.max_new_tokens, self.stop_ids, s.rollout.max_turns,
                                 s.rollout.max_obs_tokens)

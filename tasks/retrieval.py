@@ -14,7 +14,8 @@ through ``retriever_url``). The index and the byte offset of every passage are b
 and cached under ``$RLSUITE_CACHE/retrieval/`` (keyed by the corpus file's path, size and
 mtime, the BM25 settings and the bm25s version), under an exclusive file lock and published
 by an atomic rename, like :mod:`suite.warmstart`. Passages are read from the corpus file on
-demand (``os.pread`` at the cached offsets), so a large corpus is not held in memory.
+demand (``os.pread`` at the cached offsets), so a large corpus is not held in memory while
+serving (the one-off build does tokenise every passage in memory).
 
 Server (one index shared by every rollout worker on a node)::
 
@@ -22,8 +23,9 @@ Server (one index shared by every rollout worker on a node)::
     # POST http://127.0.0.1:8000/retrieve  {"queries": [...], "topk": 3, "return_scores": true}
     # → {"result": [[{"document": {"id": ..., "contents": ...}, "score": ...}, ...], ...]}
 
-The request and response match Search-R1's ``retrieval_server.py``, so a task's
-``retriever_url`` can also point at Search-R1's own dense (e5) server. ``GET /health``
+The request and the response (with ``return_scores``) are those Search-R1's client sends and
+reads (``search_r1/llm_agent/generation.py``, ``search_r1/search/retrieval_request.py``), so
+a task's ``retriever_url`` can also point at Search-R1's own dense (e5) server. ``GET /health``
 answers ``{"ok": true, "passages": N}``. ``--idle-exit S`` stops the server after S seconds
 without a request. Other commands: ``build`` (build the cache ahead of time) and ``query``.
 """
@@ -289,7 +291,11 @@ def make_server(index: Retriever, host: str = "127.0.0.1", port: int = 0, defaul
             except (KeyError, ValueError, TypeError) as e:
                 self._send(400, {"error": f"bad request: {e}"})
                 return
-            hits = index.search(queries, k)
+            try:
+                hits = index.search(queries, k)
+            except Exception as e:  # noqa: BLE001 - report to the client, keep serving
+                self._send(500, {"error": f"{type(e).__name__}: {e}"})
+                return
             if not req.get("return_scores", False):
                 hits = [[h["document"] for h in row] for row in hits]
             self._send(200, {"result": hits})

@@ -39,7 +39,13 @@ Example::
         [r.status for r in sb.run_many(["assert 1 + 1 == 2", "while True: pass"], timeout_s=1)]
         # ['passed', 'timeout']
 
-``python -m tasks.sandbox`` prints the detection report.
+``python -m tasks.sandbox`` prints the detection report; ``benchmarks/sandbox.py`` measures each
+layer's rate and runs the hostile battery (:mod:`tasks.sandbox.battery`) on it.
+
+Requirements: Linux on x86_64 or aarch64 (the seccomp filter's syscall tables). Limits that
+remain: scratch outside bwrap is bounded per file, not in total; a program can use up to
+``max_procs`` × ``memory_mb`` with the uid layer (no cgroup); the pass token defeats exit-code
+hacks but not a program that reads the grader's own stack frames.
 """
 
 from __future__ import annotations
@@ -167,6 +173,8 @@ class Detection:
 
     def choose(self, cfg: SandboxConfig) -> tuple[str, ...]:
         """The layers a Sandbox with ``cfg`` would use (raises SandboxUnavailable)."""
+        if not self.available["rlimit"]:  # every layer runs the base guard in the child
+            raise SandboxUnavailable(f"the sandbox cannot run here: {self.reasons['rlimit']}")
         if cfg.layers == ("auto",):
             chosen = [x for x in LAYERS if self.available[x]]
             if "bwrap" in chosen and "uid" in chosen and not self.bwrap_as_uid:
@@ -535,7 +543,11 @@ class _Worker:
 
 class Sandbox:
     """A pool of sandboxed workers. Detects and validates the layers at construction
-    (raising :class:`SandboxUnavailable`); workers start on first use."""
+    (raising :class:`SandboxUnavailable`); workers start on first use.
+
+    Not thread-safe. Workers are tied to the thread that starts them (bwrap's
+    ``--die-with-parent`` and the zygote's parent-death signal fire when that thread exits),
+    so use a Sandbox from one long-lived thread, e.g. the trainer's main thread."""
 
     def __init__(self, cfg: SandboxConfig = SandboxConfig()) -> None:
         self.cfg = cfg
