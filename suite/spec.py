@@ -120,7 +120,7 @@ def resolve(task: Optional[str], algo: Optional[str], model: Optional[str], seed
 
 def spec_from_dict(d: dict) -> RunSpec:
     """Rebuild a RunSpec from a ``spec.json`` document (used by resume and sweeps)."""
-    sections = {k: dict(v) for k, v in d.items() if k in SECTIONS}
+    sections = {k: dict(v) for k, v in d.items() if k in SECTIONS}  # (run_id and labels are not sections)
     task = sections.get("task", {}).pop("name", None)
     algo = sections.get("algo", {}).pop("name", None)
     model = sections.get("model", {}).pop("name", None)

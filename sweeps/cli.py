@@ -78,10 +78,13 @@ def run_sweep_spec(sweep, out: Path, cluster: str, workers: int, dry_run: bool =
     print(f"{sweep.name}: {len(runs)} runs, {len(todo)} to run", file=sys.stderr)
     bar, update = _progress_bar(len(todo)) if progress and todo and cluster != "slurm" else (None, None)
     try:
-        launch(todo, root, cluster, sweep.resources, workers=workers, wait=wait, progress=update)
+        results = launch(todo, root, cluster, sweep.resources, workers=workers, wait=wait, progress=update)
     finally:
         if bar is not None:
             bar.close()
+    for res in results:
+        if isinstance(res, dict) and res.get("error"):
+            print(f"job error (exit {res.get('code')}): {res['error'].strip().splitlines()[-1]}", file=sys.stderr)
     if cluster != "slurm" or wait:
         wait_for_live(runs, root)
     return root, status(root)

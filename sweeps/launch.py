@@ -54,6 +54,10 @@ class SweepJob:
         torch.set_num_threads(self.spec_dict["train"]["num_threads"])
         try:
             spec = spec_from_dict(self.spec_dict)
+            submitted = self.spec_dict.get("run_id")
+            if submitted and spec.run_id != submitted:
+                return {"code": 2, "error": f"the code changed between submission and execution: the spec submitted "
+                                            f"as {submitted} now resolves to {spec.run_id}; re-run the sweep"}
             code, run_dir = execute(spec, Path(self.root))
         except BadInput as e:
             return {"code": 2, "error": str(e)}
@@ -143,7 +147,7 @@ def launch(runs: list[RunSpec], root: Path, cluster: str, res: Resources, worker
 
     if not runs:
         return []
-    jobs_fns = [SweepJob({**r.to_dict()}, str(root)) for r in runs]
+    jobs_fns = [SweepJob({**r.to_dict(), "run_id": r.run_id}, str(root)) for r in runs]
     ex = make_executor(cluster, root, res)
     if ex.cluster == "slurm":
         with ex.batch():
