@@ -6,7 +6,7 @@ interpreter per program), side by side with a plain ``subprocess`` + ``setrlimit
 (no isolation), as a ratio; then the hostile battery per combination. Writes
 ``benchmarks/results/sandbox.md``.
 
-    python benchmarks/sandbox.py [--workers 2] [--warm-n 600] [--fresh-n 60] [--results PATH]
+    python benchmarks/sandbox.py [--workers 2] [--warm-n 600] [--fresh-n 60] [--repeats 3] [--results PATH]
 
 The ``uid`` layer needs an interpreter its uid can read; combinations with it use
 ``--system-python`` (default /usr/bin/python3) when the running one is not readable.
@@ -19,6 +19,8 @@ import argparse
 import os
 import platform
 import resource
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,15 +34,17 @@ from tasks.sandbox import Sandbox, SandboxConfig, SandboxUnavailable, detect  # 
 from tasks.sandbox.battery import ITEMS, Env, claimed, run_battery  # noqa: E402
 
 TRIVIAL = "assert sum(range(10)) == 45\n"
-HUMANEVAL_LIKE = ("from typing import List\n\n\ndef has_close_elements(numbers: List[float], threshold: float) -> bool:\n"
+HUMANEVAL_LIKE = ("from typing import List\n\n\n"
+                  "def has_close_elements(numbers: List[float], threshold: float) -> bool:\n"
                   "    for i, a in enumerate(numbers):\n        for j, b in enumerate(numbers):\n"
-                  "            if i != j and abs(a - b) < threshold:\n                return True\n    return False\n\n\n"
+                  "            if i != j and abs(a - b) < threshold:\n"
+                  "                return True\n    return False\n\n\n"
                   "def check(candidate):\n    assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.3) == True\n"
                   "    assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.05) == False\n\ncheck(has_close_elements)\n")
 
 
-def plain_subprocess_rate(python: str, n: int, workers: int, code: str) -> float:
-    """Baseline: ``python -c code`` with rlimits via preexec_fn, ``workers`` at a time."""
+def plain_subprocess_rate(python: str, n: int, workers: int, code: str, flags: tuple[str, ...] = ("-S",)) -> float:
+    """Baseline: ``python -S -c code`` with rlimits via preexec_fn, ``workers`` at a time."""
 
     def limits() -> None:
         resource.setrlimit(resource.RLIMIT_CPU, (5, 6))
@@ -52,7 +56,7 @@ def plain_subprocess_rate(python: str, n: int, workers: int, code: str) -> float
     started = 0
     while started < n or running:
         while started < n and len(running) < workers:
-            running.append(subprocess.Popen([python, "-c", code], preexec_fn=limits, stdout=subprocess.DEVNULL,
+            running.append(subprocess.Popen([python, *flags, "-c", code], preexec_fn=limits, stdout=subprocess.DEVNULL,
                                             stderr=subprocess.DEVNULL, start_new_session=True))
             started += 1
         running[0].wait()
@@ -60,14 +64,17 @@ def plain_subprocess_rate(python: str, n: int, workers: int, code: str) -> float
     return n / (time.perf_counter() - t0)
 
 
-def sandbox_rate(cfg: SandboxConfig, n: int, code: str) -> tuple[float, str]:
+def sandbox_rate(cfg: SandboxConfig, n: int, code: str, repeats: int) -> tuple[float, str]:
+    """Median programs/s over ``repeats`` timed batches of ``n`` (workers started before)."""
     with Sandbox(cfg) as sb:
         sb.run_many([code] * (2 * cfg.workers))  # workers up (warm); one round (fresh)
-        t0 = time.perf_counter()
-        rs = sb.run_many([code] * n)
-        rate = n / (time.perf_counter() - t0)
-        bad = [r.status for r in rs if not r.passed]
-        return rate, ("+".join(sb.layers) + (f" ({len(bad)} not passed: {bad[:3]})" if bad else ""))
+        rates, bad = [], []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            rs = sb.run_many([code] * n)
+            rates.append(n / (time.perf_counter() - t0))
+            bad += [r.status for r in rs if not r.passed]
+        return statistics.median(rates), ("+".join(sb.layers) + (f" ({len(bad)} not passed: {bad[:3]})" if bad else ""))
 
 
 def main() -> None:
@@ -75,6 +82,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--warm-n", type=int, default=600)
     ap.add_argument("--fresh-n", type=int, default=60)
+    ap.add_argument("--repeats", type=int, default=3, help="timed batches per cell; the median is reported")
     ap.add_argument("--system-python", default="/usr/bin/python3")
     ap.add_argument("--skip-battery", action="store_true")
     ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results" / "sandbox.md")
@@ -102,9 +110,11 @@ def main() -> None:
             continue
         plans.append((combo, py))
     base_py = d.python
-    base = {name: plain_subprocess_rate(base_py, args.fresh_n, args.workers, code)
+    base = {name: statistics.median(plain_subprocess_rate(base_py, args.fresh_n, args.workers, code)
+                                    for _ in range(args.repeats))
             for name, code in (("trivial", TRIVIAL), ("humaneval", HUMANEVAL_LIKE))}
-    print(f"plain subprocess: {base}", flush=True)
+    with_site = plain_subprocess_rate(base_py, args.fresh_n, args.workers, TRIVIAL, ())
+    print(f"plain subprocess: {base}, with site: {with_site:.0f}/s", flush=True)
     for combo, py in plans:
         res = {}
         used = ""
@@ -113,7 +123,8 @@ def main() -> None:
                 cfg = SandboxConfig(layers=combo, python=py, workers=args.workers, warm=warm,
                                     allow_unisolated=combo == ("rlimit",))
                 try:
-                    res[(warm, name)], used = sandbox_rate(cfg, args.warm_n if warm else args.fresh_n, code)
+                    res[(warm, name)], used = sandbox_rate(cfg, args.warm_n if warm else args.fresh_n, code,
+                                                           args.repeats)
                 except SandboxUnavailable as e:
                     res[(warm, name)], used = float("nan"), str(e)
         print(combo, res, flush=True)
@@ -124,19 +135,24 @@ def main() -> None:
                     f"{res[(False, 'humaneval')]:.0f} ({res[(False, 'humaneval')] / base['humaneval']:.2f}×) | "
                     f"{pyname} |")
     lines += [f"## Programs per second ({args.workers} workers; ratio to the plain-subprocess baseline)", "",
-              f"Baseline, plain `subprocess` + `setrlimit` (no isolation), fresh interpreter per program: "
-              f"{base['trivial']:.0f}/s (trivial), {base['humaneval']:.0f}/s (HumanEval-like). "
+              f"Baseline, plain `subprocess` + `setrlimit` (no isolation), a fresh `python -S -c` per program: "
+              f"{base['trivial']:.0f}/s (trivial), {base['humaneval']:.0f}/s (HumanEval-like); with `site` "
+              f"(`python -c`) {with_site:.0f}/s (trivial). The sandbox's interpreters also run with `-S`. "
+              f"Each cell is the median of {args.repeats} timed batches. "
               f"Warm: {args.warm_n} programs forked from a zygote per worker; fresh: {args.fresh_n} programs, a new "
               "sandbox + interpreter each.", "",
-              "| layers | warm, trivial | warm, HumanEval-like | fresh, trivial | fresh, HumanEval-like | interpreter |",
+              "| layers | warm, trivial | warm, HumanEval-like | fresh, trivial | fresh, HumanEval-like "
+              "| interpreter |",
               "|---|---|---|---|---|---|", *rows, ""]
     if not args.skip_battery:
         lines += ["## Hostile battery", "",
                   "✔ contained; ✘ not contained although the combination claims it (a bug); "
-                  "○ not contained and not claimed by these layers (by design: e.g. `uid` leaves the network open).", "",
+                  "○ not contained and not claimed by these layers (by design: e.g. `uid` leaves the network "
+                  "open).", "",
                   "| layers | " + " | ".join(ITEMS) + " | claimed contained |", "|---|" + "---|" * (len(ITEMS) + 1)]
         for combo, py in plans:
-            cfg = SandboxConfig(layers=combo, python=py, workers=1, memory_mb=256, allow_unisolated=combo == ("rlimit",))
+            cfg = SandboxConfig(layers=combo, python=py, workers=1, memory_mb=256,
+                                allow_unisolated=combo == ("rlimit",))
             sb = Sandbox(cfg)
             env = Env(Path(tempfile.mkdtemp(prefix="rlsb-bench-")))
             try:
@@ -144,6 +160,7 @@ def main() -> None:
             finally:
                 sb.close()
                 env.close()
+                shutil.rmtree(env.root, ignore_errors=True)
             must = claimed(sb.layers)
             cells = ["✔" if o.contained else ("✘" if o.item in must else "○") for o in outs]
             n_claimed = sum(o.contained for o in outs if o.item in must)
@@ -155,8 +172,7 @@ def main() -> None:
         lines.append("")
     load1 = os.getloadavg()
     lines += [f"Load average after: {load1[0]:.1f}. Python {platform.python_version()} "
-              f"(`{sys.executable}`). Each rate is one timed batch, so expect "
-              "±20% run to run on a shared machine."]
+              f"(`{sys.executable}`). On a shared machine expect ±20% run to run even for medians."]
     text = "\n".join(lines) + "\n"
     print(text)
     args.results.parent.mkdir(parents=True, exist_ok=True)

@@ -92,17 +92,20 @@ def main() -> None:
     warm = first["warm"]
     test_before = warm_start_test_acc(warm["path"])
     lines = ["# GRPO on `code_toy` (tiny model, preset budget, 3 seeds)", "",
-             f"Machine: {platform.machine()}, {os.cpu_count()} cores, 1 torch thread per run, up to {args.workers} runs "
-             f"at a time, load average {load0[0]:.1f} at the start (shared machine: wall times are inflated). "
+             f"Machine: {platform.machine()}, {os.cpu_count()} cores, 1 torch thread per run, "
+             f"up to {args.workers} runs at a time, load average {load0[0]:.1f} at the start "
+             "(shared machine: wall times are inflated). "
              f"Command: `python benchmarks/tasks_code.py`" + "".join(f" --set {s}" for s in args.set) + ".", "",
              f"Warm start (shared by every seed, cached): {warm.get('warm_steps')} SFT steps, greedy accuracy "
              f"{warm.get('warm_check_acc')} on 200 held-out train problems (target 0.3).", "",
-             f"Greedy test accuracy of the warm start itself: {test_before:.3f} (the runs evaluate test only at the end).",
-             "", "| seed | greedy val acc before | after | Δ | val curve (every 25% of the budget) | test after | Δ test | "
+             f"Greedy test accuracy of the warm start itself: {test_before:.3f} (the runs evaluate test only at "
+             "the end).", "",
+             "| seed | greedy val acc before | after | Δ | val curve (every 25% of the budget) | test after | Δ test | "
              "train wall s | steps | samples |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['seed']} | {r['before']:.3f} | {r['after']:.3f} | {r['after'] - r['before']:+.3f} | "
-                     f"{' → '.join(f'{x:.3f}' for x in r['curve'])} | {r['test_after']:.3f} | {r['test_after'] - test_before:+.3f} | "
+                     f"{' → '.join(f'{x:.3f}' for x in r['curve'])} | {r['test_after']:.3f} | "
+                     f"{r['test_after'] - test_before:+.3f} | "
                      f"{r['train_wall_s']:.1f} | {r['steps']} | {r['samples']:.0f} |")
     d = [r["after"] - r["before"] for r in rows]
     sd = statistics.stdev(d) if len(d) > 1 else 0.0

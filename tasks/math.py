@@ -93,7 +93,8 @@ class Math(Task):
         # tiny model: mechanics only (it cannot solve MATH)
         "embedded": {"rollout": {"group_size": 4, "prompts_per_step": 4, "max_new_tokens": 64},
                      "optim": {"lr": 3e-4}, "budget": {"samples": 64}, "eval": {"max_prompts": 16}},
-        # Dr. GRPO / Oat (understand-r1-zero) scale: 128 prompts × 8 samples, 3,000 new tokens, lr 1e-6
+        # Dr. GRPO (sail-sg/understand-r1-zero examples/qwen2.5-math-1.5b.sh): 128 prompts × 8 samples,
+        # 3,000 new tokens, T = 1, lr 1e-6
         "hf": {"rollout": {"group_size": 8, "prompts_per_step": 128, "max_new_tokens": 3000, "temperature": 1.0},
                "optim": {"lr": 1e-6}, "budget": {"samples": 131072}, "eval": {"max_prompts": 500}},
     }

@@ -10,19 +10,18 @@ and val/test ask about entities that never appear in train questions.
 Episode (the same :class:`tasks.search.SearchEnv` and grader as ``search``, Search-R1's tags,
 a compact passage rendering)::
 
-    which city is dorak from?\n<search>dorak city</search>
+    which city is dorak from?\\n<search>dorak city</search>
 
-    <information>dorak city: oslo.
-    dorak food: rice.</information>
+    <information>dorak city: oslo.</information>
 
     <answer>oslo</answer><eos>
 
 Retrieval: :class:`tasks.retrieval.TinyBM25` (pure Python; no optional dependency), ``top_k``
-≤ 2. Both of an entity's passages match its name; the one that also matches the query's
-other word ranks first (a query of the name alone ties, and the city passage comes first).
-So the skill that decides the reward is *query formulation*: search for the name together
-with the relation the question asks about, then answer from the top passage. Reward:
-normalised exact match of the last ``<answer>``.
+1 (default) or 2. Both of an entity's passages match its name; the one that also matches
+the query's other word ranks first (a query of the name alone ties, and the city passage
+comes first). So the skill that decides the reward is *query formulation*: search for the
+name together with the relation the question asks about, then answer from the passage.
+Reward: normalised exact match of the last ``<answer>``.
 
 Warm start (``warm_start``, cached by :mod:`suite.warmstart`): SFT on whole teacher episodes
 with the environment's real observation, observation tokens masked out of the loss (as the
@@ -36,6 +35,7 @@ of greedy answers on held-out train entities are *grounded* (one of that entity'
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -88,11 +88,11 @@ def render(hits: Sequence[Hit]) -> str:
 class SearchToyConfig(TaskConfig):
     n_entities: int = 600
     """Entities in the synthetic world (two passages and two questions each)."""
-    top_k: int = 2
-    """Passages per search (1 or 2)."""
+    top_k: int = 1
+    """Passages per search (1 or 2; with 1 the query alone decides which fact is shown)."""
     val_fraction: float = 0.1
     """Hash-selected share of entities held out for val (test takes the same share)."""
-    warm_target: float = 0.9
+    warm_target: float = 0.95
     """The warm start stops once this share of greedy answers on held-out train entities is
     grounded (one of the entity's two facts)."""
     warm_max_steps: int = 3000
@@ -123,7 +123,7 @@ class SearchToy(Task):
                         "max_obs_tokens": 96, "temperature": 1.0},
             "optim": {"lr": 3e-4, "critic_lr": 1e-3, "grad_clip": 1.0},
             "train": {"epochs": 1, "minibatches": 1},
-            "budget": {"samples": 6400},
+            "budget": {"samples": 2048},
             "eval": {"max_prompts": 120, "every": 0.25},
         },
         "hf": {"rollout": {"group_size": 8, "prompts_per_step": 32, "max_new_tokens": 128, "max_turns": 3,
@@ -206,7 +206,7 @@ class SearchToy(Task):
         check = [q for q in train if q.name in held]
         pool = [q for q in train if q.name not in held]
         opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.0)
-        stats, step, every = {"acc": 0.0, "grounded": 0.0}, 0, 25
+        stats, step, every, t0 = {"acc": 0.0, "grounded": 0.0}, 0, 25, time.perf_counter()
         while step < self.cfg.warm_max_steps:
             for _ in range(every):
                 batch = [self.episode(pool[rng.randrange(len(pool))], tokenizer, rng) for _ in range(16)]
@@ -220,7 +220,7 @@ class SearchToy(Task):
             if stats["grounded"] >= self.cfg.warm_target:
                 break
         return {"warm_steps": step, "warm_check_acc": stats["acc"], "warm_check_grounded": stats["grounded"],
-                "warm_check_n": len(check)}
+                "warm_check_n": len(check), "warm_wall_s": round(time.perf_counter() - t0, 1)}
 
 
 def sft_loss(model, tokenizer, batch: Sequence[tuple[list[int], list[float]]]) -> torch.Tensor:

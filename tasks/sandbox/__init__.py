@@ -10,13 +10,14 @@ Layers (what each one adds; ``rlimit`` is always on):
   (CPU, address space, file size, open files, no core), a wall-clock timeout that kills the
   whole process group and whatever it left behind, a clean environment, no inherited
   descriptors, all capabilities dropped when running as root, and a seccomp guard: no
-  ptrace, signals only to itself, and no new processes unless RLIMIT_NPROC can count them
-  per sandbox (``uid`` layer). It does **not** hide files or the network.
+  ptrace, no System V IPC, signals only to itself, and no new processes unless RLIMIT_NPROC
+  can count them per sandbox (``uid`` layer). It does **not** hide files or the network.
 * ``uid`` (root only) — the program runs as a dedicated unprivileged uid per worker
   (allocated under a lock, so concurrent runs on a node never share one), which makes
   RLIMIT_NPROC effective (``max_procs``) and hides files that are not world-readable
   (``/etc/shadow``, ``/root``). The interpreter must be readable by that uid (``python``).
-  The network stays open and world-writable directories stay writable.
+  The network stays open, world-writable directories stay writable and ``/proc`` still
+  shows other processes' command lines.
 * ``landlock`` — Landlock (kernel ≥ 5.13; no root, no namespaces: the layer for shared
   nodes): read-only system and interpreter directories, read-write scratch, nothing else;
   no TCP bind/connect (ABI ≥ 4); no signals or abstract sockets outside the sandbox
@@ -572,7 +573,8 @@ class Sandbox:
                            "fsize_bytes": c.file_mb << 20, "nofile": 64,
                            # with bwrap the uid also owns bwrap and the zygote (≈3 processes)
                            "nproc": (c.max_procs + 3 * ("bwrap" in L)) if "uid" in L else None}}
-        py = [self.python, "-S", "-s", "-B", "-c", inside_source() + "\nserve(eval(sys.argv[1], {'__builtins__': {}}))\n"]
+        src = inside_source() + "\nserve(eval(sys.argv[1], {'__builtins__': {}}))\n"  # argv: a dict literal
+        py = [self.python, "-S", "-s", "-B", "-c", src]
         plans = []
         for uid in uids:
             z = dict(base)

@@ -82,7 +82,9 @@ _NR = {
                    finit_module=313, delete_module=176, kexec_load=246, kexec_file_load=320, reboot=169,
                    swapon=167, swapoff=168, acct=163, settimeofday=164, clock_settime=227, quotactl=179,
                    syslog=103, vhangup=153, name_to_handle_at=303, open_by_handle_at=304, iopl=172,
-                   ioperm=173, setrlimit=160, prlimit64=302, personality=135),
+                   ioperm=173, setrlimit=160, prlimit64=302, personality=135, shmget=29, shmat=30, shmctl=31,
+                   semget=64, semop=65, semctl=66, msgget=68, msgsnd=69, msgrcv=70, msgctl=71, semtimedop=220,
+                   mq_open=240),
     "aarch64": dict(capset=91, socket=198, clone=220, clone3=435, kill=129, tkill=130, tgkill=131,
                     rt_sigqueueinfo=138, rt_tgsigqueueinfo=240, pidfd_open=434, pidfd_send_signal=424,
                     pidfd_getfd=438, ptrace=117, process_vm_readv=270, process_vm_writev=271, mount=40,
@@ -93,7 +95,8 @@ _NR = {
                     finit_module=273, delete_module=106, kexec_load=104, kexec_file_load=294, reboot=142,
                     swapon=224, swapoff=225, acct=89, settimeofday=170, clock_settime=112, quotactl=60,
                     syslog=116, vhangup=58, name_to_handle_at=264, open_by_handle_at=265, setrlimit=164,
-                    prlimit64=261, personality=92),
+                    prlimit64=261, personality=92, shmget=194, shmat=196, shmctl=195, semget=190, semop=193,
+                    semctl=191, msgget=186, msgsnd=189, msgrcv=188, msgctl=187, semtimedop=192, mq_open=180),
 }
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 
@@ -222,13 +225,18 @@ _NETWORK_AND_KERNEL = ("socket", "mount", "umount2", "unshare", "setns", "io_uri
                        "clock_settime", "quotactl", "syslog", "vhangup", "name_to_handle_at",
                        "open_by_handle_at", "iopl", "ioperm", "personality")
 _ALWAYS = ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_open", "pidfd_send_signal", "pidfd_getfd",
-           "tkill", "rt_tgsigqueueinfo")
+           "tkill", "rt_tgsigqueueinfo",
+           # System V IPC and POSIX message queues outlive the program and (outside bwrap) live in
+           # the host's IPC namespace, where they could reach other processes' segments
+           "shmget", "shmat", "shmctl", "semget", "semop", "semctl", "msgget", "msgsnd", "msgrcv", "msgctl",
+           "semtimedop", "mq_open")
 
 
 def seccomp_program(self_pid, allow_fork, full, signal_scoped):
     """Build the BPF filter (a list of (code, jt, jf, k)).
 
-    Always: no ptrace / process_vm / pidfd / tkill; ``prlimit64`` only on itself; ``kill``-family
+    Always: no ptrace / process_vm / pidfd / tkill / System V IPC / message queues;
+    ``prlimit64`` only on itself; ``kill``-family
     signals only to this process or its own group (to any positive pid when Landlock
     scopes signals); no clone into new namespaces; with ``allow_fork=False`` no new
     processes at all (threads are allowed: clone3 answers ENOSYS so libc falls back to

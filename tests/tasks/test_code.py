@@ -8,17 +8,48 @@ Data tests need ``$RLSUITE_DATA/code`` (skip without it; fail under RLSUITE_REQU
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import tasks.code  # noqa: F401  (registration, until tasks/__init__.py imports it)
 from suite.cli import main
 from suite.errors import BadInput
 from tasks.base import read_jsonl
-from tasks.code import (HUMANEVAL_CHAT, MBPP, CodeConfig, HumanEval, MBPPConfig, carve, fenced_code,
-                        humaneval_program, mbpp_code, mbpp_program, split_check, truncate)
+from tasks.code import (
+    HUMANEVAL_CHAT,
+    MBPP,
+    CodeConfig,
+    HumanEval,
+    MBPPConfig,
+    carve,
+    fenced_code,
+    humaneval_program,
+    mbpp_code,
+    mbpp_program,
+    split_check,
+    truncate,
+)
+from tasks.sandbox import SandboxConfig, SandboxUnavailable, detect
 from tests.conftest import data_dir
 
-ROW = {"task_id": "T/0", "prompt": "from typing import List\n\n\ndef add(a: int, b: int) -> int:\n    \"\"\"Sum.\"\"\"\n",
+
+def _sandbox_or_skip() -> None:
+    """These tasks refuse to run without an isolating sandbox layer: skip (with the reason)
+    on such a machine, or fail when RLSUITE_REQUIRE_SANDBOX is set (CI)."""
+    try:
+        detect().choose(SandboxConfig())
+    except SandboxUnavailable as e:
+        if os.environ.get("RLSUITE_REQUIRE_SANDBOX"):
+            pytest.fail(f"{e} (RLSUITE_REQUIRE_SANDBOX)", pytrace=False)
+        pytest.skip(str(e), allow_module_level=True)
+
+
+_sandbox_or_skip()
+
+
+ROW = {"task_id": "T/0",
+       "prompt": "from typing import List\n\n\ndef add(a: int, b: int) -> int:\n    \"\"\"Sum.\"\"\"\n",
        "entry_point": "add", "canonical_solution": "    return a + b\n",
        "test": "def check(candidate):\n    assert candidate(1, 2) == 3\n    x = 5\n    assert candidate(x, 1) == 6\n"}
 
@@ -54,7 +85,8 @@ def test_mbpp_code_and_program():
     assert mbpp_code("[BEGIN]\ndef f(x):\n    return x\n[DONE] trailing") == "\ndef f(x):\n    return x\n"
     assert mbpp_code("```python\ndef f(x):\n    return x\n```\nExplanation") == "def f(x):\n    return x"
     row = {"test_list": ["assert f(1) == 1", "assert f(2) == 2"], "test_setup_code": "import math"}
-    assert mbpp_program(row, "def f(x): return x") == "def f(x): return x\nimport math\nassert f(1) == 1\nassert f(2) == 2\n"
+    expected = "def f(x): return x\nimport math\nassert f(1) == 1\nassert f(2) == 2\n"
+    assert mbpp_program(row, "def f(x): return x") == expected
 
 
 def test_split_check_keeps_setup_statements():

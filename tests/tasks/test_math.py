@@ -118,3 +118,14 @@ def test_math_run_with_local_data(math_dir, tmp_path, capsys):
     run_dir = out.strip().splitlines()[-1].split("run_dir: ")[1]
     evals = [json.loads(x) for x in open(f"{run_dir}/evals.jsonl")]
     assert {"val", "test"} <= {e["split"] for e in evals} and "eval/math/greedy_acc" in evals[-1]
+
+
+def test_parsed_answers_vote_in_maj_at_k(task, math_dir):
+    from suite.evaluate import maj_at_k
+
+    row = read_jsonl(math_dir / "test_sample.jsonl", FIELDS)[0]  # \left( 3, \frac{\pi}{2} \right)
+    comps = ["\\boxed{(3, \\pi)}", "\\boxed{\\left(3,\\dfrac{\\pi}{2}\\right)}", "no box", "\\boxed{(3, \\frac{\\pi}{2})}"]
+    grades = task.grade_batch([row] * 4, comps)
+    assert [g.correct for g in grades] == [False, True, False, True]
+    assert grades[1].parsed == grades[3].parsed and grades[2].parsed is None
+    assert maj_at_k([g.parsed for g in grades], [g.correct for g in grades], 4) == 1.0

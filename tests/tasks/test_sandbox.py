@@ -17,9 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from tasks.sandbox import (LAYERS, Detection, Sandbox, SandboxConfig, SandboxUnavailable, detect)
-from tasks.sandbox.battery import ITEMS, Env, claimed, run_battery
+from tasks.sandbox import (
+    LAYERS,
+    Detection,
+    Sandbox,
+    SandboxConfig,
+    SandboxUnavailable,
+    detect,
+)
 from tasks.sandbox._inside import seccomp_program
+from tasks.sandbox.battery import ITEMS, Env, claimed, run_battery
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 
@@ -128,6 +135,23 @@ def test_pass_cannot_be_forged_by_writing_to_descriptors(sb):
     prog = "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'0' * 32)\n    except OSError:\n" \
            "        pass\nos._exit(0)\n"
     assert sb.run(prog).status == "failed"
+
+
+def test_kernel_surface_is_closed(sb):
+    prog = """
+import ctypes, errno, socket
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.shmget(0, 4096, 0o1600) == -1 and ctypes.get_errno() == errno.EPERM
+assert libc.ptrace(16, 1, 0, 0) == -1  # PTRACE_ATTACH to init
+for family in (socket.AF_INET, socket.AF_INET6, socket.AF_UNIX):
+    try:
+        socket.socket(family)
+        raise AssertionError(family)
+    except PermissionError:
+        pass
+"""
+    r = sb.run(prog)
+    assert r.passed, r.output
 
 
 def test_programs_do_not_see_each_other(sb):

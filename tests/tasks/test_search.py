@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 import tasks.search  # noqa: F401  (registration, until tasks/__init__ imports it)
+from suite.cli import main
 from suite.errors import BadInput
 from suite.models import char_tokenizer
 from suite.rollout import collect
@@ -266,3 +267,25 @@ def test_f1_reward_option():
     assert g.reward == pytest.approx(0.8) and not g.correct
     with pytest.raises(ValueError, match="top_k"):
         SearchConfig(top_k=0)
+
+
+@pytest.mark.slow
+def test_search_run_with_local_data(search_dir, tmp_path, capsys):
+    """Mechanics with the tiny model (embedded preset): the run completes and logs evals."""
+    code = main(["run", "--task", "search", "--algo", "grpo", "--seed", "0", "--set", f"task.data_path={search_dir}",
+                 "--budget", "updates=1", "--set", "eval.max_prompts=2", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0
+    run_dir = out.strip().splitlines()[-1].split("run_dir: ")[1]
+    evals = [json.loads(x) for x in open(f"{run_dir}/evals.jsonl")]
+    assert {"val", "test"} <= {e["split"] for e in evals} and "eval/search/greedy_acc" in evals[-1]
+
+
+def test_parsed_answers_vote_in_maj_at_k():
+    from suite.evaluate import maj_at_k
+
+    golds = ["The Beatles"]
+    grades = [grade_answer(c, golds, "em") for c in
+              ["<answer>Rolling Stones</answer>", "<answer>the beatles</answer>", "no answer", "<answer>Beatles!</answer>"]]
+    assert [g.parsed for g in grades] == ["rolling stones", "beatles", None, "beatles"]
+    assert maj_at_k([g.parsed for g in grades], [g.correct for g in grades], 4) == 1.0  # 2 votes beat 1; None abstains
