@@ -39,7 +39,7 @@ import string
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional, Sequence
+from typing import Callable, Literal, Optional, Sequence
 
 from suite.errors import BadInput
 from tasks.base import Environment, Grade, Task, TaskConfig, hash_split, read_jsonl, register

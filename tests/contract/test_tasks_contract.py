@@ -21,10 +21,7 @@ from typing import Any
 
 import pytest
 
-import tasks  # noqa: F401  (the built-in tasks)
-import tasks.math  # noqa: F401  (registration, until tasks/__init__ imports these)
-import tasks.search  # noqa: F401
-import tasks.search_toy  # noqa: F401
+import tasks  # noqa: F401  (registers the built-in tasks)
 from suite.spec import resolve
 from tasks.base import TASKS, Environment, Grade, TaskConfig
 from tests.conftest import data_dir

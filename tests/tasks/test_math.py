@@ -13,7 +13,6 @@ import re
 
 import pytest
 
-import tasks.math  # noqa: F401  (registration, until tasks/__init__ imports it)
 from suite.cli import main
 from suite.errors import BadInput
 from tasks.base import read_jsonl

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 
-import tasks.search  # noqa: F401  (registration, until tasks/__init__ imports it)
 from suite.cli import main
 from suite.errors import BadInput
 from suite.models import char_tokenizer

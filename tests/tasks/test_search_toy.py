@@ -14,7 +14,6 @@ import random
 import pytest
 import torch
 
-import tasks.search_toy  # noqa: F401  (registration, until tasks/__init__ imports it)
 from suite.cli import main
 from suite.models import char_tokenizer
 from suite.runfolder import read_jsonl
