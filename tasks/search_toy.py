@@ -118,6 +118,8 @@ class SearchToy(Task):
     Config = SearchToyConfig
     cfg: SearchToyConfig
     presets = {
+        # 32 GRPO steps of 8 prompts × 8 samples: ≈ 1 min on one core after the cached warm start
+        # (benchmarks/results/tasks_search.md); turn 1 + turn 2 need ≈ 49 policy tokens
         "embedded": {
             "rollout": {"group_size": 8, "prompts_per_step": 8, "max_new_tokens": 64, "max_turns": 2,
                         "max_obs_tokens": 96, "temperature": 1.0},
@@ -126,6 +128,7 @@ class SearchToy(Task):
             "budget": {"samples": 2048},
             "eval": {"max_prompts": 120, "every": 0.25},
         },
+        # pretrained models (untested here): the same episodes, room for a second search
         "hf": {"rollout": {"group_size": 8, "prompts_per_step": 32, "max_new_tokens": 128, "max_turns": 3,
                            "max_obs_tokens": 96},
                "optim": {"lr": 1e-6}, "budget": {"samples": 25600}, "eval": {"max_prompts": 120}},
