@@ -42,7 +42,7 @@ def main(spec: str, results: str, title: str, note: str = "") -> None:
              f"Command: `python benchmarks/{Path(sys.argv[0]).name}` (sweep `{spec}`, {args.workers} local workers, "
              f"1 torch thread each). Machine: {platform.machine()}, {os.cpu_count()} cores (shared with other work "
              f"while it ran). Sweep wall time: {wall / 60:.1f} min. Full report: `rlsuite report <root>/{name}`.", "",
-             "## Leaderboard (final greedy test accuracy, %)", "", (report / "leaderboard.md").read_text()]
+             "Scores: final greedy test accuracy, %.", "", (report / "leaderboard.md").read_text()]
     if (report / "ablation.md").exists():
         parts += ["## Ablation (each arm vs its base, paired over seeds)", "", (report / "ablation.md").read_text()]
     if (report / "stability_runs.md").exists():
