@@ -133,6 +133,11 @@ class Trainer:
             raise BadInput(f"algorithm '{self.algo.cfg.name}' needs {', '.join(missing)}, which the backend of "
                            f"model '{self.spec.model.name}' with rollout.engine={self.spec.rollout.engine} cannot produce")
 
+    @property
+    def _head_critic(self) -> bool:
+        """Values come from a head on the actor's forward (not from a separate critic model)."""
+        return self.critic is not None and self.critic.mode != "separate"
+
     def context(self) -> Context:
         s = self.spec
         return Context(step=self.step_no, progress=self.budget.progress, entropy=self.entropy,
@@ -285,7 +290,7 @@ class Trainer:
         on_policy = bool((rec.policy_version == self.budget.counters["updates"]).all()) and r.top_p == 1.0 and r.mismatch == "none" \
             and r.top_k == 0 and bool((rec.behaviour_id == 0).all())
         fields: dict[str, Any] = {}
-        head_values = self.critic is not None and self.critic.mode != "separate"
+        head_values = self._head_critic
         if r.old_logp == "behaviour" and on_policy and not head_values:
             fields["old_logp"] = rec.behav_logp.to(dev)
         else:
@@ -411,7 +416,7 @@ class Trainer:
         s, t = self.spec, self.spec.train
         cfg = self.algo.cfg
         want = frozenset({"entropy"}) | (self.needs & {"hidden", "attn_stat", "topk"})
-        head_values = self.critic is not None and self.critic.mode != "separate"
+        head_values = self._head_critic
         if head_values:
             want = want | {"values"}
         B = batch.batch_size
