@@ -15,9 +15,10 @@ Differs from its base (``base``: ``dapo`` — DAPO's clip-higher, dynamic sampli
 shaping — or ``grpo``: GRPO z-score and PPO clip ε 0.2/0.2, no DAPO mechanisms) by the shaping above,
 with an optional linear warm-up over the first ``warmup_frac`` of training progress.
 
-Fidelity: ``code`` (rule from the authors' README). [ASSUMPTION]s: the error class is the task's
-parsed answer (``Batch.parsed``: canonical final answer for math-like tasks) until tasks expose a
-dedicated error class; unparsable answers (None) share one "no answer" class (``none_class``);
+Fidelity: ``code`` (rule from the authors' README). The error class is the task's
+(``Batch.error_class`` from ``Grade.error_key``: the canonical final answer for math-like tasks,
+the exception type or failure status for code; ``equivalence = parsed`` uses the parsed answer
+instead). [ASSUMPTION]s: unparsable answers (None) share one "no answer" class (``none_class``);
 a rollout is incorrect iff its task score < 1; with base = grpo the loss is verl's GRPO
 (token-mean, no KL — the EDAS code is a verl port); β = 0.3 with DAPO and 0.2 with GRPO when unset.
 """
@@ -72,6 +73,8 @@ class EDASConfig(DAPOConfig):
     """Linear warm-up of the shaping over this fraction of training progress (0 = off)."""
     none_class: Literal["shared", "unique"] = "shared"
     """Unparsable answers form one class, or each its own."""
+    equivalence: Literal["task", "parsed"] = "task"
+    """Error-equivalence function: the task's error class (``Batch.error_class``) or the parsed answer."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -86,12 +89,12 @@ class EDAS(DAPO):
     citation = ("Liu et al. 2026, Leveraging Error Diversity in Group Rollouts for Reinforcement Learning, "
                 "arXiv:2605.17333")
     fidelity = "code"
-    assumptions = ("error class = the task's parsed answer (Batch.parsed) until tasks expose a dedicated class",
+    assumptions = ("error class = the task's Grade.error_key (math: canonical answer; code: exception type)",
                    "unparsable answers share one 'no answer' class (none_class)",
                    "incorrect ⇔ task score < 1",
                    "base = grpo uses verl's GRPO: PPO clip 0.2/0.2, token-mean, no KL",
                    "β = 0.3 with DAPO, 0.2 with GRPO when unset; warm-up measured in training progress")
-    switches = ("base", "alpha", "beta", "kappa", "warmup_frac", "none_class")
+    switches = ("base", "alpha", "beta", "kappa", "warmup_frac", "none_class", "equivalence")
     inert = {"alpha": "acts only where a group's wrong answers fall into ≥ 2 classes; the contract harness "
                       "carries no parsed answers (covered in test_seed_a)"}
     tune_knob = ("alpha", (0.2, 0.4, 0.6))
@@ -112,7 +115,8 @@ class EDAS(DAPO):
         ramp = min(1.0, ctx.progress / c.warmup_frac) if c.warmup_frac > 0 else 1.0
         mask = out.loss_mask if out.loss_mask is not None else batch.loss_mask
         seq = ((out.adv * mask).sum(-1) / mask.sum(-1).clamp(min=1)).tolist()  # Â_i
-        parsed = list(batch.parsed) if len(batch.parsed) == batch.batch_size else [None] * batch.batch_size
+        source = batch.error_class if c.equivalence == "task" else batch.parsed
+        parsed = list(source) if len(source) == batch.batch_size else [None] * batch.batch_size
         wrong = (batch.scores < 1).tolist()
         new, deltas, k_one, k_many, ents = list(seq), [], 0, 0, []
         for g in torch.unique(batch.group_id).tolist():

@@ -57,6 +57,8 @@ class Rollout:
       prompt_width: int, the common left-padded prompt width;
       texts: the decoded completions (policy and observation text, no prompt);
       parsed: the task's parsed answers (for logging);
+      error_class: each sample's error class (``Grade.error_key``: canonical final answer for
+        math-like tasks, exception type for code; EDAS partitions wrong answers by it);
       topk_ids / topk_logp [B, T, K], attn_stat [B, T] (detached), hidden [B, T, H]:
         optional extras recorded by the engine when an algorithm ``needs`` them.
     """
@@ -76,6 +78,7 @@ class Rollout:
     prompt_width: int
     texts: tuple[str, ...] = ()
     parsed: tuple[Optional[str], ...] = ()
+    error_class: tuple[Optional[str], ...] = ()
     topk_ids: Optional[Tensor] = None
     topk_logp: Optional[Tensor] = None
     attn_stat: Optional[Tensor] = None

@@ -37,11 +37,20 @@ class TaskConfig:
 class Grade:
     """A graded completion: ``reward`` in the task's declared range, ``correct`` for
     accuracy metrics, ``parsed`` the extracted answer (None = nothing extractable; such a
-    completion does not vote in maj@k)."""
+    completion does not vote in maj@k). ``error_class``: the equivalence class of a wrong
+    answer for error-diversity methods (EDAS): the canonical final answer for math-like tasks
+    (None = same as ``parsed``; use :meth:`error_key`), the exception type or failure status
+    for code."""
 
     reward: float
     correct: bool
     parsed: Optional[str]
+    error_class: Optional[str] = None
+
+    @property
+    def error_key(self) -> Optional[str]:
+        """The error class, falling back to the parsed answer (None: nothing extractable)."""
+        return self.error_class if self.error_class is not None else self.parsed
 
 
 class Environment:

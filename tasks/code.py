@@ -227,7 +227,7 @@ class CodeTask(Task):
         except SandboxUnavailable as e:
             raise BadInput(f"{self.name}: {e}") from None
         self._splits: Optional[dict[str, list[dict]]] = None
-        self._cache: OrderedDict[str, str] = OrderedDict()
+        self._cache: OrderedDict[str, tuple[str, Optional[str]]] = OrderedDict()
 
     def programs(self, example: dict, completion: str) -> list[str]:
         """The test programs for one completion (one, or one per test for ``fraction``)."""
@@ -236,16 +236,18 @@ class CodeTask(Task):
     def extracted(self, example: dict, completion: str) -> str:
         raise NotImplementedError
 
-    def run_programs(self, progs: Sequence[str]) -> list[str]:
-        """Statuses of ``progs`` (cached by program text; each distinct program runs once)."""
+    def run_programs(self, progs: Sequence[str]) -> list[tuple[str, Optional[str]]]:
+        """``(status, error_class)`` of each of ``progs`` (cached by program text; each distinct
+        program runs once; see :attr:`tasks.sandbox.RunResult.error_class`)."""
         todo = list(dict.fromkeys(p for p in progs if p not in self._cache))
-        fresh = dict(zip(todo, (r.status for r in self.sandbox.run_many(todo, self.cfg.timeout_s)))) if todo else {}
+        fresh = {p: (r.status, r.error_class) for p, r in zip(todo, self.sandbox.run_many(todo, self.cfg.timeout_s))} \
+            if todo else {}
         out = [fresh[p] if p in fresh else self._cache[p] for p in progs]
         for p in progs:
             if p in self._cache:
                 self._cache.move_to_end(p)
         if self.cfg.cache_size:
-            self._cache.update((p, s) for p, s in fresh.items() if s != "sandbox_error")
+            self._cache.update((p, r) for p, r in fresh.items() if r[0] != "sandbox_error")
             while len(self._cache) > self.cfg.cache_size:
                 self._cache.popitem(last=False)
         return out
@@ -258,12 +260,15 @@ class CodeTask(Task):
         flat = self.run_programs([p for ps in per for p in ps])
         out, k = [], 0
         for e, c, ps in zip(examples, completions, per):
-            passed = [s == "passed" for s in flat[k:k + len(ps)]]
+            res = flat[k:k + len(ps)]
             k += len(ps)
+            passed = [st == "passed" for st, _ in res]
             frac = sum(passed) / len(passed)
             reward = frac if self.cfg.reward == "fraction" else float(all(passed))
             code = self.extracted(e, c).strip()
-            out.append(Grade(reward=reward, correct=all(passed), parsed=code or None))
+            # error class: the first failing program's exception type ("no_code" when nothing was extracted)
+            err = None if all(passed) else (next(ec for st, ec in res if st != "passed") if code else "no_code")
+            out.append(Grade(reward=reward, correct=all(passed), parsed=code or None, error_class=err))
         return out
 
     def _local_rows(self, required: Sequence[str]) -> list[dict]:

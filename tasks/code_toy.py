@@ -163,7 +163,7 @@ class CodeToy(Task):
         except SandboxUnavailable as e:
             raise BadInput(f"code_toy: {e}") from None
         self._splits: Optional[dict[str, list[Problem]]] = None
-        self._cache: OrderedDict[str, bool] = OrderedDict()
+        self._cache: OrderedDict[str, tuple[bool, Optional[str]]] = OrderedDict()
 
     def splits(self) -> dict[str, list[Problem]]:
         if self._splits is None:
@@ -196,11 +196,12 @@ class CodeToy(Task):
         fresh = {p: r for p, r in zip(todo, self.sandbox.run_many(todo, self.cfg.timeout_s))} if todo else {}
         out = []
         for p, x in zip(progs, exprs):
-            ok = p is not None and (fresh[p].passed if p in fresh else self._cache[p])
+            ok, err = (False, "no_code") if p is None else \
+                ((fresh[p].passed, fresh[p].error_class) if p in fresh else self._cache[p])
             if p in self._cache:
                 self._cache.move_to_end(p)
-            out.append(Grade(reward=float(ok), correct=ok, parsed=x or None))
-        self._cache.update((p, r.passed) for p, r in fresh.items() if r.status != "sandbox_error")
+            out.append(Grade(reward=float(ok), correct=ok, parsed=x or None, error_class=err))
+        self._cache.update((p, (r.passed, r.error_class)) for p, r in fresh.items() if r.status != "sandbox_error")
         while len(self._cache) > self.cfg.cache_size:
             self._cache.popitem(last=False)
         return out

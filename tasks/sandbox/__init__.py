@@ -55,6 +55,7 @@ import fcntl
 import functools
 import json
 import os
+import re
 import pwd
 import selectors
 import shutil
@@ -143,6 +144,10 @@ class SandboxConfig:
             raise ValueError(f"sandbox uid_base must be ≥ 1000 (system uids below), got {self.uid_base}")
 
 
+_EXCEPTION_LINE = re.compile(r"^((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Iteration|Warning))"
+                             r"(?::|$)", re.M)
+
+
 @dataclass(frozen=True)
 class RunResult:
     """One program's outcome. ``output`` is stdout+stderr (truncated to ``output_bytes``)."""
@@ -155,6 +160,19 @@ class RunResult:
     @property
     def passed(self) -> bool:
         return self.status == "passed"
+
+    @property
+    def error_class(self) -> Optional[str]:
+        """The failure's equivalence class: None when passed; the exception type of the last
+        traceback line (``AssertionError``, ``NameError``…) when the program failed by raising;
+        otherwise the status (``timeout``, ``crashed``, ``output_limit``, ``failed``…)."""
+        if self.status == "passed":
+            return None
+        if self.status == "failed":
+            hits = _EXCEPTION_LINE.findall(self.output)
+            if hits:
+                return hits[-1]
+        return self.status
 
 
 # ---------------------------------------------------------------------------------------

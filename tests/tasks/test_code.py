@@ -190,6 +190,9 @@ def test_mbpp_all_200_references_pass_and_wrong_fail(code_dir):
         assert [r["task_id"] for r, g in zip(rows, right) if not g.correct] == []
         wrong = task.grade_batch(rows, ["```python\ndef nothing():\n    pass\n```"] * len(rows))
         assert not any(g.correct for g in wrong)
+        classes = [g.error_class for g in wrong]  # the tests call an undefined function
+        assert set(classes) <= {"NameError", "TypeError"} and classes.count("NameError") > 150
+        assert {g.error_class for g in right} == {None}
         s = task.splits()
         assert sum(len(v) for v in s.values()) == 200 and all(s.values())
         r0 = rows[0]

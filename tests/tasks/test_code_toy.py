@@ -59,6 +59,9 @@ def test_grading_runs_the_code(task):
     assert [g.correct for g in grades] == [True, True, True] + [False] * 8
     assert [g.reward for g in grades[:4]] == [1.0, 1.0, 1.0, 0.0]
     assert grades[1].parsed == "3+x" and grades[5].parsed is None
+    # error classes (EDAS): the exception type of the failure, "no_code" when nothing was extracted
+    assert [g.error_class for g in grades] == [None, None, None, "AssertionError", "KeyError", "no_code",
+                                               "SyntaxError", "SyntaxError", "failed", "NameError", "ZeroDivisionError"]
 
 
 def test_canonical_answers_pass(task):

@@ -414,8 +414,9 @@ ED_SCORES = [1.0, 0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0]
 ED_GROUPS = [0] * 6 + [1] * 3
 
 
-def ed_adv(parsed, progress=0.0, **kw):
-    b = make_batch([[1]] * 9, ED_GROUPS, ED_SCORES, parsed=tuple(parsed))
+def ed_adv(parsed, progress=0.0, error_class=None, **kw):
+    b = make_batch([[1]] * 9, ED_GROUPS, ED_SCORES, parsed=tuple(parsed),
+                   error_class=tuple(parsed if error_class is None else error_class))
     out = EDAS(EDASConfig(base="grpo", **kw)).advantages(b, ctx(progress=progress))
     return out.adv[:, 0], out.metrics
 
@@ -451,6 +452,18 @@ def test_edas_perseveration_kappa_warmup_and_none_class():
     torch.testing.assert_close(ed_adv(nones, none_class="unique")[0][1:5], t([AW] * 4), atol=2e-6, rtol=0)
     with pytest.raises(ValueError):
         EDASConfig(kappa=1.0)
+
+
+def test_edas_error_equivalence_switch():
+    """The task's error class (e.g. an exception type) partitions the wrong answers; ``equivalence =
+    parsed`` uses the parsed answers instead."""
+    parsed = ["5", "3", "3", "3", "7", "5", "1", "2", "1"]
+    same_exc = ["", "ValueError", "ValueError", "ValueError", "ValueError", "", "", "x", ""]
+    adv, m = ed_adv(parsed, error_class=same_exc)  # one class (K = 1): perseveration → −0.774597
+    torch.testing.assert_close(adv[1:5], t([-0.774597] * 4), atol=2e-6, rtol=0)
+    assert m["algo/edas/groups_k1"] == 1
+    adv, _ = ed_adv(parsed, error_class=same_exc, equivalence="parsed")  # K = 2 as in the hand example
+    torch.testing.assert_close(adv[1:5], t([-0.696650] * 3 + [-0.492033]), atol=2e-6, rtol=0)
 
 
 def test_edas_base_switch():
