@@ -258,7 +258,8 @@ class Trainer:
                           lengths=rec.loss_mask[sl].sum(-1), truncated=rec.truncated[sl],
                           grade=lambda text, ex=example: float(self.task.grade(ex, text).reward), anchors=anchors[g])
             rewards[sl] = torch.as_tensor(self.algo.rewards(group, ctx), dtype=torch.float)
-        rec = rec.replace(scores=scores, rewards=rewards, parsed=tuple(g.parsed for g in grades))
+        rec = rec.replace(scores=scores, rewards=rewards, parsed=tuple(g.parsed for g in grades),
+                          error_class=tuple(g.error_key for g in grades))
         self._charge_rollout(rec, len(idx))
         return rec, metrics
 
