@@ -12,3 +12,4 @@ __all__ = ["ALGORITHMS", "AdvOut", "AlgoConfig", "Algorithm", "Behaviour", "Cont
 from algorithms import agro, copc, dc_grpo, ggpo, sp3o  # noqa: E402,F401  (seed papers B)
 from algorithms import judges, rrc  # noqa: E402,F401  (RRC)
 from algorithms import dppo_pdm, drpo, edas, entrocraft, is_grpo, pnpo  # noqa: E402,F401  (seed papers A)
+from algorithms import fbos_rl  # noqa: E402,F401  (FBOS-RL)

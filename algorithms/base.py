@@ -15,6 +15,13 @@ hook                        contract (defaults in this class)
 ``before_rollout(ctx)``     → list of :class:`Behaviour` (weights + the sample rows each
                             one draws), or None for the current policy for every sample
 ``rewards(group, ctx)``     → ``[G]`` rewards of one prompt group (default: the task grade)
+``replay(ctx)``             → a :class:`~suite.types.Rollout` of stale rows to train on again
+                            this step (appended after the fresh rows with their group ids
+                            shifted; their μ log-probs and policy versions stay their own, so
+                            π_old is re-scored for them), or None
+``revise(groups, ctx)``     → a :class:`Revision` (a second, feedback-conditioned round of
+                            sampling: which first answer of each group the task's verifier
+                            feedback is about, and which rows enter the batch), or None
 ``advantages(batch, ctx)``  → :class:`AdvOut` with ``adv [B, T]`` (and ``returns``)
 ``filter(batch, ctx)``      → ``[B]`` bool keep-mask or None; the trainer's refill loop
                             draws more batches (bounded by ``rollout.max_refill_tries``);
@@ -41,22 +48,23 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Literal, Mapping, Optional
+from typing import Any, Callable, ClassVar, Literal, Mapping, Optional, Sequence
 
 import torch
 from torch import Tensor
 
 from suite.aggregation import AggMode
 from suite.registry import Registry
-from suite.types import Batch, Forward
+from suite.types import Batch, Forward, Rollout
 
 #: Inputs an algorithm may declare in ``needs``. Policy-forward outputs: ``entropy``,
 #: ``hidden``, ``attn_stat``; batch fields: ``old_logp`` (π_old scoring pass), ``values``
 #: (a critic), ``topk`` (behaviour top-K log-probs from the rollout), ``behav_attn_stat``
 #: (the sampler's attention statistic), ``behav_hidden``, ``anchor`` (a greedy decode of the
 #: current policy per prompt, given to ``rewards`` as ``Group.anchors``; charged to the budget).
-#: ``ref_logp`` is implied by ``kl_coef > 0`` and may also be declared.
-NEEDS = frozenset({"entropy", "hidden", "attn_stat", "old_logp", "ref_logp", "values", "topk",
+#: ``ref_logp`` is implied by ``kl_coef > 0`` and may also be declared; ``init_logp``: log-probs
+#: under a frozen copy of the initial policy (for KL-to-initial metrics when π_ref is refreshed).
+NEEDS = frozenset({"entropy", "hidden", "attn_stat", "old_logp", "ref_logp", "init_logp", "values", "topk",
                    "behav_attn_stat", "behav_hidden", "anchor"})
 
 Fidelity = Literal["code", "paper", "abstract", "description"]
@@ -94,6 +102,33 @@ class Behaviour:
     id: int
     rows: tuple[int, ...]
     state: Optional[Mapping[str, Tensor]] = None
+
+
+#: Row kinds of a batch with a feedback round (``Rollout.stage``): the first group on the
+#: prompt, the feedback-conditioned group on prompt + answer + feedback, and the latter's
+#: responses re-placed after the original prompt (their μ is still the feedback-conditioned one).
+STAGES = ("first", "feedback", "recontext")
+
+
+@dataclass(frozen=True)
+class Revision:
+    """A second, feedback-conditioned round of sampling (``revise``; FBOS-RL).
+
+    ``sources``: one entry per prompt group — the index ``0..G−1`` of the first-round completion
+    the task's verifier feedback (``Task.feedback``) is about, or −1 for no second group on that
+    prompt. For each source the trainer builds ``Task.revision_prompt(example, completion,
+    feedback)``, samples G completions from it (charged to the budget like any rollout),
+    grades them on the original example, and puts the rows named in ``stages`` (:data:`STAGES`)
+    into the batch. ``detail``: the feedback's detail, passed to ``Task.feedback``.
+    """
+
+    sources: tuple[int, ...]
+    stages: frozenset[str] = frozenset(STAGES)
+    detail: str = "full"
+
+    def __post_init__(self) -> None:
+        if not self.stages or set(self.stages) - set(STAGES):
+            raise ValueError(f"Revision.stages must be a non-empty subset of {STAGES}, got {sorted(self.stages)}")
 
 
 @dataclass(frozen=True)
@@ -213,6 +248,12 @@ class Algorithm:
 
     def rewards(self, group: Group, ctx: Context) -> Tensor:
         return group.scores
+
+    def revise(self, groups: Sequence[Group], ctx: Context) -> Optional[Revision]:
+        return None
+
+    def replay(self, ctx: Context) -> Optional[Rollout]:
+        return None
 
     def advantages(self, batch: Batch, ctx: Context) -> AdvOut:
         raise NotImplementedError(f"{type(self).__name__} must define advantages()")

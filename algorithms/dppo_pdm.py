@@ -22,7 +22,10 @@ Fidelity: ``description`` (paper not found; the closed form was derived for the 
 [ASSUMPTION]s: the one-step logit model Δz = ηA(e_a − π); top-K evaluated as a (K+1)-category
 softmax whose sampled category is a's top-K slot, or the rest bucket when a is not in μ's top-K;
 K ≈ 20; DPPO's thresholds; the crossing rule's logit step η per unit |A| (off by default).
-Not implemented: realised-vs-predicted ΔD (needs the post-update forward of the same tokens).
+Realised vs predicted ΔD: when a row is seen again after an update (``train.epochs > 1`` or several
+minibatches re-visiting it), the divergence change since its previous visit is compared with the
+prediction made then: ``algo/dppo_pdm/realised_up_frac``, ``sign_agreement`` (sign(ΔD_real) =
+sign(ΔD_pred) over active tokens) and ``realised_mean``. With one pass per batch nothing is logged.
 """
 
 from __future__ import annotations
@@ -138,4 +141,25 @@ class DPPOPDM(DPPO):
                                 "algo/dppo_pdm/topk_kl_max": big.max(),
                                 "algo/dppo_pdm/topk_kl_less_01": masked_mean((kl < 0.1).float(), mask),
                                 "algo/dppo_pdm/topk_kl_less_05": masked_mean((kl < 0.5).float(), mask)})
+            metrics.update(self._realised(batch, div.detach(), d_pred.detach(), active, ctx))
         return loss, metrics
+
+    def _realised(self, batch: Batch, div: torch.Tensor, d_pred: torch.Tensor, active: torch.Tensor, ctx) -> dict:
+        """Compare each re-visited row's divergence change with the prediction of its last visit."""
+        if getattr(self, "_seen_step", None) != ctx.step:
+            self._seen_step, self._seen = ctx.step, {}
+        keys = [(int(e), hash(r.cpu().numpy().tobytes())) for e, r in zip(batch.example_idx, batch.tokens)]
+        real, pred, act = [], [], []
+        for i, k in enumerate(keys):
+            if k in self._seen:
+                d0, p0 = self._seen[k]
+                real.append(div[i] - d0)
+                pred.append(p0)
+                act.append(active[i])
+            self._seen[k] = (div[i], d_pred[i])
+        if not real:
+            return {}
+        real, pred, act = torch.stack(real), torch.stack(pred), torch.stack(act)
+        return {"algo/dppo_pdm/realised_mean": masked_mean(real, act),
+                "algo/dppo_pdm/realised_up_frac": masked_mean((real > 0).float(), act),
+                "algo/dppo_pdm/sign_agreement": masked_mean(((real > 0) == (pred > 0)).float(), act)}

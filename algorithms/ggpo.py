@@ -21,7 +21,9 @@ reference is refreshed in ``after_update`` through ``ctx.refresh_reference``; 5.
 default (``loss_type``: ``ppo_clip`` token surrogate, or ``squared_gap``: the gradient of
 ``½·Σ_i (U_i(θ) − sg Φ)²/β``, i.e. REINFORCE with the gap re-evaluated at the current θ).
 
-Refresh events are logged by the next ``advantages`` call (its ref_logp comes from the fresh
+Metrics: ``algo/ggpo/kl_ref`` and ``kl_init`` (sequence k1 KL of π_old to the current π_ref and to
+the initial policy — a frozen copy scored every step when the reference refreshes; the pass is
+charged as ``score_init``). Refresh events are logged by the next ``advantages`` call (its ref_logp comes from the fresh
 reference): ``algo/ggpo/refreshed`` (since the last batch), ``algo/ggpo/refreshes`` (total).
 """
 
@@ -105,7 +107,9 @@ class GGPO(Algorithm):
 
     @property
     def needs(self) -> frozenset[str]:
-        return super().needs | {"old_logp", "ref_logp"}
+        # the initial policy only when π_ref moves away from it (otherwise KL to π_ref is KL to the initial)
+        init = {"init_logp"} if self.cfg.refresh_every is not None else set()
+        return super().needs | {"old_logp", "ref_logp"} | init
 
     def _u(self, rewards, logp, ref_logp, mask):
         """Sequence KL-adjusted reward ``U = R − β·Σ_t (log π − log π_ref)``. [B, T] → [B]."""
@@ -120,6 +124,8 @@ class GGPO(Algorithm):
         metrics = {f"{k}/gibbs_gap_mean": gap.mean(), f"{k}/gibbs_gap_abs_mean": gap.abs().mean(),
                    f"{k}/phi_minus_ubar": (phi - mean_u).mean(), f"{k}/u_mean": u.mean(),
                    f"{k}/kl_ref": masked_sum(batch.old_logp - batch.ref_logp, mask, -1).mean(),  # sequence k1 KL
+                   f"{k}/kl_init": masked_sum(batch.old_logp - (batch.ref_logp if batch.init_logp is None
+                                                                 else batch.init_logp), mask, -1).mean(),
                    f"{k}/refreshed": float(self.refreshes - self.logged), f"{k}/refreshes": float(self.refreshes)}
         self.seen = self.refreshes  # committed as logged by the next after_update (idempotent per step)
         return AdvOut(adv=broadcast_to_tokens(gap, mask), metrics=metrics, extras={"ggpo_baseline": base})

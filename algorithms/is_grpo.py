@@ -13,7 +13,11 @@ Differs from GRPO (``algorithms/grpo.py``; its loss and defaults ε 0.2, β 0.04
      batch in ``after_update``, so sampling and weighting see the same P.
   2. Mean-only advantage × IS weight (``is_weight``, ``renormalise``; ``scale_by_std`` gives GRPO's
      arm, ``reinforce`` with ``baseline=group_mean`` the unnormalised one).
-Not implemented: the "response-IS" reading (stale groups re-weighted; no hook re-injects groups).
+``reading = response`` — the alternative reading [ASSUMPTION]: IS over responses. Prompts are drawn
+uniformly; the previous step's groups are trained on again (the ``replay`` hook) with the truncated
+sequence weight ``ρ_i = min(π_old(y_i)/μ(y_i), c)``, their baseline and σ estimated from the
+ρ-weighted rewards (:func:`weighted_group_advantage`), ``Â_i = ρ_i·(R_i − m_ρ)/σ_ρ``; fresh groups get
+GRPO's z-score.
 Fidelity ``abstract``; [ASSUMPTION]s (= ``ISGRPO.assumptions``): prompt-level IS, P ∝ σ̂^α, w = 1/(N·P);
 σ̂ = last batch's unbiased group std (or EMA); unseen σ̂ 0.5, floor 0.05; w / batch mean; draws with
 replacement; GRPO's loss/defaults; orthogonality = mean |cos| of per-prompt Σ A·h per micro-batch.
@@ -21,6 +25,8 @@ replacement; GRPO's loss/defaults; orthogonality = mean |cos| of per-prompt Σ A
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
@@ -28,14 +34,28 @@ import torch
 
 from algorithms.base import AdvOut, Context, register
 from algorithms.grpo import GRPO, GRPOConfig
-from suite.ops import broadcast_to_tokens, group_mean_std, group_normalised_advantage
-from suite.types import Batch, Forward
+from suite.ops import broadcast_to_tokens, group_mean_std, group_normalised_advantage, masked_sum
+from suite.types import Batch, Forward, Rollout
 
 
 def prompt_probs(sigma_hat: torch.Tensor, alpha: float, sigma_min: float) -> torch.Tensor:
     """``P(q) ∝ max(σ̂_q, σ_min)^α``. Shapes: [N] → [N]."""
     s = sigma_hat.clamp(min=sigma_min) ** alpha
     return s / s.sum()
+
+
+def weighted_group_advantage(rewards: torch.Tensor, group_ids: torch.Tensor, w: torch.Tensor,
+                             scale_by_std: bool = True, eps: float = 1e-6) -> torch.Tensor:
+    """``(R − m_w)/(σ_w + eps)`` with the group's w-weighted mean and std
+    (``m_w = Σ wR/Σ w``, ``σ_w² = Σ w(R − m_w)²/Σ w · n/(n−1)``; w ≡ 1 gives GRPO's z-score).
+    Shapes: [B], [B], [B] → [B]."""
+    _, inv, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
+    n, w = counts.to(rewards.dtype), w.to(rewards.dtype)
+    sw = torch.zeros_like(n).index_add_(0, inv, w)
+    m = torch.zeros_like(n).index_add_(0, inv, w * rewards) / sw
+    var = torch.zeros_like(n).index_add_(0, inv, w * (rewards - m[inv]) ** 2) / sw * n / (n - 1).clamp(min=1)
+    centred = rewards - m[inv]
+    return centred / (var.sqrt()[inv] + eps) if scale_by_std else centred
 
 
 def feature_orthogonality(hidden, adv, mask, group_id) -> Optional[torch.Tensor]:
@@ -69,6 +89,12 @@ class ISGRPOConfig(GRPOConfig):
     """Draw prompts with replacement (exact IS weight)."""
     orthogonality: bool = False
     """Log the feature-orthogonality statistic (needs last-layer hidden states)."""
+    reading: Literal["prompt", "response"] = "prompt"
+    """IS over prompts (σ̂-proportional sampler × w_q) or over responses (uniform prompts; the previous
+    step's groups re-used with truncated sequence weights; σ from the weighted rewards). The response
+    reading always divides by σ (``scale_by_std``, ``alpha`` and the prompt weights act only in the prompt reading)."""
+    response_cap: float = 2.0
+    """c: truncation of the re-used responses' weight min(π_old(y)/μ(y), c) (reading = response)."""
 
 
 @register
@@ -84,11 +110,16 @@ class ISGRPO(GRPO):
         "unseen prompts get σ̂ = sigma_prior = 0.5; σ̂ floored at sigma_min = 0.05",
         "w renormalised by its batch mean (renormalise); prompts drawn with replacement so w is exact",
         "loss and defaults as GRPO (clip 0.2, k3 KL β 0.04, seq-mean-token-mean)",
-        "orthogonality statistic = mean |cos| of per-prompt Σ A·h (last-layer hidden) per micro-batch")
-    switches = ("alpha", "scale_by_std", "is_weight", "renormalise", "sigma_source", "sigma_min", "sigma_prior")
+        "orthogonality statistic = mean |cos| of per-prompt Σ A·h (last-layer hidden) per micro-batch",
+        "response reading: the previous step's groups re-used once, sequence weight min(π_old/μ, c = 2) on the "
+        "advantage, baseline and σ from the weighted rewards with the n/(n−1) correction")
+    switches = ("alpha", "scale_by_std", "is_weight", "renormalise", "sigma_source", "sigma_min", "sigma_prior",
+                "reading")
     inert = {**dict.fromkeys(("alpha", "is_weight", "renormalise", "sigma_min", "sigma_prior", "sigma_source",
                               "ema_decay", "with_replacement"), "acts via sample_prompts and the σ̂ table: a fresh "
-                             "entry samples uniformly (w ≡ 1); see test_seed_a"), "orthogonality": "metric only"}
+                             "entry samples uniformly (w ≡ 1); see test_seed_a"), "orthogonality": "metric only",
+             **dict.fromkeys(("reading", "response_cap"), "acts through the replay hook (a fresh entry has no "
+                             "stale groups yet); see test_seed_a")}
     tune_knob = ("alpha", (0.5, 1.0))
     Config = ISGRPOConfig
     cfg: ISGRPOConfig
@@ -97,6 +128,8 @@ class ISGRPO(GRPO):
         super().__init__(cfg)
         self.sigma: Optional[torch.Tensor] = None  # [N] σ̂ table, NaN = unseen
         self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []  # (prompt idx, σ) not yet applied
+        self.buffer: Optional[Rollout] = None  # reading = response: last step's fresh rows (CPU)
+        self.n_replayed = 0  # rows appended by replay() to the current batch
 
     @property
     def needs(self) -> frozenset[str]:
@@ -108,12 +141,20 @@ class ISGRPO(GRPO):
         sig = torch.nan_to_num(self.sigma, nan=self.cfg.sigma_prior)
         return prompt_probs(sig, self.cfg.alpha, self.cfg.sigma_min)
 
-    def sample_prompts(self, ctx: Context) -> list[int]:
+    def sample_prompts(self, ctx: Context) -> Optional[list[int]]:
+        if self.cfg.reading == "response":
+            return None  # the trainer's uniform draw
         repl = self.cfg.with_replacement or ctx.prompts_per_step > ctx.n_train
         return torch.multinomial(self._probs(ctx.n_train), ctx.prompts_per_step, repl,
                                  generator=ctx.generator("is_grpo/prompts")).tolist()
 
+    def replay(self, ctx: Context) -> Optional[Rollout]:
+        self.n_replayed = self.buffer.batch_size if self.cfg.reading == "response" and self.buffer is not None else 0
+        return self.buffer if self.n_replayed else None
+
     def advantages(self, batch: Batch, ctx: Context) -> AdvOut:
+        if self.cfg.reading == "response":
+            return self._response_advantages(batch, ctx)
         c = self.cfg
         adv = group_normalised_advantage(batch.rewards, batch.group_id, c.scale_by_std)  # [B]
         idx = batch.example_idx.long().cpu()
@@ -127,6 +168,26 @@ class ISGRPO(GRPO):
              "sampler_entropy": -(p * p.log()).sum(), "seen_frac": (~self.sigma.isnan()).float().mean()}
         return AdvOut(adv=broadcast_to_tokens(adv, batch.loss_mask),
                       metrics={f"algo/is_grpo/{k}": float(v) for k, v in m.items()})
+
+    def _response_advantages(self, batch: Batch, ctx: Context) -> AdvOut:
+        """Fresh rows: GRPO's z-score; re-used rows (the last ``n_replayed``): ρ·(R − m_ρ)/σ_ρ."""
+        c, n = self.cfg, batch.batch_size - self.n_replayed
+        self._probs(ctx.n_train)  # the σ̂ table (logged, and kept for a switch back to the prompt reading)
+        adv = group_normalised_advantage(batch.rewards, batch.group_id)  # [B] (fresh rows kept)
+        m: dict[str, float] = {"replayed_rows": float(self.n_replayed)}
+        if self.n_replayed:
+            log_rho = masked_sum(batch.old_logp - batch.behav_logp, batch.loss_mask, -1)[n:]  # [B_old]
+            rho = torch.exp(log_rho.clamp(max=math.log(c.response_cap)))
+            adv[n:] = rho * weighted_group_advantage(batch.rewards[n:], batch.group_id[n:], rho)
+            m.update({"rho_mean": float(rho.mean()), "rho_min": float(rho.min()),
+                      "rho_truncated_frac": float((log_rho > math.log(c.response_cap)).float().mean())})
+        fresh = batch.select(torch.arange(n, device=batch.tokens.device))
+        self.buffer = Rollout(**{f.name: _cpu(getattr(fresh, f.name)) for f in dataclasses.fields(Rollout)})
+        idx = fresh.example_idx.long().cpu()
+        std = group_mean_std(fresh.rewards, fresh.group_id)[1]
+        self.pending.append((idx, std.detach().float().cpu()))
+        m["sigma_mean"] = float(std.mean())
+        return AdvOut(adv=broadcast_to_tokens(adv, batch.loss_mask), metrics={f"algo/is_grpo/{k}": v for k, v in m.items()})
 
     def after_update(self, ctx: Context) -> None:
         for idx, std in self.pending:  # σ̂ update once per step, after the batch was weighted
@@ -144,7 +205,12 @@ class ISGRPO(GRPO):
         return loss, metrics
 
     def state_dict(self) -> dict[str, Any]:
-        return {"sigma": self.sigma, "pending": list(self.pending)}
+        return {"sigma": self.sigma, "pending": list(self.pending), "buffer": self.buffer}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.sigma, self.pending = state.get("sigma"), list(state.get("pending", []))
+        self.buffer = state.get("buffer")
+
+
+def _cpu(v: Any) -> Any:
+    return v.detach().cpu() if isinstance(v, torch.Tensor) else v

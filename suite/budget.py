@@ -63,8 +63,12 @@ class Budget:
         return any(self.counters[k] >= v for k, v in self.limits.items())
 
     def row(self) -> dict[str, float]:
-        return {f"budget/{k}": (int(v) if k not in ("wall_s",) and float(v).is_integer() else v)
-                for k, v in self.counters.items()}
+        """Cumulative counters (``budget/<key>``) and FLOPs per kind of pass (``budget/flops_<kind>``:
+        rollout, score_old, score_ref, score_init, train, anchor, judge…)."""
+        out = {f"budget/{k}": (int(v) if k not in ("wall_s",) and float(v).is_integer() else v)
+               for k, v in self.counters.items()}
+        out.update({f"budget/flops_{k}": v for k, v in sorted(self.flops_by_kind.items())})
+        return out
 
     def state_dict(self) -> dict:
         return {"counters": dict(self.counters), "flops_by_kind": dict(self.flops_by_kind)}

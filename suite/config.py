@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -63,9 +64,21 @@ class RolloutConfig:
     """Nucleus truncation (1 = off); μ log-probs stay untruncated, the truncation is logged."""
     top_k: int = 0
     """Top-k truncation (0 = off)."""
-    engine: Literal["auto", "kv", "hf", "s3r"] = "auto"
+    rng: Literal["batch", "row"] = "batch"
+    """Sampling noise of training rollouts. ``batch``: drawn for the whole batch from the step's
+    generator (the original stream). ``row``: a counter-based hash (splitmix64) of (step stream,
+    global row, token position, vocab id), so any split of the rows gives the same samples;
+    required by ``train.world_size`` > 1; ``kv`` engine only. In the run id only when ``row``."""
+    engine: Literal["auto", "kv", "hf", "s3r", "vllm"] = "auto"
     """``kv``: the hand-written KV-cached sampler (Llama-style models); ``hf``: HF ``generate``;
-    ``s3r``: self-sparse speculative rollouts on the KV sampler (exactly the dense distribution)."""
+    ``s3r``: self-sparse speculative rollouts on the KV sampler (exactly the dense distribution);
+    ``vllm``: vLLM on a CUDA GPU (the ``vllm`` extra; untested in this project's CI, see
+    ``suite/vllm_engine.py``): top-K but no attention statistics, and no top-p/top-k truncation
+    in training (vLLM then reports only the truncated log-probs)."""
+    vllm_gpu_memory: float = 0.3
+    """``engine=vllm``: vLLM's ``gpu_memory_utilization`` (its weights + KV cache, as a fraction
+    of the GPU); the trainer's model, optimizer and activations use the rest. A resource
+    setting: not in the run id."""
     s3r_gamma: int = 4
     """S3R: tokens drafted per verification."""
     s3r_sink: int = 4
@@ -131,6 +144,11 @@ class TrainConfig:
     """Where the policy trains and samples."""
     checkpoint_every: int = 20
     """Steps between checkpoints (also on preemption and at the end). Not in the run id."""
+    world_size: int = 1
+    """Data-parallel processes (torch.distributed: gloo on CPU, NCCL on CUDA; ``suite/distributed.py``):
+    each generates and trains on a shard of every batch and gradients are summed, so the run
+    equals the one-process run with the same global batch up to float summation order (needs
+    ``rollout.rng=row``). Not in the run id, so a run may resume with another world size."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -212,6 +230,10 @@ class RunSpec:
         for k in ("sweep", "factors", "tuning") + (("variant",) if self.variant is None else ()):
             d.pop(k)  # a named variant is part of the identity: two arms never share a folder
         d["train"].pop("checkpoint_every")
+        d["train"].pop("world_size")  # the same run by construction (suite/distributed.py), elastic resume
+        if d["rollout"]["rng"] == "batch":
+            d["rollout"].pop("rng")  # the default keeps the run ids from before the setting existed
+        d["rollout"].pop("vllm_gpu_memory")  # a resource setting (and absent from older spec.json files)
         blob = json.dumps(d, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:8]
 
@@ -243,6 +265,9 @@ def _type_name(tp: Any) -> str:
     if origin is tuple:
         return f"list of {_type_name(typing.get_args(tp)[0])}"
     return getattr(tp, "__name__", str(tp))
+
+
+_FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 
 
 def coerce(value: Any, tp: Any, where: str) -> Any:
@@ -278,6 +303,8 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
             raise bad
         return int(value)
     if tp is float:
+        if isinstance(value, str) and _FLOAT.match(value.strip()):  # YAML 1.1 reads "3e-4" as a string
+            return float(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad
         return float(value)
@@ -353,7 +380,7 @@ def check_ranges(spec: RunSpec) -> list[str]:
         "rollout.group_size": r.group_size, "rollout.prompts_per_step": r.prompts_per_step,
         "rollout.max_new_tokens": r.max_new_tokens, "rollout.max_turns": r.max_turns,
         "train.epochs": t.epochs, "train.minibatches": t.minibatches, "train.num_threads": t.num_threads,
-        "eval.batch_size": ev.batch_size,
+        "train.world_size": t.world_size, "eval.batch_size": ev.batch_size,
     }
     e += [f"{k} must be ≥ 1, got {v}" for k, v in positive.items() if v < 1]
     nonneg = {"rollout.top_k": r.top_k, "rollout.staleness": r.staleness, "rollout.topk": r.topk,
@@ -366,11 +393,26 @@ def check_ranges(spec: RunSpec) -> list[str]:
         e.append(f"rollout.top_p must be in (0, 1], got {r.top_p}")
     if r.temperature <= 0:
         e.append(f"rollout.temperature must be > 0 for training rollouts, got {r.temperature}")
+    if not 0 < r.vllm_gpu_memory <= 1:
+        e.append(f"rollout.vllm_gpu_memory must be in (0, 1], got {r.vllm_gpu_memory}")
+    if r.engine == "vllm" and (r.top_p < 1 or r.top_k > 0):
+        e.append(f"rollout.engine=vllm reports only truncated log-probs under top-p/top-k, so μ's untruncated "
+                 f"log-probs would be unknown: set rollout.top_p=1 and rollout.top_k=0 (got {r.top_p}, {r.top_k}), "
+                 f"or use rollout.engine=auto, kv or hf")
+    if r.engine == "vllm" and getattr(t, "world_size", 1) > 1:
+        e.append(f"rollout.engine=vllm runs one vLLM instance inside a single training process; "
+                 f"train.world_size={t.world_size} is not supported with it")
     if o.lr <= 0 or o.critic_lr <= 0:
         e.append("optim.lr and optim.critic_lr must be > 0")
     if t.minibatches > r.prompts_per_step * r.group_size:
         e.append(f"train.minibatches ({t.minibatches}) exceeds the sequences per step "
                  f"({r.prompts_per_step * r.group_size})")
+    if t.world_size > 1 and r.rng != "row":
+        e.append(f"train.world_size={t.world_size} needs rollout.rng=row (samples that do not depend on how "
+                 f"rows are split across processes), got rollout.rng={r.rng}; valid: row (batch: world_size 1 only)")
+    if r.rng == "row" and r.engine not in ("auto", "kv"):
+        e.append(f"rollout.rng=row is implemented by the kv sampler, not rollout.engine={r.engine}; "
+                 f"valid rollout.engine with rng=row: auto, kv")
     if not 0 < ev.every <= 1:
         e.append(f"eval.every must be in (0, 1], got {ev.every}")
     if ev.n_samples and any(k > ev.n_samples or k < 1 for k in ev.ks):

@@ -14,7 +14,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from suite.sampler import SamplingParams
+from suite.sampler import RowNoise, SamplingParams
 from suite.types import Rollout
 
 
@@ -35,11 +35,14 @@ class _Trace:
 
 
 def collect(engine, tokenizer, prompts: Sequence[list[int]], params: SamplingParams,
-            generator: Optional[torch.Generator], envs: Optional[Sequence[Any]] = None,
+            generator: Optional[Any], envs: Optional[Sequence[Any]] = None,
             max_turns: int = 1, max_obs_tokens: int = 256, want_attn: bool = False,
             group_ids: Optional[Sequence[int]] = None, example_idx: Optional[Sequence[int]] = None,
             behaviour_ids: Optional[Sequence[int]] = None) -> tuple[Rollout, dict[str, float]]:
     """Roll out one completion per entry of ``prompts`` (already expanded G times).
+
+    ``generator``: a ``torch.Generator``, or a :class:`suite.sampler.RowNoise` whose ``rows``
+    are the global ids of ``prompts`` (row-invariant sampling, ``rollout.rng=row``).
 
     Returns the record (``scores``/``rewards`` zero, to be filled by the trainer) and rollout
     metrics (``mismatch/trunc_logp_mean``: mean log-prob the top-p/top-k truncation added
@@ -54,7 +57,10 @@ def collect(engine, tokenizer, prompts: Sequence[list[int]], params: SamplingPar
         if not active:
             break
         turn_params = SamplingParams(**{**params.__dict__, "stop_strings": stop_strings if any(envs) else ()})
-        out = engine.generate([traces[b].prompt + traces[b].ids for b in active], turn_params, generator,
+        # row noise continues at each row's own position (the same however rows are batched)
+        gen = generator.take(active, [len(traces[b].ids) for b in active]) if isinstance(generator, RowNoise) \
+            else generator
+        out = engine.generate([traces[b].prompt + traces[b].ids for b in active], turn_params, gen,
                               want_attn=want_attn,
                               limits=[params.max_new_tokens - traces[b].policy_tokens for b in active])
         for j, b in enumerate(active):

@@ -173,6 +173,26 @@ class RunFolder:
         shutil.rmtree(old, ignore_errors=True)
 
 
+class ReadOnlyFolder(RunFolder):
+    """The run folder as data-parallel ranks other than 0 see it: reads (the checkpoint on
+    resume) work, every write is a no-op, so rank 0 alone writes the run folder."""
+
+    def append(self, name: str, rows: Iterable[dict]) -> None:
+        pass
+
+    def truncate_jsonl(self, name: str, max_step: int) -> None:
+        pass
+
+    def set_status(self, **fields: Any) -> None:
+        self._status.update(fields)
+
+    def start_heartbeat(self, every_s: float = 30.0) -> None:
+        pass
+
+    def replace_dir(self, name: str, writer) -> None:
+        pass
+
+
 def env_info(device: str, precision: str, threads: int) -> dict[str, Any]:
     """Git commit and dirty flag, package versions, device, precision, threads, host."""
     from importlib import metadata

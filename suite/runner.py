@@ -56,7 +56,28 @@ def _semantic(d: dict) -> dict:
     """A spec document without the fields that do not change results (labels, checkpointing)."""
     d = {k: v for k, v in d.items() if k not in ("sweep", "factors", "tuning")}
     d["train"] = {k: v for k, v in d.get("train", {}).items() if k != "checkpoint_every"}
+    d["rollout"] = {k: v for k, v in d.get("rollout", {}).items() if k != "vllm_gpu_memory"}
+    d["train"].pop("world_size", None)  # a run may resume with another world size (same run)
+    if d["rollout"].get("rng", "batch") == "batch":
+        d["rollout"].pop("rng", None)  # the default, absent from older spec.json files
     return d
+
+
+def _check_existing_ranked(run_dir: Path, spec: RunSpec, world) -> tuple[Optional[int], int]:
+    """:func:`check_existing` decided by data-parallel rank 0 alone (rank 0 starts writing the
+    status right after, which must not change the other ranks' decision) and broadcast."""
+    if not world.active:
+        return check_existing(run_dir, spec)
+    res: Optional[tuple] = None
+    if world.main:
+        try:
+            res = ("ok", check_existing(run_dir, spec))
+        except BadInput as e:
+            res = ("bad", str(e))
+    res = world.broadcast_object(res)
+    if res[0] == "bad":
+        raise BadInput(res[1])
+    return tuple(res[1])
 
 
 def execute(spec: RunSpec, out: Path, on_ready: Optional[Callable[[Path], None]] = None) -> tuple[int, Path]:
@@ -66,14 +87,25 @@ def execute(spec: RunSpec, out: Path, on_ready: Optional[Callable[[Path], None]]
     import tasks  # noqa: F401
     from algorithms.base import ALGORITHMS
     from suite.models import load_model
+    from suite.distributed import launch_local, world as current_world
     from suite.trainer import Trainer
     from suite.warmstart import warm_started
     from tasks.base import TASKS
 
     run_dir = Path(out) / spec.run_id
-    code, attempt = check_existing(run_dir, spec)
+    world = current_world()
+    if world.active and world.size != spec.train.world_size:
+        raise BadInput(f"train.world_size={spec.train.world_size} but this process group has {world.size} processes")
+    if spec.train.world_size > 1 and not world.active:  # spawn the data-parallel ranks on this machine
+        code, _ = check_existing(run_dir, spec)  # exit codes and bad input before anything starts
+        return (code, run_dir) if code is not None else (launch_local(spec, Path(out)), run_dir)
+    code, attempt = _check_existing_ranked(run_dir, spec, world)
     if code is not None:
         return code, run_dir
+    if spec.rollout.engine == "vllm":  # fail before loading anything when vLLM or a GPU is missing
+        from suite.vllm_engine import require_vllm
+
+        require_vllm()
     torch.set_num_threads(spec.train.num_threads)
     task = TASKS.get(spec.task.name)(spec.task)
     algo = ALGORITHMS.get(spec.algo.name)(spec.algo)
@@ -83,13 +115,15 @@ def execute(spec: RunSpec, out: Path, on_ready: Optional[Callable[[Path], None]]
         warm = warm_started(task, model, tok, spec.model.name, spec.train.num_threads)
     try:
         trainer = Trainer(spec, run_dir, task, algo, model, tok)  # validates capabilities and splits
-        run_dir.mkdir(parents=True, exist_ok=True)
-        if attempt == 1:
-            atomic_write_json(run_dir / "spec.json", spec.to_dict() | {"run_id": spec.run_id})
-            atomic_write_json(run_dir / "env.json", env_info(str(trainer.device), spec.model.dtype,
-                                                             spec.train.num_threads) | {"warm_start": warm})
-        if on_ready:
-            on_ready(run_dir)
+        if world.main:  # data-parallel ranks > 0 write nothing
+            run_dir.mkdir(parents=True, exist_ok=True)
+            if attempt == 1:
+                atomic_write_json(run_dir / "spec.json", spec.to_dict() | {"run_id": spec.run_id})
+                atomic_write_json(run_dir / "env.json", env_info(str(trainer.device), spec.model.dtype,
+                                                                 spec.train.num_threads)
+                                  | {"warm_start": warm, "world_size": world.size})
+            if on_ready:
+                on_ready(run_dir)
         try:
             state, reason = trainer.train(resume=attempt > 1, attempt=attempt)
         except Exception as e:  # noqa: BLE001 - any crash is recorded as `failed`

@@ -14,7 +14,8 @@ pass). Randomness comes only from ``generator``.
 ``KVSampler`` supports ``llama``, ``mistral`` and ``qwen2`` architectures (RMSNorm, rotary
 embeddings from the model's own ``inv_freq``, grouped-query attention, SwiGLU, optional
 q/k/v biases); its logits equal the HF forward's (tested). ``HFGenerateEngine`` works for any
-causal LM.
+causal LM. ``rollout.engine=vllm`` is :class:`suite.vllm_engine.VLLMEngine` (CUDA, the ``vllm``
+extra; untested here).
 """
 
 from __future__ import annotations
@@ -74,8 +75,71 @@ def truncate_logits(logits: Tensor, top_p: float, top_k: int) -> Tensor:
     return logits
 
 
-def sample_step(logits: Tensor, params: SamplingParams, generator: Optional[torch.Generator]):
-    """Pick next tokens. Returns (tokens [B], μ logp [B], truncated logp [B], logp_all [B, V])."""
+def _signed64(c: int) -> int:
+    return c - (1 << 64) if c >= 1 << 63 else c
+
+
+_SM_GAMMA, _SM_MUL1, _SM_MUL2 = (_signed64(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB))
+
+
+def _srl(x: Tensor, k: int) -> Tensor:
+    """Logical right shift of int64 (torch's ``>>`` is arithmetic)."""
+    return (x >> k) & ((1 << (64 - k)) - 1)
+
+
+def splitmix64(x: Tensor) -> Tensor:
+    """splitmix64 (Steele et al. 2014) of int64 tensors, elementwise: ``x + γ`` then the
+    finaliser; wrapping 64-bit arithmetic, so it is bit-identical on every device."""
+    x = x + _SM_GAMMA
+    x = (x ^ _srl(x, 30)) * _SM_MUL1
+    x = (x ^ _srl(x, 27)) * _SM_MUL2
+    return x ^ _srl(x, 31)
+
+
+class RowNoise:
+    """Counter-based sampling noise that does not depend on the batch a row is sampled in.
+
+    The uniform for (row ``r``, token position ``t``, vocab id ``v``) is a hash of
+    ``(key, r, t, v)``: ``s = sm(sm(sm(key) ^ r) ^ t)``, ``u = (sm(s + v·γ) >> 11 + ½)·2⁻⁵³``
+    (``sm`` = :func:`splitmix64`), so sampling a batch equals sampling any split of its rows
+    separately — what data-parallel rollouts need (``rollout.rng=row``). ``rows`` are the
+    global row ids of the samples in call order; ``offsets`` the token position each row
+    starts at (its tokens so far in a multi-turn rollout). Each :meth:`gumbel` call is one
+    token position further (one call per generated token, as ``KVSampler.generate`` does).
+    """
+
+    def __init__(self, key: int, rows: Sequence[int], offsets: Optional[Sequence[int]] = None) -> None:
+        self.key = int(key) & ((1 << 63) - 1)
+        self.rows = [int(r) for r in rows]
+        self.offsets = [int(o) for o in offsets] if offsets is not None else [0] * len(self.rows)
+        self.calls = 0
+
+    def take(self, idx: Sequence[int], offsets: Optional[Sequence[int]] = None) -> "RowNoise":
+        """The noise of rows ``idx`` (positions into ``rows``), starting at ``offsets``."""
+        return RowNoise(self.key, [self.rows[i] for i in idx],
+                        offsets if offsets is not None else [self.offsets[i] for i in idx])
+
+    def uniform(self, n_vocab: int, device=None) -> Tensor:
+        """``[B, V]`` float64 uniforms in (0, 1) for the next token position of every row."""
+        rows = torch.tensor(self.rows, dtype=torch.long, device=device)
+        pos = torch.tensor(self.offsets, dtype=torch.long, device=device) + self.calls
+        self.calls += 1
+        key = splitmix64(torch.full_like(rows, self.key))
+        s = splitmix64(splitmix64(key ^ rows) ^ pos)  # [B]
+        v = torch.arange(n_vocab, dtype=torch.long, device=device) * _SM_GAMMA  # wraps
+        x = splitmix64(s[:, None] + v[None, :])
+        return (_srl(x, 11).double() + 0.5) * 2.0 ** -53
+
+    def gumbel(self, n_vocab: int, device=None) -> Tensor:
+        """``[B, V]`` float64 standard Gumbel noise for the next token position."""
+        return -torch.log(-torch.log(self.uniform(n_vocab, device)))
+
+
+def sample_step(logits: Tensor, params: SamplingParams, generator):
+    """Pick next tokens. Returns (tokens [B], μ logp [B], truncated logp [B], logp_all [B, V]).
+
+    ``generator``: a ``torch.Generator`` (noise for the whole batch), a :class:`RowNoise`
+    (noise per row, independent of the batch), or None (greedy only)."""
     if params.temperature == 0:
         logp_all = torch.log_softmax(logits.float(), -1)
         tok = logits.argmax(-1)
@@ -86,8 +150,11 @@ def sample_step(logits: Tensor, params: SamplingParams, generator: Optional[torc
     trunc = truncate_logits(scaled, params.top_p, params.top_k)
     trunc_logp = torch.log_softmax(trunc, -1)
     # Gumbel-max on the truncated distribution, noise from the run's generator only.
-    u = torch.rand(trunc.shape, generator=generator, device="cpu").to(trunc.device)
-    tok = (trunc_logp - torch.log(-torch.log(u.clamp_(1e-20, 1.0)))).argmax(-1)
+    if isinstance(generator, RowNoise):  # row-invariant noise (rollout.rng=row)
+        tok = (trunc_logp.double() + generator.gumbel(trunc.shape[-1], trunc.device)).argmax(-1)
+    else:
+        u = torch.rand(trunc.shape, generator=generator, device="cpu").to(trunc.device)
+        tok = (trunc_logp - torch.log(-torch.log(u.clamp_(1e-20, 1.0)))).argmax(-1)
     return tok, logp_all.gather(-1, tok[:, None]).squeeze(-1), trunc_logp.gather(-1, tok[:, None]).squeeze(-1), logp_all
 
 
@@ -169,6 +236,8 @@ class KVSampler:
     """Hand-written Llama-style forward with a static KV cache (its own weight copy)."""
 
     capabilities = frozenset({"behav_logp", "topk", "behav_attn_stat"})
+    row_rng = True
+    """Accepts :class:`RowNoise` as its generator (``rollout.rng=row``)."""
 
     def __init__(self, model, tokenizer) -> None:
         cfg = model.config
@@ -344,7 +413,11 @@ class HFGenerateEngine:
 
 
 def make_engine(kind: str, model, tokenizer, rollout=None):
-    """``kv`` / ``hf`` / ``s3r`` / ``auto`` (kv for supported architectures, else hf)."""
+    """``kv`` / ``hf`` / ``s3r`` / ``vllm`` / ``auto`` (kv for supported architectures, else hf)."""
+    if kind == "vllm":
+        from suite.vllm_engine import VLLMEngine  # imports vllm itself; BadInput when it or a GPU is missing
+
+        return VLLMEngine(model, tokenizer, rollout)
     if kind == "s3r":
         from suite.speculative import S3RSampler
 

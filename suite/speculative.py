@@ -100,6 +100,7 @@ class S3RSampler(KVSampler):
     (dense attention); output distribution identical to :class:`KVSampler`'s."""
 
     capabilities = KVSampler.capabilities
+    row_rng = False  # its draft/verify draws are batch noise (rollout.rng=row is refused)
 
     def __init__(self, model, tokenizer, gamma: int = 4, sink: int = 4, window: int = 64,
                  residual: bool = True, share_prefill: bool = True) -> None:

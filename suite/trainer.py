@@ -17,6 +17,11 @@ Per step (numbers match the sections of :meth:`Trainer.step`):
    of k updates), through the mismatch knob (``rollout.mismatch``) when set;
 7. log one metrics row, evaluate on schedule, checkpoint, stop at the budget or on
    divergence.
+
+Data parallelism (``train.world_size`` > 1, :mod:`suite.distributed`): every rank holds the
+same state and the same full batch; generation (2) and the update (6) are sharded by rows
+(records all-gathered, gradients all-reduced with the global normaliser's weights); scoring
+passes (4) run on the full batch; rank 0 alone writes the run folder and evaluates.
 """
 
 from __future__ import annotations
@@ -34,18 +39,19 @@ from typing import Any, Optional
 
 import torch
 
-from algorithms.base import Algorithm, Behaviour, Context, Group
+from algorithms.base import STAGES, Algorithm, Behaviour, Context, Group, Revision
 from suite.aggregation import aggregation_weights
 from suite.budget import Budget, rollout_flops, scoring_flops, training_flops
 from suite.config import RunSpec
+from suite.distributed import world as current_world
 from suite.errors import BadInput, Diverged, Interrupted
 from suite.evaluate import evaluate
 from suite.models import Critic, non_embedding_params
 from suite.ops import kl_estimate, masked_mean
 from suite.policy import capabilities, policy_forward
 from suite.rollout import collect
-from suite.runfolder import RunFolder, atomic_write_text, dumps, env_info, now_iso, read_jsonl
-from suite.sampler import KV_ARCHITECTURES, HFGenerateEngine, KVSampler, SamplingParams, make_engine
+from suite.runfolder import ReadOnlyFolder, RunFolder, atomic_write_text, dumps, env_info, now_iso, read_jsonl
+from suite.sampler import KV_ARCHITECTURES, HFGenerateEngine, KVSampler, RowNoise, SamplingParams, make_engine
 from suite.types import Batch, Rollout, cat_rollouts
 
 TIMING_KEYS = ("time", "budget/wall_s")  # plus every perf/* key: excluded from determinism checks
@@ -58,7 +64,11 @@ def seed_for(*parts: Any) -> int:
 
 def encode_prompt(task, example, tokenizer, chat_template: str) -> tuple[list[int], str]:
     """Token ids and display text of the task's prompt (chat template when configured)."""
-    p = task.prompt(example)
+    return encode_text(task.prompt(example), tokenizer, chat_template)
+
+
+def encode_text(p, tokenizer, chat_template: str) -> tuple[list[int], str]:
+    """Token ids and display text of a prompt (text or chat messages)."""
     has_tpl = bool(getattr(tokenizer, "chat_template", None))
     use_chat = chat_template == "on" or (chat_template == "auto" and has_tpl)
     if use_chat:
@@ -81,6 +91,11 @@ class Trainer:
         self.device = torch.device("cuda" if t.device == "cuda" or (t.device == "auto" and torch.cuda.is_available())
                                    else "cpu")
         self.model = model.to(self.device)
+        self.world = current_world()  # data parallelism: suite/distributed.py (rank 0 of 1 without it)
+        if self.world.size != t.world_size:
+            raise BadInput(f"train.world_size={t.world_size} but this process group has {self.world.size} process(es); "
+                           f"start runs with `rlsuite run` (it spawns the processes) or a job with that many tasks")
+        self.world.broadcast_module(self.model)  # every rank starts from rank 0's weights
         self.needs = algo.needs
         self._check_capabilities()
         self.splits = task.splits()
@@ -94,6 +109,8 @@ class Trainer:
         if r.mismatch != "none":
             self.engine.load_weights(self._behaviour_state(self.model.state_dict(), 0), 0)
         self.ref = copy.deepcopy(self.model).eval().requires_grad_(False) if "ref_logp" in self.needs else None
+        # the initial policy, frozen (KL-to-initial metrics); rebuilt identically on resume
+        self.init = copy.deepcopy(self.model).eval().requires_grad_(False) if "init_logp" in self.needs else None
         self.critic = None
         if "values" in self.needs:
             with torch.random.fork_rng(devices=[]):  # the critic's initial weights depend on the seed only
@@ -108,7 +125,7 @@ class Trainer:
         self.P = non_embedding_params(self.model)
         self.P_critic = self.critic.n_params() if self.critic is not None else 0
         self.budget = Budget(spec.budget.limits())
-        self.folder = RunFolder(run_dir)
+        self.folder = RunFolder(run_dir) if self.world.main else ReadOnlyFolder(run_dir)  # rank 0 alone writes
         self.step_no, self.cursor, self.evals_done = 0, 0, 0
         self.entropy: Optional[float] = None
         self._prompt_cache: dict[tuple[str, int], tuple[list[int], str]] = {}
@@ -123,6 +140,11 @@ class Trainer:
                            f"not '{arch}'; use rollout.engine=hf or auto")
         kv = self.spec.rollout.engine in ("kv", "s3r") or (self.spec.rollout.engine == "auto" and arch in KV_ARCHITECTURES)
         eng_caps = (KVSampler if kv else HFGenerateEngine).capabilities
+        if self.spec.rollout.engine == "vllm":
+            from suite.vllm_engine import VLLMEngine, require_vllm
+
+            require_vllm()  # BadInput (exit 2) when vllm or a CUDA device is missing
+            eng_caps = VLLMEngine.capabilities
         missing = []
         for need, have, who in (("entropy", fwd_caps, "policy forward"), ("hidden", fwd_caps, "policy forward"),
                                 ("attn_stat", fwd_caps, "policy forward (needs model.attn_implementation=eager)"),
@@ -132,6 +154,9 @@ class Trainer:
         if missing:
             raise BadInput(f"algorithm '{self.algo.cfg.name}' needs {', '.join(missing)}, which the backend of "
                            f"model '{self.spec.model.name}' with rollout.engine={self.spec.rollout.engine} cannot produce")
+        if self.spec.rollout.rng == "row" and not (kv and self.spec.rollout.engine != "s3r"):
+            raise BadInput(f"rollout.rng=row (and train.world_size > 1) needs the kv sampler, which supports "
+                           f"{', '.join(KV_ARCHITECTURES)} models, not '{arch}'; valid rollout.rng for it: batch")
 
     @property
     def _head_critic(self) -> bool:
@@ -224,15 +249,15 @@ class Trainer:
             if beh.state is not None:
                 saved = {k: v.clone() for k, v in self.engine.state().items()}
                 self.engine.load_weights(beh.state, self.engine.version)
-            gen = torch.Generator().manual_seed(seed_for(self.spec.seed, "rollout", self.step_no, attempt, beh.id))
             sub = list(beh.rows)
+            gen = self._rollout_generator(seed_for(self.spec.seed, "rollout", self.step_no, attempt, beh.id), sub)
             if hasattr(self.engine, "reset_stats"):
                 self.engine.reset_stats()
-            rec, metrics = collect(self.engine, self.tok, [prompts[j] for j in sub], params, gen,
-                                   envs=[envs[j] for j in sub] if envs else None, max_turns=r.max_turns,
-                                   max_obs_tokens=r.max_obs_tokens, want_attn="behav_attn_stat" in self.needs,
-                                   group_ids=[j // G for j in sub], example_idx=[rows[j] for j in sub],
-                                   behaviour_ids=[beh.id] * len(sub))
+            rec, metrics = self._collect(self.engine, self.tok, [prompts[j] for j in sub], params, gen,
+                                         envs=[envs[j] for j in sub] if envs else None, max_turns=r.max_turns,
+                                         max_obs_tokens=r.max_obs_tokens, want_attn="behav_attn_stat" in self.needs,
+                                         group_ids=[j // G for j in sub], example_idx=[rows[j] for j in sub],
+                                         behaviour_ids=[beh.id] * len(sub))
             stats = getattr(self.engine, "total_stats", None)
             if stats:
                 metrics.update({f"rollout/s3r_{k}": float(v) for k, v in stats.items()
@@ -245,22 +270,124 @@ class Trainer:
         if len(parts) > 1:
             rec = rec.select(torch.tensor(order).argsort())
         # 3. grade, then the algorithm's group-level reward construction
-        examples = [self.splits["train"][i] for i in rows]
+        anchors = self._anchors(idx) if "anchor" in self.needs else [()] * len(idx)
+        rec, grades, groups = self._grade(rec, idx, [self._prompt("train", i)[1] for i in idx], ctx, anchors)
+        self._charge_rollout(rec, len(idx))
+        rev = self.algo.revise(groups, ctx)
+        if rev is not None:
+            rec, rev_metrics = self._second_round(rec, idx, grades, rev, ctx, params, attempt)
+            metrics = {**metrics, **rev_metrics}
+        return rec, metrics
+
+    def _grade(self, rec: Rollout, idx: list[int], prompts: list[str], ctx: Context,
+               anchors: list[tuple[str, ...]]) -> tuple[Rollout, list, list[Group]]:
+        """Grade G completions per prompt group (group g answers train example ``idx[g]``, shown
+        as ``prompts[g]``), then the algorithm's group-level rewards."""
+        G = self.spec.rollout.group_size
+        examples = [self.splits["train"][i] for i in idx for _ in range(G)]
         grades = self.task.grade_batch(examples, list(rec.texts))
         scores = torch.tensor([g.reward for g in grades], dtype=torch.float)
         rewards = torch.empty_like(scores)
-        anchors = self._anchors(idx) if "anchor" in self.needs else [()] * len(idx)
+        groups = []
         for g, i in enumerate(idx):
             sl = slice(g * G, (g + 1) * G)
             example = self.splits["train"][i]
-            group = Group(prompt=self._prompt("train", i)[1], example=example,
+            group = Group(prompt=prompts[g], example=example,
                           completions=rec.texts[sl], parsed=tuple(x.parsed for x in grades[sl]), scores=scores[sl],
                           lengths=rec.loss_mask[sl].sum(-1), truncated=rec.truncated[sl],
                           grade=lambda text, ex=example: float(self.task.grade(ex, text).reward), anchors=anchors[g])
             rewards[sl] = torch.as_tensor(self.algo.rewards(group, ctx), dtype=torch.float)
+            groups.append(group)
         rec = rec.replace(scores=scores, rewards=rewards, parsed=tuple(g.parsed for g in grades),
                           error_class=tuple(g.error_key for g in grades))
-        self._charge_rollout(rec, len(idx))
+        return rec, grades, groups
+
+    # -- 3b. a feedback-conditioned second round (``revise``) ---------------------------
+    def _second_round(self, rec: Rollout, idx: list[int], grades: list, rev: Revision, ctx: Context,
+                      params: SamplingParams, attempt: int) -> tuple[Rollout, dict[str, float]]:
+        """Sample G completions from ``task.revision_prompt(prompt, answer, feedback)`` for each
+        group with a source; return the rows ``rev.stages`` asks for (``Rollout.stage``)."""
+        r = self.spec.rollout
+        G, P = r.group_size, len(idx)
+        if len(rev.sources) != P or any(not -1 <= s < G for s in rev.sources):
+            raise ValueError(f"revise() must return one source in [-1, {G}) per group ({P} groups), got {rev.sources}")
+        first = rec.replace(stage=torch.zeros(rec.batch_size, dtype=torch.long))
+        chosen = [(g, s) for g, s in enumerate(rev.sources) if s >= 0]
+        if not chosen:  # nothing to revise: the first round alone (e.g. every group solved)
+            return first, {"revise/groups": 0.0}
+        aug_ids, aug_texts = [], []
+        for g, s in chosen:
+            ex, j = self.splits["train"][idx[g]], g * G + s
+            fb = self.task.feedback(ex, rec.texts[j], grades[j], rev.detail)
+            ids, text = encode_text(self.task.revision_prompt(ex, rec.texts[j], fb), self.tok, self.spec.model.chat_template)
+            aug_ids.append(ids)
+            aug_texts.append(text)
+        rows = [k for k in range(len(chosen)) for _ in range(G)]
+        src_idx = [idx[g] for g, _ in chosen]
+        envs = [self.task.make_env(self.splits["train"][src_idx[k]]) for k in rows]
+        envs = envs if any(e is not None for e in envs) else None
+        gen = self._rollout_generator(seed_for(self.spec.seed, "revision", self.step_no, attempt), list(range(len(rows))))
+        second, _ = self._collect(self.engine, self.tok, [aug_ids[k] for k in rows], params, gen, envs=envs,
+                                  max_turns=r.max_turns, max_obs_tokens=r.max_obs_tokens,
+                                  want_attn="behav_attn_stat" in self.needs, group_ids=[P + k for k in rows],
+                                  example_idx=[src_idx[k] for k in rows], behaviour_ids=[0] * len(rows))
+        second, _, _ = self._grade(second, src_idx, aug_texts, ctx, [()] * len(chosen))
+        self._charge_rollout(second, len(chosen))
+        second = second.replace(stage=torch.ones(second.batch_size, dtype=torch.long))
+        recontext = self._recontext(rec, second, [g for g, _ in chosen])
+        parts = [p for name, p in zip(STAGES, (first, second, recontext)) if name in rev.stages]
+        src_scores = torch.tensor([float(rec.scores[g * G + s]) for g, s in chosen])
+        new_means = second.scores.view(len(chosen), G).mean(-1)
+        metrics = {"revise/groups": float(len(chosen)), "revise/source_score": float(src_scores.mean()),
+                   "revise/score_mean": float(second.scores.mean()),
+                   "revise/improved_frac": float((new_means > src_scores).float().mean()),
+                   "revise/prompt_len_mean": sum(map(len, aug_ids)) / len(aug_ids)}
+        return cat_rollouts(parts, offset_groups=False), metrics
+
+    def _recontext(self, rec: Rollout, second: Rollout, gs: list[int]) -> Rollout:
+        """The second round's responses after their original prompt (``rec``'s group ``gs[k]``):
+        every time-indexed field is the original prompt block + the response block; the
+        behaviour log-probs stay those of the feedback-conditioned sampler (stage 2)."""
+        G = self.spec.rollout.group_size
+        src = rec.select(torch.tensor([g * G for g in gs for _ in range(G)]))
+        pw0, pw1 = rec.prompt_width, second.prompt_width
+        changes: dict[str, Any] = {}
+        for f in dataclasses.fields(Rollout):
+            a, b = getattr(src, f.name), getattr(second, f.name)
+            if isinstance(b, torch.Tensor) and b.dim() >= 2:
+                changes[f.name] = torch.cat([a[:, :pw0], b[:, pw1:]], dim=1)
+        changes["group_id"] = torch.tensor([g for g in gs for _ in range(G)])
+        changes["stage"] = torch.full((second.batch_size,), 2, dtype=torch.long)
+        return second.replace(prompt_width=pw0, **changes)
+
+    def _rollout_generator(self, key: int, rows: list[int]):
+        """The noise source of one generation call: the step's generator (``rollout.rng=batch``)
+        or row-invariant noise keyed by the same seed and the rows' ids in the step's batch."""
+        if self.spec.rollout.rng == "row":
+            return RowNoise(key, rows)
+        return torch.Generator().manual_seed(key)
+
+    def _collect(self, engine, tok, prompts: list[list[int]], params: SamplingParams, generator,
+                 **kw: Any) -> tuple[Rollout, dict[str, float]]:
+        """:func:`suite.rollout.collect`, sharded across data-parallel ranks: each rank generates
+        a contiguous shard of the rows, then the records are all-gathered and concatenated in
+        rank order (the same rows, order and samples as one process, thanks to row noise)."""
+        if not self.world.active:
+            return collect(engine, tok, prompts, params, generator, **kw)
+        if not isinstance(generator, RowNoise):
+            raise RuntimeError("data-parallel rollouts need row-invariant noise (rollout.rng=row)")
+        lo, hi = self.world.shard(len(prompts))
+        part = None
+        if hi > lo:
+            local = {k: (v[lo:hi] if isinstance(v, (list, tuple)) and len(v) == len(prompts) else v)
+                     for k, v in kw.items()}
+            rec, m = collect(engine, tok, prompts[lo:hi], params, generator.take(range(lo, hi)), **local)
+            part = (rec, m, float(rec.loss_mask.sum()))
+        parts = [p for p in self.world.all_gather_object(part) if p is not None]
+        rec = cat_rollouts([p[0] for p in parts], offset_groups=False)
+        tokens = sum(p[2] for p in parts)
+        metrics = {k: sum(p[1].get(k, 0.0) * p[2] for p in parts) / tokens if tokens else 0.0
+                   for k in parts[0][1]}  # token-weighted, as one process computes them
         return rec, metrics
 
     def _anchors(self, idx: list[int]) -> list[tuple[str, ...]]:
@@ -289,7 +416,7 @@ class Trainer:
         tokens, attn, mask = rec.tokens.to(dev), rec.attn_mask.to(dev), rec.loss_mask.to(dev)
         n_tok = int(rec.attn_mask.sum())
         on_policy = bool((rec.policy_version == self.budget.counters["updates"]).all()) and r.top_p == 1.0 and r.mismatch == "none" \
-            and r.top_k == 0 and bool((rec.behaviour_id == 0).all())
+            and r.top_k == 0 and bool((rec.behaviour_id == 0).all()) and (rec.stage is None or not bool((rec.stage == 2).any()))
         fields: dict[str, Any] = {}
         head_values = self._head_critic
         if r.old_logp == "behaviour" and on_policy and not head_values:
@@ -314,6 +441,9 @@ class Trainer:
             self.budget.charge_flops("score_ref", scoring_flops(self.P, n_tok))
             if self.algo.cfg.kl_where == "reward":
                 kl_tok = s_kl(self.algo.cfg, fields["old_logp"], fields["ref_logp"]) * mask
+        if self.init is not None:
+            fields["init_logp"] = policy_forward(self.init, tokens, attn, r.temperature).logp * mask
+            self.budget.charge_flops("score_init", scoring_flops(self.P, n_tok))
         last = (mask * torch.arange(mask.shape[1], device=dev)).argmax(-1)  # last policy token
         token_rewards = -self.algo.cfg.kl_coef * kl_tok
         token_rewards[torch.arange(mask.shape[0], device=dev), last] += rewards
@@ -335,6 +465,10 @@ class Trainer:
             tries += 1
             idx = self.algo.sample_prompts(ctx) or self._draw_prompts(r.prompts_per_step)
             rec, roll_metrics = self._rollout(list(idx), ctx, attempt)
+            n_fresh = rec.batch_size
+            stale = self.algo.replay(ctx) if attempt == 0 else None
+            if stale is not None:  # re-used rows go after the fresh ones, in groups of their own
+                rec = cat_rollouts([rec, stale])
             batch = self._score(rec)
             adv = self.algo.advantages(batch, ctx)
             batch = dataclasses.replace(batch, adv=adv.adv, returns=adv.returns, extras={**batch.extras, **adv.extras},
@@ -342,8 +476,12 @@ class Trainer:
             metrics.update(adv.metrics)
             if attempt == 0:  # reward, length, group and mismatch statistics of the first draw
                 metrics.update(roll_metrics)
-                metrics.update(self._rollout_metrics(batch))
+                fresh = batch if stale is None else batch.select(torch.arange(n_fresh, device=batch.tokens.device))
+                metrics.update(self._rollout_metrics(fresh))
+                if stale is not None:
+                    metrics["replay/rows"] = float(stale.batch_size)
             keep = self.algo.filter(batch, ctx)
+            filtered = keep is not None
             if keep is None:
                 kept, n_kept = [batch], batch.batch_size
                 break
@@ -358,7 +496,7 @@ class Trainer:
             raise RuntimeError(f"the filter discarded every sample in {tries} rollout batches; "
                                f"raise rollout.max_refill_tries or check the algorithm's filter")
         batch = cat_rollouts(kept) if len(kept) > 1 else kept[0]
-        if batch.batch_size > target:
+        if filtered and batch.batch_size > target:  # refilled past the target: trim (a feedback round may exceed it)
             batch = batch.select(torch.arange(target, device=batch.tokens.device))
         metrics.update({"filter/discarded": float(discarded), "filter/rollout_batches": float(tries),
                         "filter/kept_frac": n_kept / max(1, n_kept + discarded)})
@@ -390,11 +528,13 @@ class Trainer:
             "offpolicy/staleness_max": float((self.budget.counters["updates"] - b.policy_version).max()),
         }
         if b.old_logp is not None:
-            d = (b.old_logp - b.behav_logp) * m
-            out["mismatch/kl"] = float(masked_mean(b.behav_logp - b.old_logp, m))
-            out["mismatch/logp_abs_diff_mean"] = float(masked_mean(d.abs(), m))
+            # re-contextualised rows (stage 2) differ from μ by design: their prompt changed
+            mm = m if b.stage is None else m * (b.stage != 2)[:, None]
+            d = (b.old_logp - b.behav_logp) * mm
+            out["mismatch/kl"] = float(masked_mean(b.behav_logp - b.old_logp, mm))
+            out["mismatch/logp_abs_diff_mean"] = float(masked_mean(d.abs(), mm))
             out["mismatch/logp_abs_diff_max"] = float(d.abs().max())
-            ratio = torch.exp(d)[m > 0]
+            ratio = torch.exp(d)[mm > 0]
             if ratio.numel():
                 out.update({"mismatch/ratio_mean": float(ratio.mean()), "mismatch/ratio_min": float(ratio.min()),
                             "mismatch/ratio_max": float(ratio.max())})
@@ -429,9 +569,11 @@ class Trainer:
                 mb = batch.select(mb_idx.to(batch.tokens.device))
                 w_all = aggregation_weights(mb.loss_mask, self.algo.aggregation, s.rollout.max_new_tokens)
                 self.opt.zero_grad(set_to_none=True)
-                micro = t.micro_batch_size or mb.batch_size
-                for lo in range(0, mb.batch_size, micro):
-                    rows = torch.arange(lo, min(lo + micro, mb.batch_size), device=mb.tokens.device)
+                first, end = self.world.shard(mb.batch_size)  # this rank's rows (all of them in one process)
+                micro = t.micro_batch_size or max(1, end - first)
+                nonfinite = None
+                for lo in range(first, end, micro):
+                    rows = torch.arange(lo, min(lo + micro, end), device=mb.tokens.device)
                     mic, w = mb.select(rows), w_all[rows]
                     fwd = policy_forward(self.model, mic.tokens, mic.attn_mask, s.rollout.temperature, want,
                                          self.critic.head if head_values else None, topk_ids=mic.topk_ids)
@@ -456,25 +598,36 @@ class Trainer:
                         m["loss/value"] = vl.detach()
                     m["loss/total"] = total.detach()
                     m["stats/entropy"] = masked_mean(fwd.entropy.detach(), mic.loss_mask)
-                    if not torch.isfinite(total):
-                        raise Diverged(f"non-finite loss at step {self.step_no} (loss/total={float(total.detach())})")
-                    total.backward()
+                    if not torch.isfinite(total):  # data-parallel: all ranks learn of it at the all-reduce
+                        nonfinite = f"non-finite loss at step {self.step_no} (loss/total={float(total.detach())})"
+                        if not self.world.active:
+                            raise Diverged(nonfinite)
+                    else:
+                        total.backward()
                     share = float(w.sum())  # this micro-batch's share of the normaliser
                     for k, v in m.items():
                         acc.setdefault(k, []).append((float(v), share))
-                acc.setdefault("stats/grad_norm", []).append((self._clip_and_step(), 1.0))
+                acc.setdefault("stats/grad_norm", []).append((self._clip_and_step(nonfinite), 1.0))
                 self.budget.charge("updates", 1)
                 self.algo.after_update(self.context())
         self.budget.charge("train_tokens", n_tok * t.epochs)
         self.budget.charge_flops("train", training_flops(self.P, n_tok, t.epochs))
         if self.critic is not None and self.critic.mode == "separate":
             self.budget.charge_flops("train_critic", training_flops(self.P_critic, n_tok, t.epochs))
+        if self.world.active:  # every rank's micro-batch metrics, merged as one process merges them
+            gathered = self.world.all_gather_object({k: v for k, v in acc.items() if k != "stats/grad_norm"})
+            acc = {k: (acc[k] if k == "stats/grad_norm" else [x for g in gathered for x in g.get(k, [])])
+                   for k in dict.fromkeys([*acc, *(k for g in gathered for k in g)])}
         out = _merge(acc)
         out["stats/lr"] = self.opt.param_groups[0]["lr"]
         self.entropy = out.get("stats/entropy")
         return out
 
-    def _clip_and_step(self) -> float:
+    def _clip_and_step(self, nonfinite: Optional[str] = None) -> float:
+        if self.world.active:  # sum the ranks' shares of the minibatch gradient (global weights)
+            params = [p for g in self.opt.param_groups for p in g["params"]]
+            if self.world.all_reduce_grads(params, flag=float(nonfinite is not None)):
+                raise Diverged(nonfinite or f"non-finite loss on another data-parallel rank at step {self.step_no}")
         factor = self._lr_factor()
         for g, base in zip(self.opt.param_groups, self.base_lrs):
             g["lr"] = base * factor
@@ -523,6 +676,8 @@ class Trainer:
 
     # -- eval --------------------------------------------------------------------------
     def run_eval(self, split: str, final: bool = False) -> dict[str, Any]:
+        if not self.world.main:
+            return {}  # rank 0 evaluates alone; the other ranks wait at their next collective
         s = self.spec
         examples = self.splits[split][: s.eval.max_prompts or None]
         ids = [self._prompt(split, i) for i in range(len(examples))]
@@ -551,7 +706,7 @@ class Trainer:
         metrics.update(self._update(batch, ctx))  # 6
         t2 = time.perf_counter()
         self._sync_engine()
-        dt = time.perf_counter() - t0
+        dt = self.world.all_reduce_max([time.perf_counter() - t0])[0]  # every rank charges the same time
         self.budget.charge("wall_s", dt)
         metrics.update({"perf/step_time": dt, "perf/rollout_time": t1 - t0, "perf/train_time": t2 - t1,
                         "perf/tokens_per_s": float(batch.attn_mask.sum()) / dt})
@@ -574,6 +729,14 @@ class Trainer:
         except ValueError:  # not in the main thread
             pass
 
+    def _agreed_signal(self) -> Optional[Interrupted]:
+        """The stop signal, agreed across data-parallel ranks (the strongest exit code wins), so
+        every rank stops after the same step."""
+        if not self.world.active:
+            return self._signal
+        code = int(self.world.all_reduce_max([self._signal.code if self._signal else 0])[0])
+        return Interrupted({130: "preempted", 143: "cancelled"}[code], code) if code else None
+
     def _restore_signals(self) -> None:
         for sig, old in getattr(self, "_old_handlers", {}).items():
             signal.signal(sig, old)
@@ -582,7 +745,9 @@ class Trainer:
         """Run to the budget; returns (final state, reason). Writes status throughout."""
         f, s = self.folder, self.spec
         resumed = resume and self.load_checkpoint()
-        if resumed:
+        if not self.world.main:
+            pass  # data-parallel ranks > 0 write nothing
+        elif resumed:
             for name in ("metrics.jsonl", "evals.jsonl", "samples.jsonl"):
                 f.truncate_jsonl(name, self.step_no)
             _drop_final_rows(f)
@@ -603,8 +768,9 @@ class Trainer:
                     self.evals_done = int(self.budget.progress / s.eval.every + 1e-12)
                     self.run_eval("val")
                 f.set_status(step=self.step_no, budget=self.budget.counters)
-                if self._signal is not None:
-                    raise self._signal
+                sig = self._agreed_signal()
+                if sig is not None:
+                    raise sig
                 if s.train.checkpoint_every and self.step_no % s.train.checkpoint_every == 0 and not at_end:
                     self.save_checkpoint()
             self.save_checkpoint()

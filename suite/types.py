@@ -59,6 +59,9 @@ class Rollout:
       parsed: the task's parsed answers (for logging);
       error_class: each sample's error class (``Grade.error_key``: canonical final answer for
         math-like tasks, exception type for code; EDAS partitions wrong answers by it);
+      stage [B] long or None: row kind when the algorithm ran a feedback round
+        (``algorithms.base.Revision``): 0 first group, 1 feedback-conditioned group, 2 the
+        latter's responses after the original prompt (behaviour μ = the feedback-conditioned one);
       topk_ids / topk_logp [B, T, K], attn_stat [B, T] (detached), hidden [B, T, H]:
         optional extras recorded by the engine when an algorithm ``needs`` them.
     """
@@ -79,6 +82,7 @@ class Rollout:
     texts: tuple[str, ...] = ()
     parsed: tuple[Optional[str], ...] = ()
     error_class: tuple[Optional[str], ...] = ()
+    stage: Optional[Tensor] = None
     topk_ids: Optional[Tensor] = None
     topk_logp: Optional[Tensor] = None
     attn_stat: Optional[Tensor] = None
@@ -122,6 +126,7 @@ class Batch(Rollout):
       old_logp [B, T]: log π_old, recomputed by a scoring pass (or aliased to μ when
         ``rollout.old_logp = "behaviour"`` and the sample is exactly on-policy);
       ref_logp [B, T]: log π_ref (only when the algorithm's KL coefficient is > 0);
+      init_logp [B, T]: log-probs under the frozen initial policy (when ``needs`` has ``init_logp``);
       values [B, T]: critic values V(s_t) at response positions (critic algorithms);
       token_rewards [B, T]: per-token rewards: the in-reward KL penalty on policy tokens and
         the sequence score on the last policy token (what GAE consumes);
@@ -132,6 +137,7 @@ class Batch(Rollout):
 
     old_logp: Optional[Tensor] = None
     ref_logp: Optional[Tensor] = None
+    init_logp: Optional[Tensor] = None
     values: Optional[Tensor] = None
     token_rewards: Optional[Tensor] = None
     adv: Optional[Tensor] = None

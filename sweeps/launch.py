@@ -51,6 +51,8 @@ class SweepJob:
         from suite.runner import execute
         from suite.spec import spec_from_dict
 
+        from suite import distributed
+
         torch.set_num_threads(self.spec_dict["train"]["num_threads"])
         try:
             spec = spec_from_dict(self.spec_dict)
@@ -58,11 +60,15 @@ class SweepJob:
             if submitted and spec.run_id != submitted:
                 return {"code": 2, "error": f"the code changed between submission and execution: the spec submitted "
                                             f"as {submitted} now resolves to {spec.run_id}; re-run the sweep"}
+            if spec.train.world_size > 1:  # one data-parallel rank per task of this job
+                distributed.init_from_submitit(spec.train.world_size, spec.train.device)
             code, run_dir = execute(spec, Path(self.root))
         except BadInput as e:
             return {"code": 2, "error": str(e)}
         except Exception:  # noqa: BLE001 - never let submitit's debug executor open pdb
             return {"code": 1, "error": traceback.format_exc()}
+        finally:
+            distributed.shutdown()
         if code == 130:
             self._hand_over_to_submitit()
         return {"code": code, "run_dir": str(run_dir)}
@@ -132,7 +138,9 @@ def make_executor(cluster: str, root: Path, res: Resources):
                                slurm_max_num_timeout=res.max_requeues)
     params = dict(timeout_min=res.timeout_min, cpus_per_task=res.cpus_per_task, mem_gb=res.mem_gb,
                   gpus_per_node=res.gpus_per_node, slurm_array_parallelism=res.array_parallelism,
-                  slurm_signal_delay_s=res.signal_delay_s, name="rlsuite")
+                  slurm_signal_delay_s=res.signal_delay_s, name="rlsuite", tasks_per_node=res.tasks_per_node)
+    if res.nodes > 1:  # submitit's local executor refuses the key even when it is 1
+        params["nodes"] = res.nodes
     for key in ("partition", "account", "qos", "constraint"):
         if getattr(res, key):
             params[f"slurm_{key}"] = getattr(res, key)
@@ -155,15 +163,21 @@ def launch(runs: list[RunSpec], root: Path, cluster: str, res: Resources, worker
         _record_jobs(root, [(r.run_id, j) for r, j in zip(runs, jobs)])
         print(f"submitted {len(jobs)} runs as SLURM array job {jobs[0].job_id.split('_')[0]} "
               f"(at most {res.array_parallelism} at once); logs under {root / 'logs'}", file=sys.stderr)
-        return [j.result() for j in jobs] if wait else []
+        return [first_result(j) for j in jobs] if wait else []
     if ex.cluster == "debug":
         results = []
         for i, (r, fn) in enumerate(zip(runs, jobs_fns)):
-            results.append(ex.submit(fn).result())
+            results.append(first_result(ex.submit(fn)))
             if progress:
                 progress(i + 1, len(runs))
         return results
     return _local_throttled(ex, runs, jobs_fns, root, max(1, workers), progress)
+
+
+def first_result(job) -> dict:
+    """The job's result; rank 0's for a data-parallel job of several tasks (submitit's
+    ``result()`` refuses jobs with subtasks)."""
+    return job.results()[0]
 
 
 def _local_throttled(ex, runs, fns, root: Path, workers: int, progress) -> list[dict]:
@@ -184,7 +198,7 @@ def _local_throttled(ex, runs, fns, root: Path, workers: int, progress) -> list[
                 if item[1].done():
                     running.remove(item)
                     try:
-                        results.append(item[1].result())
+                        results.append(first_result(item[1]))
                     except Exception as e:  # noqa: BLE001 - the run folder holds the state
                         results.append({"code": 1, "error": str(e)})
                     done += 1

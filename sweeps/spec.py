@@ -56,7 +56,12 @@ class Resources:
     gpus_per_node: int = 0
     """GPUs per job."""
     cpus_per_task: int = 1
-    """CPUs per job (torch threads come from train.num_threads)."""
+    """CPUs per task (torch threads come from train.num_threads)."""
+    tasks_per_node: int = 1
+    """Tasks (processes) per node: a data-parallel run has one rank per task, so
+    ``nodes × tasks_per_node`` must equal ``train.world_size`` (checked before submitting)."""
+    nodes: int = 1
+    """Nodes per job (more than 1 only on SLURM; the run folder must be on a shared file system)."""
     mem_gb: float = 4.0
     """Memory per job in GB."""
     timeout_min: int = 60
@@ -192,6 +197,9 @@ def parse(raw: dict, source: str = "<spec>") -> SweepSpec:
     res_errors: list[str] = []
     resources = build(Resources, raw.get("resources") or {}, "resources", res_errors)
     errors += [f"{source}: {e}" for e in res_errors]
+    if resources is not None:
+        errors += [f"{source}: resources.{k} must be ≥ 1, got {getattr(resources, k)}"
+                   for k in ("tasks_per_node", "nodes") if getattr(resources, k) < 1]
     base = raw.get("base", "task")
     if not isinstance(base, str):
         errors.append(f"{source}: 'base' must be 'task', 'none' or a checkpoint path")
@@ -249,6 +257,14 @@ def expand(sweep: SweepSpec) -> list[RunSpec]:
                         break  # the same problem would repeat for every seed
     if errors:
         raise BadInput(list(dict.fromkeys(errors)))
+    res = sweep.resources
+    tasks = res.nodes * res.tasks_per_node  # one data-parallel rank per task (suite/distributed.py)
+    for ws in sorted({r.train.world_size for r in runs} - {tasks}):
+        n = sum(r.train.world_size == ws for r in runs)
+        errors.append(f"{sweep.source}: {n} run(s) have train.world_size={ws} but each job has {tasks} task(s) "
+                      f"(resources.nodes={res.nodes} × resources.tasks_per_node={res.tasks_per_node}); they must match")
+    if errors:
+        raise BadInput(errors)
     ids = [r.run_id for r in runs]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:

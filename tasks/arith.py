@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 import torch
 
-from tasks.base import Grade, Task, TaskConfig, hash_split, register
+from tasks.base import Grade, Task, TaskConfig, direction_hint, hash_split, register
 
 _INT = re.compile(r"^\s*(-?\d+)")
 
@@ -101,6 +101,17 @@ class Arith(Task):
         parsed = m.group(1) if m else None
         ok = parsed is not None and int(parsed) == example.answer
         return Grade(reward=float(ok), correct=ok, parsed=parsed)
+
+    def feedback(self, example: Problem, completion: str, grade: Grade, detail: str = "full") -> str:
+        """Short enough for the embedded model: ``"84 is wrong. It is too low."``; format
+        violations: no leading integer, text after the number."""
+        if detail == "binary":
+            return super().feedback(example, completion, grade, detail)
+        if grade.parsed is None:
+            return "No number found. Answer with the number only."
+        verdict = "correct." if grade.correct else f"wrong.{direction_hint(grade.parsed, str(example.answer))}"
+        extra = " Answer with the number only." if completion.strip() != grade.parsed else ""
+        return f"{grade.parsed} is {verdict}{extra}"
 
     # -- warm start ----------------------------------------------------------------------
     def warm_start(self, model, tokenizer, seed: int) -> Optional[dict[str, Any]]:

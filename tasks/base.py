@@ -100,6 +100,35 @@ class Task:
     def make_env(self, example: Any) -> Optional[Environment]:
         return None
 
+    # -- verifier feedback (FBOS-RL's second round) ----------------------------------------
+    def feedback(self, example: Any, completion: str, grade: Grade, detail: str = "full") -> str:
+        """Rule-based verifier feedback on one graded completion: where and why it fails.
+
+        ``detail = "binary"``: only whether it is correct; ``"full"``: the task's template (this
+        default: whether an answer could be extracted, and that it is wrong — tasks override it
+        with their own diagnosis). Never reveals the gold answer.
+        """
+        if grade.correct:
+            return "Your answer is correct."
+        if detail == "binary":
+            return "Your answer is incorrect."
+        if grade.parsed is None:
+            return "No final answer could be extracted from your response."
+        return f"Your answer {grade.parsed} is incorrect."
+
+    def revision_prompt(self, example: Any, completion: str, feedback: str) -> str | list[dict[str, str]]:
+        """The feedback-augmented prompt: prompt + first answer + feedback, asking again.
+
+        Text prompts: ``prompt + completion + "\n" + feedback + "\n" + prompt`` (the question is
+        restated so the model answers in the task's own format); chat prompts: the conversation
+        continued with the answer as the assistant turn and the feedback as a user turn.
+        """
+        p = self.prompt(example)
+        if isinstance(p, list):
+            return [*p, {"role": "assistant", "content": completion},
+                    {"role": "user", "content": f"{feedback} Please solve the problem again."}]
+        return f"{p}{completion}\n{feedback}\n{p}"
+
     def warm_start(self, model, tokenizer, seed: int) -> Optional[dict[str, float]]:
         """Supervised warm start for models built from scratch; None = the task has none."""
         return None
@@ -122,6 +151,15 @@ TASKS: Registry[type[Task]] = Registry("task", "rlsuite.tasks")
 def register(cls: type[Task]) -> type[Task]:
     TASKS.register(cls.name, cls)
     return cls
+
+
+def direction_hint(parsed: Optional[str], gold: Optional[str]) -> str:
+    """`` It is too high.`` / `` It is too low.`` when both parse as numbers, else ``""``."""
+    try:
+        a, b = float(str(parsed).replace(",", "")), float(str(gold).replace(",", ""))
+    except (TypeError, ValueError):
+        return ""
+    return "" if a == b else f" It is too {'high' if a > b else 'low'}."
 
 
 def hash_split(key: str, fraction: float, salt: str = "val") -> bool:

@@ -211,6 +211,32 @@ def carve(rows: list[dict], key: str, train_fraction: float, val_fraction: float
     return out
 
 
+_FAILURES = {
+    "no_code": "No code found in your response.",
+    "SyntaxError": "Your code does not parse (SyntaxError).",
+    "IndentationError": "Your code does not parse (IndentationError).",
+    "AssertionError": "Your code runs but returns wrong results on the tests.",
+    "timeout": "Your code timed out (an infinite loop, or far too slow).",
+    "output_limit": "Your code printed far too much output.",
+    "crashed": "Your code crashed the interpreter (killed by a signal or out of memory).",
+    "failed": "Your code did not complete the tests (it exited early).",
+}
+
+
+def code_feedback(grade: Grade, detail: str = "full") -> str:
+    """Verifier feedback for program-graded tasks from the grade's error class (exception type
+    or failure status) and, for partial credit, the share of tests passed."""
+    if grade.correct:
+        return "Your code passes all the tests."
+    if detail == "binary":
+        return "Your code fails the tests."
+    cls = grade.error_class or "failed"
+    msg = _FAILURES.get(cls, f"Your code raised {cls} when tested.")
+    if 0 < grade.reward < 1:
+        msg += f" It passes {grade.reward:.0%} of the tests."
+    return msg
+
+
 class CodeTask(Task):
     """Shared grading: programs per completion, a result cache, the sandbox pool."""
 
@@ -254,6 +280,9 @@ class CodeTask(Task):
 
     def grade(self, example: dict, completion: str) -> Grade:
         return self.grade_batch([example], [completion])[0]
+
+    def feedback(self, example: dict, completion: str, grade: Grade, detail: str = "full") -> str:
+        return code_feedback(grade, detail)
 
     def grade_batch(self, examples: Sequence[dict], completions: Sequence[str]) -> list[Grade]:
         per = [self.programs(e, c) for e, c in zip(examples, completions)]

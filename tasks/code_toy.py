@@ -44,6 +44,7 @@ import torch
 from suite.errors import BadInput
 from tasks.arith import _sft_loss
 from tasks.base import Grade, Task, TaskConfig, hash_split, register
+from tasks.code import code_feedback
 from tasks.sandbox import Layer, Sandbox, SandboxConfig, SandboxUnavailable
 
 # (template, constants for c, constants for d)
@@ -188,6 +189,9 @@ class CodeToy(Task):
 
     def grade(self, example: Problem, completion: str) -> Grade:
         return self.grade_batch([example], [completion])[0]
+
+    def feedback(self, example: Problem, completion: str, grade: Grade, detail: str = "full") -> str:
+        return code_feedback(grade, detail)
 
     def grade_batch(self, examples: Sequence[Problem], completions: Sequence[str]) -> list[Grade]:
         exprs = [self.expression(c) for c in completions]

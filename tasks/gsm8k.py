@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from suite.errors import BadInput
-from tasks.base import Grade, Task, TaskConfig, hash_split, read_jsonl, register
+from tasks.base import Grade, Task, TaskConfig, direction_hint, hash_split, read_jsonl, register
 from tasks.math_grading import MathVerifyPool, last_boxed, last_number
 
 HF_ID = "openai/gsm8k"
@@ -138,6 +138,16 @@ class GSM8K(Task):
             bonus = self.cfg.format_reward if last_boxed(c) is not None else 0.0
             out.append(Grade(reward=min(1.0, float(correct) + bonus), correct=correct, parsed=preds[i]))
         return out
+
+    def feedback(self, example: dict, completion: str, grade: Grade, detail: str = "full") -> str:
+        """Whether a final answer was found, whether it is right (and too high or too low), and
+        the format (a boxed final answer)."""
+        if detail == "binary" or grade.correct:
+            return super().feedback(example, completion, grade, detail)
+        if grade.parsed is None:
+            return "No final answer found: end your solution with the answer in \\boxed{}."
+        fmt = "" if last_boxed(completion) is not None else " Put the final answer in \\boxed{}."
+        return f"Your final answer {grade.parsed} is incorrect.{direction_hint(grade.parsed, self.gold(example))}{fmt}"
 
     def close(self) -> None:
         self._pool.close()

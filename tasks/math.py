@@ -155,6 +155,15 @@ class Math(Task):
         """A completion that must grade correct (used by the contract tests)."""
         return f"The final answer is $\\boxed{{{self.gold(example)}}}$."
 
+    def feedback(self, example: dict, completion: str, grade: Grade, detail: str = "full") -> str:
+        """Whether a boxed final answer was found and whether it is equivalent to the reference."""
+        if detail == "binary" or grade.correct:
+            return super().feedback(example, completion, grade, detail)
+        box = last_boxed(completion)
+        if box is None:
+            return "No final answer found: put your final answer in \\boxed{}."
+        return f"Your final answer {box} is not equivalent to the correct answer."
+
     def grade(self, example: dict, completion: str) -> Grade:
         return self.grade_batch([example], [completion])[0]
 

@@ -205,3 +205,52 @@ def test_lag_staleness_resumes_exactly(tmp_path, monkeypatch):
     strip = lambda rows: [{k: v for k, v in r.items() if k not in ("time", "budget/wall_s") and not k.startswith("perf/")}
                           for r in rows]
     assert strip(read_jsonl(run / "metrics.jsonl")) == strip(read_jsonl(tmp_path / "ref" / run.name / "metrics.jsonl"))
+
+
+def test_kl_to_the_initial_policy_survives_reference_refreshes(tmp_path, capsys):
+    """GGPO with π_ref refreshed every update: the KL to π_ref restarts each step while the KL to
+    the frozen initial policy (an extra scoring pass, charged) keeps the whole drift."""
+    code = main(["run", "--task", "_parity_test", "--algo", "ggpo", "--budget", "updates=4", "--set", "optim.lr=3e-3",
+                 "--set", "algo.refresh_every=1", "--out", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    rows = read_jsonl(f"{_dir(out)}/metrics.jsonl")
+    assert rows[0]["algo/ggpo/kl_init"] == pytest.approx(rows[0]["algo/ggpo/kl_ref"], abs=1e-6)  # nothing moved yet
+    assert abs(rows[-1]["algo/ggpo/kl_init"]) > 1e-3 and rows[-1]["algo/ggpo/kl_init"] != rows[-1]["algo/ggpo/kl_ref"]
+    assert rows[-1]["budget/flops_score_init"] > 0
+    from algorithms.ggpo import GGPO, GGPOConfig
+
+    assert "init_logp" not in GGPO(GGPOConfig(refresh_every=None)).needs  # π_ref = the initial policy then
+
+
+def test_replayed_groups_are_rescored_and_resume_exactly(tmp_path, monkeypatch):
+    """IS-GRPO's response reading re-uses the previous step's groups (the replay hook): from step 2
+    on they come back appended, π_old re-scored, weighted by ρ; a crash and resume from the
+    checkpoint (which holds the buffer) reproduces the metrics."""
+    from suite.runner import execute
+    from suite.spec import resolve
+    from suite.trainer import Trainer
+
+    spec = resolve("_parity_test", "is_grpo", "tiny", 0, sets=[("algo.reading", "response"),
+                                                             ("train.checkpoint_every", 1)], budgets=[("updates", 4)])
+    code, run = execute(spec, tmp_path / "ref")
+    assert code == 0
+    rows = read_jsonl(run / "metrics.jsonl")
+    B = spec.rollout.prompts_per_step * spec.rollout.group_size
+    assert "replay/rows" not in rows[0] and all(r["replay/rows"] == B for r in rows[1:])
+    assert all(r["algo/is_grpo/replayed_rows"] == B and 0 < r["algo/is_grpo/rho_mean"] <= 2 for r in rows[1:])
+    real, crashed = Trainer.step, {"done": False}
+
+    def flaky(self):
+        if self.step_no == 2 and not crashed["done"]:
+            crashed["done"] = True
+            raise RuntimeError("injected crash")
+        return real(self)
+
+    monkeypatch.setattr(Trainer, "step", flaky)
+    assert execute(spec, tmp_path / "crash")[0] == 1
+    code, run2 = execute(spec, tmp_path / "crash")
+    assert code == 0
+    strip = lambda rs: [{k: v for k, v in r.items() if k not in ("time", "budget/wall_s") and not k.startswith("perf/")}
+                        for r in rs]
+    assert strip(read_jsonl(run2 / "metrics.jsonl")) == strip(rows)

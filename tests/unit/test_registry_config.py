@@ -113,6 +113,16 @@ def test_wrong_type_names_field_and_type():
     assert "rollout.group_size" in p and "int" in p and "'abc'" in p
 
 
+def test_exponent_floats_without_a_dot_are_floats():
+    """YAML 1.1 reads ``3e-4`` as a string; a float field takes it as the number it is."""
+    from suite.spec import resolve
+
+    spec = resolve("arith", "grpo", "tiny", 0, sets=[parse_assignment("optim.lr=3e-4", "--set")])
+    assert spec.optim.lr == 3e-4
+    (p,) = _problems(sets=[parse_assignment("optim.lr=3e-4x", "--set")])
+    assert "optim.lr" in p and "float" in p
+
+
 @pytest.mark.parametrize("raw", ["rollout.group_size=2.5", "rollout.group_size=true"])
 def test_non_integer_values_for_int_field(raw):
     (p,) = _problems(sets=[parse_assignment(raw, "--set")])

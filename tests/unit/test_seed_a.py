@@ -18,7 +18,7 @@ from algorithms.dppo_pdm import DPPOPDM, DPPOPDMConfig, predicted_change
 from algorithms.drpo import DRPO, DRPOConfig, drpo_weight
 from algorithms.edas import EDAS, EDASConfig
 from algorithms.entrocraft import Entrocraft, EntrocraftConfig, acceptance, band
-from algorithms.is_grpo import ISGRPO, ISGRPOConfig, feature_orthogonality
+from algorithms.is_grpo import ISGRPO, ISGRPOConfig, feature_orthogonality, weighted_group_advantage
 from algorithms.pnpo import PNPO, PNPOConfig, prefix_log_ratio
 from suite.aggregation import aggregate
 from suite.types import Batch, Forward
@@ -139,6 +139,39 @@ def test_is_grpo_orthogonality_statistic():
     assert "hidden" in ISGRPO(ISGRPOConfig(orthogonality=True)).needs
 
 
+def test_weighted_group_advantage_by_hand():
+    # R = (1, 0, 0), w = (2, 1, 1): m = 2/4 = 0.5; σ² = (2·¼ + ¼ + ¼)/4 · 3/2 = 0.375 → σ = 0.612372
+    close(weighted_group_advantage(t([1, 0, 0]), torch.tensor([0, 0, 0]), t([2, 1, 1])),
+          t([0.816497, -0.816497, -0.816497]))
+    from suite.ops import group_normalised_advantage
+
+    r, g = t([1, 0, 0, 1, 1, 0.5]), torch.tensor([0, 0, 0, 1, 1, 1])
+    close(weighted_group_advantage(r, g, torch.ones(6)), group_normalised_advantage(r, g))  # w ≡ 1: GRPO
+
+
+def test_is_grpo_response_reading_reuses_last_steps_groups():
+    """Step 1: fresh rows only (stored); step 2: replay returns them, they come back appended with
+    old log-probs re-scored, and get ρ·(R − m_ρ)/σ_ρ with ρ = min(exp Σ(log π_old − log μ), 2)."""
+    algo = ISGRPO(ISGRPOConfig(reading="response"))
+    assert algo.sample_prompts(ctx()) is None and algo.replay(ctx()) is None
+    first = make_batch([[1]] * 3, [0, 0, 0], [1, 0, 0])
+    out = algo.advantages(first, ctx())
+    assert out.metrics["algo/is_grpo/replayed_rows"] == 0
+    old = algo.replay(ctx(step=2))
+    assert old is not None and old.batch_size == 3 and torch.equal(old.rewards, t([1, 0, 0]))
+    # the trainer appends the stale rows (group ids shifted) and re-scores π_old: log ρ = (ln 2, 0, 0) + ln 3 cap
+    both = make_batch([[1]] * 5, [0, 0, 1, 1, 1], [1, 0, 1, 0, 0],
+                      old=t([[0.0], [0.0], [math.log(3.0)], [0.0], [0.0]]))
+    out = algo.advantages(both, ctx(step=2))
+    # fresh group: ±1/√2; re-used group with ρ = (2 [3 capped], 1, 1): ρ × (0.816497, −0.816497, −0.816497)
+    close(out.adv[:, 0], t([0.707107, -0.707107, 1.632991, -0.816496, -0.816496]))  # eps 1e-6 in σ + eps
+    assert out.metrics["algo/is_grpo/rho_truncated_frac"] == pytest.approx(1 / 3)
+    assert algo.buffer.batch_size == 2  # only the fresh rows are kept for the next step (re-used once)
+    algo2 = ISGRPO(ISGRPOConfig(reading="response"))
+    algo2.load_state_dict(algo.state_dict())
+    assert torch.equal(algo2.replay(ctx()).tokens, algo.buffer.tokens)
+
+
 # ======================================================================================
 # PNPO. Row 0 (A = +1): log r = (0.3, −0.1, 0.1) → prefix means 0.3, 0.1, 0.1.
 # Row 1 (A = −1): policy tokens at 0 and 2 (1 is an observation): log r = (0.2, ·, 0.4) → 0.2, ·, 0.3.
@@ -255,6 +288,20 @@ def test_crossing_rule_and_direction_switch():
     b, logp = pdm_batch([[1]], [[[1, 2]]], [[[0.3, 0.2]]], [[math.log(0.1)]], [[math.log(0.3)]], [1.0])
     assert float(DPPOPDM(cfg).loss(Forward(logp=logp), b, ctx())[0]) > 0
     assert float(DPPOPDM(dataclasses.replace(cfg, direction=False)).loss(Forward(logp=logp), b, ctx())[0]) == 0
+
+
+def test_realised_divergence_change_on_a_second_visit():
+    # binary TV, q = 0.3, A = +1: first visit p = 0.4 (D = 0.1, ΔD_pred > 0); after an "update" the
+    # same row comes back with p = 0.45 (D = 0.15): realised +0.05, same sign as predicted
+    algo = DPPOPDM(DPPOPDMConfig(divergence="tv"))
+    b, logp = pdm_batch([[1]], [[[1, 2]]], [[[0.3, 0.2]]], [[math.log(0.4)]], [[math.log(0.3)]], [1.0])
+    _, m1 = algo.loss(Forward(logp=logp), b, ctx())
+    assert "algo/dppo_pdm/realised_mean" not in m1  # first visit: nothing to compare
+    _, m2 = algo.loss(Forward(logp=t([[math.log(0.45)]])), b, ctx())
+    assert float(m2["algo/dppo_pdm/realised_mean"]) == pytest.approx(0.05, abs=1e-6)
+    assert float(m2["algo/dppo_pdm/sign_agreement"]) == 1.0 and float(m2["algo/dppo_pdm/realised_up_frac"]) == 1.0
+    _, m3 = algo.loss(Forward(logp=logp), b, ctx(step=2))  # a new step starts afresh
+    assert "algo/dppo_pdm/realised_mean" not in m3
 
 
 def test_topk_rest_bucket_gets_the_sampled_token():

@@ -1,0 +1,70 @@
+"""A data-parallel run (``train.world_size=2``) as one SLURM job with two tasks, through
+submitit (ranks from ``submitit.JobEnvironment()``, rendezvous on the job's first node).
+
+Marked ``slurm``; skipped when no cluster answers (unless RLSUITE_REQUIRE_SLURM=1) or when the
+node offers fewer than 2 CPUs (``SLURM_NODE_CPUS`` in scripts/slurm/README.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from suite.cli import main
+from suite.runfolder import read_jsonl
+from tests.sweeps.test_slurm import _cluster_up
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+SPEC = """
+name: dp_slurm
+tasks: [arith]
+algorithms: [grpo]
+seeds: [1]
+budget: {samples: 48}
+set: {eval.max_prompts: 8, rollout.prompts_per_step: 4, rollout.group_size: 4, rollout.rng: row,
+      train.world_size: 2}
+resources: {timeout_min: 10, mem_gb: 2, cpus_per_task: 1, tasks_per_node: 2}
+"""
+
+
+def _node_cpus() -> int:
+    out = subprocess.run(["sinfo", "-h", "-o", "%c"], capture_output=True, text=True, timeout=10).stdout.split()
+    return max((int(x.rstrip("+")) for x in out if x.rstrip("+").isdigit()), default=0)
+
+
+@pytest.fixture(autouse=True)
+def need_slurm_with_two_cpus():
+    if not _cluster_up():
+        msg = "no SLURM cluster answers (start one with: bash scripts/slurm/cluster.sh install && ... start)"
+        if os.environ.get("RLSUITE_REQUIRE_SLURM") == "1":
+            pytest.fail(msg)
+        pytest.skip(msg)
+    if _node_cpus() < 2:
+        pytest.skip("the SLURM node offers fewer than 2 CPUs (start it with SLURM_NODE_CPUS=2)")
+
+
+def test_two_task_slurm_job_runs_one_data_parallel_run(tmp_path, capsys):
+    spec = tmp_path / "dp.yaml"
+    spec.write_text(SPEC)
+    code = main(["sweep", "run", str(spec), "--cluster", "slurm", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    (run,) = [p.parent for p in (tmp_path / "out" / "dp_slurm").glob("*/status.json")]
+    st = json.loads((run / "status.json").read_text())
+    assert st["state"] == "completed" and st["step"] == 3, st
+    assert json.loads((run / "env.json").read_text())["world_size"] == 2
+    # the same run in one local process: the same samples and rewards
+    code = main(["run", "--task", "arith", "--algo", "grpo", "--seed", "1", "--budget", "samples=48",
+                 "--set", "eval.max_prompts=8", "--set", "rollout.prompts_per_step=4", "--set", "rollout.group_size=4",
+                 "--set", "rollout.rng=row", "--out", str(tmp_path / "ref")])
+    out = capsys.readouterr().out
+    assert code == 0
+    ref = tmp_path / "ref" / run.name
+    assert ref.is_dir(), out
+    m1, m2 = read_jsonl(ref / "metrics.jsonl"), read_jsonl(run / "metrics.jsonl")
+    assert [r["reward/mean"] for r in m1] == [r["reward/mean"] for r in m2]
+    assert [r["budget/gen_tokens"] for r in m1] == [r["budget/gen_tokens"] for r in m2]
