@@ -181,19 +181,18 @@ def test_mismatch_knob_makes_mu_differ_from_pi_old_on_policy(tmp_path, capsys):
         assert rows[0]["mismatch/logp_abs_diff_mean"] > 1e-6, knob  # μ from the rounded/perturbed copy
 
 
-def test_lag_staleness_resumes_exactly(tmp_path, monkeypatch):
+def _assert_crash_and_resume_reproduce(spec, tmp_path, monkeypatch, crash_at: int) -> list[dict]:
+    """Run ``spec`` once; run it again with a crash injected at step ``crash_at``, then resume it
+    from its checkpoint: the metrics of both must match. Returns the reference rows."""
     from suite.runner import execute
-    from suite.spec import resolve
     from suite.trainer import Trainer
 
-    spec = resolve("_parity_test", "grpo", "tiny", 0, sets=[("rollout.sync", "lag"), ("rollout.staleness", 2),
-                                                            ("rollout.mismatch", "noise"), ("train.checkpoint_every", 2)],
-                   budgets=[("updates", 6)])
-    assert execute(spec, tmp_path / "ref")[0] == 0
+    code, ref = execute(spec, tmp_path / "ref")
+    assert code == 0
     real, crashed = Trainer.step, {"done": False}
 
     def flaky(self):
-        if self.step_no == 3 and not crashed["done"]:
+        if self.step_no == crash_at and not crashed["done"]:
             crashed["done"] = True
             raise RuntimeError("injected crash")
         return real(self)
@@ -204,7 +203,18 @@ def test_lag_staleness_resumes_exactly(tmp_path, monkeypatch):
     assert code == 0
     strip = lambda rows: [{k: v for k, v in r.items() if k not in ("time", "budget/wall_s") and not k.startswith("perf/")}
                           for r in rows]
-    assert strip(read_jsonl(run / "metrics.jsonl")) == strip(read_jsonl(tmp_path / "ref" / run.name / "metrics.jsonl"))
+    rows = read_jsonl(ref / "metrics.jsonl")
+    assert strip(read_jsonl(run / "metrics.jsonl")) == strip(rows)
+    return rows
+
+
+def test_lag_staleness_resumes_exactly(tmp_path, monkeypatch):
+    from suite.spec import resolve
+
+    spec = resolve("_parity_test", "grpo", "tiny", 0, sets=[("rollout.sync", "lag"), ("rollout.staleness", 2),
+                                                            ("rollout.mismatch", "noise"), ("train.checkpoint_every", 2)],
+                   budgets=[("updates", 6)])
+    _assert_crash_and_resume_reproduce(spec, tmp_path, monkeypatch, crash_at=3)
 
 
 def test_kl_to_the_initial_policy_survives_reference_refreshes(tmp_path, capsys):
@@ -227,30 +237,11 @@ def test_replayed_groups_are_rescored_and_resume_exactly(tmp_path, monkeypatch):
     """IS-GRPO's response reading re-uses the previous step's groups (the replay hook): from step 2
     on they come back appended, π_old re-scored, weighted by ρ; a crash and resume from the
     checkpoint (which holds the buffer) reproduces the metrics."""
-    from suite.runner import execute
     from suite.spec import resolve
-    from suite.trainer import Trainer
 
     spec = resolve("_parity_test", "is_grpo", "tiny", 0, sets=[("algo.reading", "response"),
                                                              ("train.checkpoint_every", 1)], budgets=[("updates", 4)])
-    code, run = execute(spec, tmp_path / "ref")
-    assert code == 0
-    rows = read_jsonl(run / "metrics.jsonl")
+    rows = _assert_crash_and_resume_reproduce(spec, tmp_path, monkeypatch, crash_at=2)
     B = spec.rollout.prompts_per_step * spec.rollout.group_size
     assert "replay/rows" not in rows[0] and all(r["replay/rows"] == B for r in rows[1:])
     assert all(r["algo/is_grpo/replayed_rows"] == B and 0 < r["algo/is_grpo/rho_mean"] <= 2 for r in rows[1:])
-    real, crashed = Trainer.step, {"done": False}
-
-    def flaky(self):
-        if self.step_no == 2 and not crashed["done"]:
-            crashed["done"] = True
-            raise RuntimeError("injected crash")
-        return real(self)
-
-    monkeypatch.setattr(Trainer, "step", flaky)
-    assert execute(spec, tmp_path / "crash")[0] == 1
-    code, run2 = execute(spec, tmp_path / "crash")
-    assert code == 0
-    strip = lambda rs: [{k: v for k, v in r.items() if k not in ("time", "budget/wall_s") and not k.startswith("perf/")}
-                        for r in rs]
-    assert strip(read_jsonl(run2 / "metrics.jsonl")) == strip(rows)
