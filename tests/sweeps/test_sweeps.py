@@ -130,10 +130,14 @@ def test_interrupted_local_sweep_completes_on_rerun_without_losing_results(tmp_p
     root = tmp_path / "mini"
     deadline = time.time() + 240
     while time.time() < deadline:  # interrupt once one run has finished and another is mid-way
-        states = [json.loads(p.read_text()).get("state") for p in root.glob("*/status.json")
-                  if p.stat().st_size > 0]
-        steps = [json.loads(p.read_text()).get("step", 0) for p in root.glob("*/status.json")]
-        if "completed" in states and any(s >= 3 for s, st in zip(steps, states) if st == "running"):
+        seen = []  # (state, step) of each run, read once per file (a file may appear between two globs)
+        for p in root.glob("*/status.json"):
+            try:
+                d = json.loads(p.read_text())
+            except (OSError, ValueError):
+                continue
+            seen.append((d.get("state"), d.get("step", 0)))
+        if any(st == "completed" for st, _ in seen) and any(st == "running" and k >= 3 for st, k in seen):
             break
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground process group
