@@ -204,6 +204,9 @@ class _StopTracker:
     def all_done(self) -> bool:
         return all(self.done)
 
+    def done_mask(self) -> Tensor:
+        return torch.tensor(self.done, dtype=torch.bool)
+
     def _hit_string(self, b: int) -> bool:
         tail = self.tok.decode(self.ids[b][-16:])
         return any(tail.endswith(s) for s in self.params.stop_strings)
@@ -262,6 +265,9 @@ class _TensorTracker:
 
     def all_done(self) -> bool:
         return bool(self.done.all())
+
+    def done_mask(self) -> Tensor:
+        return self.done
 
     def output(self, want_attn: bool) -> GenOutput:
         n = self.count.shape[0]
@@ -487,31 +493,82 @@ class KVSampler:
                  generator: Optional[torch.Generator] = None, want_attn: bool = False,
                  limits: Optional[Sequence[int]] = None) -> GenOutput:
         """Sample continuations of ``prompts`` (lists of ids). ``limits``: per-sample token caps
-        (default ``params.max_new_tokens``)."""
+        (default ``params.max_new_tokens``).
+
+        Identical prompts (a GRPO group) share one prefill. Samples that have finished are
+        dropped from the forward once enough of them accumulate (``compact_frac`` of the rows
+        computed); sampling still sees every row, so the noise each row gets is unchanged."""
         limits = list(limits) if limits is not None else [params.max_new_tokens] * len(prompts)
         ids, mask = left_pad(prompts, self.tok.pad_token_id or 0, self.device)
         B, W = ids.shape
         n_new = max(limits) if limits else 0
         total = W + n_new
-        cache = [[torch.zeros(B, self.n_kv, total, self.head_dim, dtype=self.dtype, device=self.device)
-                  for _ in range(2)] for _ in range(self.n_layers)]
         key_mask = torch.cat([mask, torch.ones(B, n_new, dtype=torch.long, device=self.device)], 1)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         self._rope_rows(total)
-        logits, attn = self.forward(ids, pos, cache, 0, key_mask, want_attn)
+        cache, logits, attn = self._shared_prefill(prompts, ids, pos, key_mask, total, want_attn)
         # generated slots are real keys, so a decode step's mask is the key mask itself
         allowed = key_mask.bool()[:, None, None, :]
         next_pos = pos[:, -1:] + 1
-        track = _StopTracker(B, params, self.tok, limits) if params.stop_strings else _TensorTracker(B, params, limits, self.device)
+        track = _StopTracker(B, params, self.tok, limits) if params.stop_strings \
+            else _TensorTracker(B, params, limits, self.device)
+        rows: Optional[Tensor] = None  # the rows the forward computes (None: all B)
+        km = key_mask
         for i in range(n_new):
             tok, lp, tlp, logp_all = sample_step(logits, params, generator)
             track.add(tok, lp, tlp, logp_all, attn)
-            if i == n_new - 1 or track.all_done():
+            if i == n_new - 1:
                 break
-            logits, attn = self._forward(tok[:, None], next_pos, cache, W + i, allowed[..., :W + i + 1], key_mask,
-                                         want_attn)
+            live = ~track.done_mask().to(self.device)
+            n_live = int(live.sum())
+            if n_live == 0:
+                break
+            n_rows = B if rows is None else rows.numel()
+            if n_rows - n_live >= max(1, int(self.compact_frac * n_rows)):  # drop finished rows
+                keep = (live if rows is None else live[rows]).nonzero().squeeze(1)
+                rows = keep if rows is None else rows[keep]
+                cache = [[c[keep] for c in layer] for layer in cache]
+                allowed, next_pos, km = allowed[keep], next_pos[keep], km[keep]
+            step_ids = tok[:, None] if rows is None else tok[rows][:, None]
+            out, at = self._forward(step_ids, next_pos, cache, W + i, allowed[..., :W + i + 1], km, want_attn)
+            if rows is None:
+                logits, attn = out, at
+            else:  # finished rows keep stale values: sampled, never recorded
+                logits = logits.index_copy(0, rows, out)
+                attn = attn.index_copy(0, rows, at) if at is not None else None
             next_pos = next_pos + 1
         return track.output(want_attn)
+
+    compact_frac = 0.25
+    """Drop finished samples from the decode forward once they are this fraction of the rows it computes."""
+
+    def _shared_prefill(self, prompts: Sequence[Sequence[int]], ids: Tensor, pos: Tensor, key_mask: Tensor, total: int,
+                 want_attn: bool) -> tuple[list[list[Tensor]], Tensor, Optional[Tensor]]:
+        """The prompt forward into a new cache of ``total`` slots; identical prompts run once
+        and their cache rows, logits and statistic are copied."""
+        B = ids.shape[0]
+
+        def new_cache(n: int) -> list[list[Tensor]]:
+            return [[torch.zeros(n, self.n_kv, total, self.head_dim, dtype=self.dtype, device=self.device)
+                     for _ in range(2)] for _ in range(self.n_layers)]
+
+        first: dict[tuple[int, ...], int] = {}
+        inv, uniq = [], []  # each row's prompt number; the first row of each distinct prompt
+        for b, p in enumerate(prompts):
+            j = first.setdefault(tuple(p), len(uniq))
+            if j == len(uniq):
+                uniq.append(b)
+            inv.append(j)
+        if len(uniq) == B:
+            cache = new_cache(B)
+            logits, attn = self.forward(ids, pos, cache, 0, key_mask, want_attn)
+            return cache, logits, attn
+        uniq = torch.tensor(uniq, dtype=torch.long, device=self.device)
+        small = new_cache(len(first))
+        logits, attn = self.forward(ids[uniq], pos[uniq], small, 0, key_mask[uniq], want_attn)
+        inv_t = torch.tensor(inv, dtype=torch.long, device=self.device)
+        return ([[c[inv_t] for c in layer] for layer in small], logits[inv_t],
+                attn[inv_t] if attn is not None else None)
 
 
 class HFGenerateEngine:
