@@ -201,9 +201,6 @@ class _StopTracker:
             elif len(self.ids[b]) >= self.limits[b]:
                 self.done[b] = True
 
-    def all_done(self) -> bool:
-        return all(self.done)
-
     def done_mask(self) -> Tensor:
         return torch.tensor(self.done, dtype=torch.bool)
 
@@ -235,7 +232,6 @@ class _TensorTracker:
         self.eos = torch.zeros(n, dtype=torch.bool, device=device)
         self.stop = torch.tensor(sorted(set(params.stop_ids)), dtype=torch.long, device=device) \
             if params.stop_ids else None
-        self.steps = 0
         self.toks: list[Tensor] = []
         self.lps: list[Tensor] = []
         self.tlps: list[Tensor] = []
@@ -255,16 +251,12 @@ class _TensorTracker:
             self.topk_ids.append(ti)
             self.topk_lp.append(tv.float())
         self.count += live
-        self.steps += 1
         ended = self.count >= self.limits
         if self.stop is not None:
             hit = torch.isin(tok, self.stop) & live
             self.eos |= hit
             ended |= hit
         self.done = self.done | ended
-
-    def all_done(self) -> bool:
-        return bool(self.done.all())
 
     def done_mask(self) -> Tensor:
         return self.done
@@ -328,6 +320,9 @@ class KVSampler:
     capabilities = frozenset({"behav_logp", "topk", "behav_attn_stat"})
     row_rng = True
     """Accepts :class:`RowNoise` as its generator (``rollout.rng=row``)."""
+    compact_frac = 0.25
+    """``generate`` drops finished samples from the decode forward once they are this fraction
+    of the rows it computes."""
 
     def __init__(self, model, tokenizer) -> None:
         cfg = model.config
@@ -539,11 +534,8 @@ class KVSampler:
             next_pos = next_pos + 1
         return track.output(want_attn)
 
-    compact_frac = 0.25
-    """Drop finished samples from the decode forward once they are this fraction of the rows it computes."""
-
-    def _shared_prefill(self, prompts: Sequence[Sequence[int]], ids: Tensor, pos: Tensor, key_mask: Tensor, total: int,
-                 want_attn: bool) -> tuple[list[list[Tensor]], Tensor, Optional[Tensor]]:
+    def _shared_prefill(self, prompts: Sequence[Sequence[int]], ids: Tensor, pos: Tensor, key_mask: Tensor,
+                        total: int, want_attn: bool) -> tuple[list[list[Tensor]], Tensor, Optional[Tensor]]:
         """The prompt forward into a new cache of ``total`` slots; identical prompts run once
         and their cache rows, logits and statistic are copied."""
         B = ids.shape[0]
