@@ -39,6 +39,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 P, G, NEW = 4, 8, 32
+SPREAD = 2.0  # max/min step time within a side above which the result is flagged unreliable
 
 
 def build_model(path: Path) -> None:
@@ -198,6 +199,7 @@ def main() -> None:
     load_after = os.getloadavg()[0]
     med_trl, med_ours = statistics.median(trl_times), statistics.median(our_times)
     speed = med_trl / med_ours
+    spread_trl, spread_ours = max(trl_times) / min(trl_times), max(our_times) / min(our_times)
     text = "\n".join([
         "# rlsuite trainer vs TRL GRPOTrainer (side by side, one process)", "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), torch {torch.__version__}, "
@@ -217,7 +219,10 @@ def main() -> None:
         f"| side | steps timed | median s/step | min | max |", "|---|---|---|---|---|",
         f"| TRL | {len(trl_times)} | {med_trl:.4f} | {min(trl_times):.4f} | {max(trl_times):.4f} |",
         f"| rlsuite | {len(our_times)} | {med_ours:.4f} | {min(our_times):.4f} | {max(our_times):.4f} |", "",
-        f"speedup: {speed:.2f}x", ""])
+        f"speedup: {speed:.2f}x", ""] + ([
+        f"UNRELIABLE: step times vary more than {SPREAD:g}x within a side ({spread_trl:.1f}x TRL, "
+        f"{spread_ours:.1f}x rlsuite): threads were fighting other jobs for the cores. Rerun on an idle "
+        "machine or with --threads 1.", ""] if max(spread_trl, spread_ours) > SPREAD else []))
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(text)
     print(text)
