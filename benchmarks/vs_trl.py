@@ -31,6 +31,7 @@ import os
 import platform
 import random
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -204,8 +205,8 @@ def main() -> None:
         "# rlsuite trainer vs TRL GRPOTrainer (side by side, one process)", "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), torch {torch.__version__}, "
         f"{args.threads} threads on both sides; TRL {__import__('trl').__version__}, transformers "
-        f"{__import__('transformers').__version__}. Command: `python benchmarks/vs_trl.py"
-        f"{'' if args.threads == 2 else f' --threads {args.threads}'}`. 1-minute load average "
+        f"{__import__('transformers').__version__}. Command: `{' '.join(['python', 'benchmarks/vs_trl.py', *sys.argv[1:]])}`. "
+        f"1-minute load average "
         f"{load_before:.2f} before, {load_after:.2f} after (other jobs share the cores: timings are noisy; "
         "the two sides alternate, so both see the same load).", "",
         "Settings (both sides): 0.54M-parameter Llama (hidden 128, 2 layers, 4 heads, vocab 100), fp32, "
