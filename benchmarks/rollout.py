@@ -12,6 +12,7 @@ median ratio `speedup: N.NNx` per batch size, plus the distance to the FLOP boun
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import time
@@ -53,6 +54,7 @@ def main() -> None:
     kv, hf = KVSampler(model, tok), HFGenerateEngine(model, tok)
     params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0)  # no stop ids: fixed length
     peak = matmul_peak(args.threads)
+    load_before = os.getloadavg()[0]
     lines = ["# Rollout: KV sampler vs HF generate (tiny model, fp32, CPU)", "",
              f"Machine: {platform.machine()}, {args.threads} torch thread(s); model P = {P:,} non-embedding "
              f"parameters; {args.new_tokens} new tokens per sample; measured fp32 matmul peak "
@@ -81,6 +83,9 @@ def main() -> None:
         print(f"batch {bsz}: speedup: {speed:.2f}x  (FLOP bound {bound:.4f}s, kv at {bound / med_kv:.1%} of it)")
         lines.append(f"| {bsz} | {statistics.median(t_hf):.4f} | {med_kv:.4f} | {speed:.2f}x | "
                      f"{bsz * args.new_tokens / med_kv:,.0f} | {bound / med_kv:.1%} |")
+    lines += ["", f"1-minute load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after, "
+              f"{os.cpu_count()} cores shared with other jobs: timings are noisy (the two engines alternate, so both "
+              "see the same load; the peak is measured once, under the same load)."]
     text = "\n".join(lines) + "\n"
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(text)

@@ -6,7 +6,9 @@ character tokenizer, random init, saved locally and loaded by both sides), same 
 (4 prompts × 8 completions × at most 32 new tokens, EOS ends a completion on both sides),
 fp32, the same thread count, and matched settings:
 
-* TRL: ``bf16=False``, ``use_vllm=False``, ``report_to="none"``, ``beta=0``,
+* TRL: ``bf16=False``, ``gradient_checkpointing=False`` (TRL's default is True: it would
+  recompute activations in the backward, which rlsuite does not), ``use_vllm=False``,
+  ``report_to="none"``, ``beta=0``,
   ``num_iterations=1``, ``loss_type="grpo"`` (per-sequence token mean, then the batch mean),
   ``scale_rewards="group"``, temperature 1, ``top_k=0``, ``top_p=1``, one gradient step per
   generation batch, the tokenizer as ``processing_class``;
@@ -29,6 +31,7 @@ import os
 import platform
 import random
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -37,6 +40,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 P, G, NEW = 4, 8, 32
+SPREAD = 2.0  # max/min step time within a side above which the result is flagged unreliable
 
 
 def build_model(path: Path) -> None:
@@ -96,10 +100,10 @@ def trl_trainer(path: Path, out: Path, steps: int, seed: int, timer: StepTimer):
     ds = Dataset.from_dict({"prompt": prompts(P * steps, seed)})
     args = GRPOConfig(output_dir=str(out), per_device_train_batch_size=P * G, num_generations=G,
                       max_completion_length=NEW, learning_rate=1e-4, beta=0.0, num_iterations=1, loss_type="grpo",
-                      scale_rewards="group", bf16=False, use_cpu=True, use_vllm=False, report_to="none",
-                      logging_steps=10_000, save_strategy="no", max_steps=steps, temperature=1.0, top_p=1.0, top_k=0,
-                      seed=seed, gradient_accumulation_steps=1, dataloader_num_workers=0, disable_tqdm=True,
-                      shuffle_dataset=False)
+                      scale_rewards="group", bf16=False, gradient_checkpointing=False, use_cpu=True, use_vllm=False,
+                      report_to="none", logging_steps=10_000, save_strategy="no", max_steps=steps, temperature=1.0,
+                      top_p=1.0, top_k=0, seed=seed, gradient_accumulation_steps=1, dataloader_num_workers=0,
+                      disable_tqdm=True, shuffle_dataset=False)
     return GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds, processing_class=tok,
                        callbacks=[timer.callback()])
 
@@ -171,6 +175,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    load_before = os.getloadavg()[0]
     tmp = Path(tempfile.mkdtemp(prefix="rlsuite-vs-trl-"))
     model_dir = tmp / "model"
     build_model(model_dir)
@@ -192,24 +197,33 @@ def main() -> None:
                 our_times.append(time.perf_counter() - t0)
         print(f"round {r}: TRL " + " ".join(f"{t:.3f}" for t in timer.times[1:]) +
               " | rlsuite " + " ".join(f"{t:.3f}" for t in our_times[-(args.steps - 1):]))
+    load_after = os.getloadavg()[0]
     med_trl, med_ours = statistics.median(trl_times), statistics.median(our_times)
     speed = med_trl / med_ours
+    spread_trl, spread_ours = max(trl_times) / min(trl_times), max(our_times) / min(our_times)
     text = "\n".join([
         "# rlsuite trainer vs TRL GRPOTrainer (side by side, one process)", "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), torch {torch.__version__}, "
         f"{args.threads} threads on both sides; TRL {__import__('trl').__version__}, transformers "
-        f"{__import__('transformers').__version__}. Command: `python benchmarks/vs_trl.py`.", "",
+        f"{__import__('transformers').__version__}. Command: `{' '.join(['python', 'benchmarks/vs_trl.py', *sys.argv[1:]])}`. "
+        f"1-minute load average "
+        f"{load_before:.2f} before, {load_after:.2f} after (other jobs share the cores: timings are noisy; "
+        "the two sides alternate, so both see the same load).", "",
         "Settings (both sides): 0.54M-parameter Llama (hidden 128, 2 layers, 4 heads, vocab 100), fp32, "
         f"{P} prompts × {G} completions × ≤{NEW} new tokens, EOS ends a completion, temperature 1, no KL, "
         "GRPO loss with per-sequence token mean (TRL loss_type=grpo), one update per generation batch, "
         "π_old = detached current log-probs (TRL num_iterations=1; rlsuite rollout.old_logp=behaviour). "
-        "TRL generates with HF generate; rlsuite with its KV-cached sampler.", "",
+        "TRL generates with HF generate; rlsuite with its KV-cached sampler. TRL runs without gradient "
+        "checkpointing (its default is on; rlsuite has none).", "",
         f"Same-loss check on one fixed batch: rlsuite {ours_loss:.8f}, TRL {trl_loss:.8f} "
         f"({'equal within 1e-5' if same else 'DIFFERENT'}).", "",
         f"| side | steps timed | median s/step | min | max |", "|---|---|---|---|---|",
         f"| TRL | {len(trl_times)} | {med_trl:.4f} | {min(trl_times):.4f} | {max(trl_times):.4f} |",
         f"| rlsuite | {len(our_times)} | {med_ours:.4f} | {min(our_times):.4f} | {max(our_times):.4f} |", "",
-        f"speedup: {speed:.2f}x", ""])
+        f"speedup: {speed:.2f}x", ""] + ([
+        f"UNRELIABLE: step times vary more than {SPREAD:g}x within a side ({spread_trl:.1f}x TRL, "
+        f"{spread_ours:.1f}x rlsuite): threads were fighting other jobs for the cores. Rerun on an idle "
+        "machine or with --threads 1.", ""] if max(spread_trl, spread_ours) > SPREAD else []))
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(text)
     print(text)

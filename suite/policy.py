@@ -62,7 +62,9 @@ def policy_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float,
     need_hidden = "hidden" in want or "values" in want
     out = model(input_ids=tokens, attention_mask=attn_mask, position_ids=position_ids(attn_mask),
                 output_hidden_states=need_hidden, output_attentions="attn_stat" in want, use_cache=False)
-    logits = out.logits[:, :-1].float() / temperature  # [B, T-1, V]
+    logits = out.logits[:, :-1].float()  # [B, T-1, V]
+    if temperature != 1.0:  # x / 1 == x exactly: skip the copy
+        logits = logits / temperature
     logp_all = torch.log_softmax(logits, -1)
     logp = torch.nn.functional.pad(logp_all.gather(-1, tokens[:, 1:, None]).squeeze(-1), (1, 0))
     entropy = None

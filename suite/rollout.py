@@ -108,30 +108,34 @@ def _assemble(traces: list[_Trace], tokenizer, params: SamplingParams, group_ids
     rw = max(1, max(len(t.ids) for t in traces))
     T = pw + rw
     pad = tokenizer.pad_token_id or 0
-    tokens = torch.full((n, T), pad, dtype=torch.long)
-    attn = torch.zeros((n, T), dtype=torch.long)
-    loss_mask = torch.zeros((n, T))
-    behav = torch.zeros((n, T))
-    trunc = torch.zeros((n, T))
-    turn_id = torch.full((n, T), -1, dtype=torch.long)
-    attn_stat = torch.zeros((n, T)) if want_attn else None
+    # time-indexed fields as padded Python rows, one tensor each (not a few small copies per row)
+    tok_rows, attn_rows, mask_rows, logp_rows, trunc_rows, turn_rows, stat_rows = [], [], [], [], [], [], []
+    for tr in traces:
+        lp, k = len(tr.prompt), len(tr.ids)
+        rpad = rw - k
+        tok_rows.append([pad] * (pw - lp) + tr.prompt + tr.ids + [pad] * rpad)
+        attn_rows.append([0] * (pw - lp) + [1] * (lp + k) + [0] * rpad)
+        zp, zr = [0.0] * pw, [0.0] * rpad
+        mask_rows.append(zp + tr.mask + zr)
+        logp_rows.append(zp + tr.logp + zr)
+        trunc_rows.append(zp + tr.trunc + zr)
+        turn_rows.append([-1] * pw + tr.turn + [-1] * rpad)
+        if want_attn:
+            stat_rows.append(zp + tr.attn + zr)
+    tokens = torch.tensor(tok_rows, dtype=torch.long).view(n, T)
+    attn = torch.tensor(attn_rows, dtype=torch.long).view(n, T)
+    loss_mask = torch.tensor(mask_rows, dtype=torch.float).view(n, T)
+    behav = torch.tensor(logp_rows, dtype=torch.float).view(n, T) * loss_mask
+    trunc = torch.tensor(trunc_rows, dtype=torch.float).view(n, T) * loss_mask
+    turn_id = torch.tensor(turn_rows, dtype=torch.long).view(n, T)
+    attn_stat = torch.tensor(stat_rows, dtype=torch.float).view(n, T) if want_attn else None
     K = params.topk
     topk_ids = torch.zeros((n, T, K), dtype=torch.long) if K else None
     topk_logp = torch.zeros((n, T, K)) if K else None
-    for b, tr in enumerate(traces):
-        lp, k = len(tr.prompt), len(tr.ids)
-        tokens[b, pw - lp:pw] = torch.tensor(tr.prompt, dtype=torch.long)
-        attn[b, pw - lp:pw + k] = 1
-        if k:
-            sl = slice(pw, pw + k)
-            tokens[b, sl] = torch.tensor(tr.ids, dtype=torch.long)
-            loss_mask[b, sl] = torch.tensor(tr.mask)
-            behav[b, sl] = torch.tensor(tr.logp) * loss_mask[b, sl]
-            trunc[b, sl] = torch.tensor(tr.trunc) * loss_mask[b, sl]
-            turn_id[b, sl] = torch.tensor(tr.turn, dtype=torch.long)
-            if want_attn:
-                attn_stat[b, sl] = torch.tensor(tr.attn)
-            if K:
+    if K:
+        for b, tr in enumerate(traces):
+            if tr.ids:
+                sl = slice(pw, pw + len(tr.ids))
                 topk_ids[b, sl] = torch.cat(tr.topk_ids)
                 topk_logp[b, sl] = torch.cat(tr.topk_logp)
     texts = tuple(tokenizer.decode(t.ids, skip_special_tokens=True) for t in traces)

@@ -47,17 +47,21 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, default=_json_default, allow_nan=True)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_text(path: Path, text: str, durable: bool = True) -> None:
+    """Write ``text`` under a temporary name, then rename it over ``path`` (readers see the old or
+    the new document, never half of one). ``durable``: fsync before the rename (survives a crash
+    of the machine, not only of the process)."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     with open(tmp, "w", encoding="utf-8") as fh:
         fh.write(text)
         fh.flush()
-        os.fsync(fh.fileno())
+        if durable:
+            os.fsync(fh.fileno())
     os.replace(tmp, path)
 
 
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, default=_json_default, indent=2, allow_nan=True) + "\n")
+def atomic_write_json(path: Path, obj: Any, durable: bool = True) -> None:
+    atomic_write_text(path, json.dumps(obj, default=_json_default, indent=2, allow_nan=True) + "\n", durable)
 
 
 def read_json(path: Path) -> Optional[dict]:
@@ -121,12 +125,28 @@ class RunFolder:
     def file(self, name: str) -> Path:
         return self.path / name
 
-    def append(self, name: str, rows: Iterable[dict]) -> None:
+    def append(self, name: str, rows: Iterable[dict], durable: bool = True) -> None:
+        """Append JSONL rows. ``durable=False`` skips the fsync (the rows reach the OS and survive a
+        crash of the process); :meth:`sync` makes them durable later (the trainer does before
+        each checkpoint)."""
         with open(self.file(name), "a", encoding="utf-8") as fh:
             for r in rows:
                 fh.write(dumps(r) + "\n")
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
+
+    def sync(self, *names: str) -> None:
+        """fsync files appended with ``durable=False``."""
+        for name in names:
+            try:
+                fd = os.open(self.file(name), os.O_RDONLY)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
     def truncate_jsonl(self, name: str, max_step: int) -> None:
         """Keep rows with ``step ≤ max_step`` (resume from a checkpoint at ``max_step``)."""
@@ -139,11 +159,12 @@ class RunFolder:
     def read_status(self) -> Optional[dict]:
         return read_json(self.file("status.json"))
 
-    def set_status(self, **fields: Any) -> None:
+    def set_status(self, durable: bool = True, **fields: Any) -> None:
+        """Update ``status.json`` atomically; ``durable=False`` (per-step progress) skips the fsync."""
         with self._lock:
             self._status.update(fields)
             self._status["updated_at"] = now_iso()
-            atomic_write_json(self.file("status.json"), self._status)
+            atomic_write_json(self.file("status.json"), self._status, durable)
 
     def start_heartbeat(self, every_s: float = 30.0) -> None:
         def beat() -> None:
@@ -177,13 +198,16 @@ class ReadOnlyFolder(RunFolder):
     """The run folder as data-parallel ranks other than 0 see it: reads (the checkpoint on
     resume) work, every write is a no-op, so rank 0 alone writes the run folder."""
 
-    def append(self, name: str, rows: Iterable[dict]) -> None:
+    def append(self, name: str, rows: Iterable[dict], durable: bool = True) -> None:
+        pass
+
+    def sync(self, *names: str) -> None:
         pass
 
     def truncate_jsonl(self, name: str, max_step: int) -> None:
         pass
 
-    def set_status(self, **fields: Any) -> None:
+    def set_status(self, durable: bool = True, **fields: Any) -> None:
         self._status.update(fields)
 
     def start_heartbeat(self, every_s: float = 30.0) -> None:

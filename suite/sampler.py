@@ -145,17 +145,21 @@ def sample_step(logits: Tensor, params: SamplingParams, generator):
         tok = logits.argmax(-1)
         lp = logp_all.gather(-1, tok[:, None]).squeeze(-1)
         return tok, lp, lp, logp_all
-    scaled = logits.float() / params.temperature
+    scaled = logits.float()
+    if params.temperature != 1.0:  # x / 1 == x exactly: skip the op
+        scaled = scaled / params.temperature
     logp_all = torch.log_softmax(scaled, -1)
-    trunc = truncate_logits(scaled, params.top_p, params.top_k)
-    trunc_logp = torch.log_softmax(trunc, -1)
+    truncated = params.top_p < 1.0 or bool(params.top_k and params.top_k < scaled.shape[-1])
+    # without truncation the sampled distribution is μ's (the same log_softmax of the same input)
+    trunc_logp = torch.log_softmax(truncate_logits(scaled, params.top_p, params.top_k), -1) if truncated else logp_all
     # Gumbel-max on the truncated distribution, noise from the run's generator only.
     if isinstance(generator, RowNoise):  # row-invariant noise (rollout.rng=row)
-        tok = (trunc_logp.double() + generator.gumbel(trunc.shape[-1], trunc.device)).argmax(-1)
+        tok = (trunc_logp.double() + generator.gumbel(trunc_logp.shape[-1], trunc_logp.device)).argmax(-1)
     else:
-        u = torch.rand(trunc.shape, generator=generator, device="cpu").to(trunc.device)
-        tok = (trunc_logp - torch.log(-torch.log(u.clamp_(1e-20, 1.0)))).argmax(-1)
-    return tok, logp_all.gather(-1, tok[:, None]).squeeze(-1), trunc_logp.gather(-1, tok[:, None]).squeeze(-1), logp_all
+        u = torch.rand(trunc_logp.shape, generator=generator, device="cpu").to(trunc_logp.device)
+        tok = (trunc_logp - u.clamp_(1e-20, 1.0).log_().neg_().log_()).argmax(-1)  # −log(−log u), in place
+    lp = logp_all.gather(-1, tok[:, None]).squeeze(-1)
+    return tok, lp, (trunc_logp.gather(-1, tok[:, None]).squeeze(-1) if truncated else lp), logp_all
 
 
 class _StopTracker:
@@ -197,6 +201,9 @@ class _StopTracker:
             elif len(self.ids[b]) >= self.limits[b]:
                 self.done[b] = True
 
+    def done_mask(self) -> Tensor:
+        return torch.tensor(self.done, dtype=torch.bool)
+
     def _hit_string(self, b: int) -> bool:
         tail = self.tok.decode(self.ids[b][-16:])
         return any(tail.endswith(s) for s in self.params.stop_strings)
@@ -210,6 +217,73 @@ class _StopTracker:
                       for x in self.topk_ids] if topk else None,
             topk_logp=[torch.stack(x) if x else torch.zeros(0, self.params.topk) for x in self.topk_lp] if topk else None,
             attn_stat=self.attn if want_attn else None,
+        )
+
+
+class _TensorTracker:
+    """:class:`_StopTracker`'s bookkeeping for stop ids and length caps (no stop strings) with
+    tensor ops per token; results become lists once, in :meth:`output`. Same outputs."""
+
+    def __init__(self, n: int, params: SamplingParams, limits: Sequence[int], device) -> None:
+        self.params = params
+        self.limits = torch.tensor(list(limits), dtype=torch.long, device=device)
+        self.done = self.limits <= 0
+        self.count = torch.zeros(n, dtype=torch.long, device=device)  # tokens recorded per sample
+        self.eos = torch.zeros(n, dtype=torch.bool, device=device)
+        self.stop = torch.tensor(sorted(set(params.stop_ids)), dtype=torch.long, device=device) \
+            if params.stop_ids else None
+        self.toks: list[Tensor] = []
+        self.lps: list[Tensor] = []
+        self.tlps: list[Tensor] = []
+        self.attn: list[Tensor] = []
+        self.topk_ids: list[Tensor] = []
+        self.topk_lp: list[Tensor] = []
+
+    def add(self, tok: Tensor, lp: Tensor, tlp: Tensor, logp_all: Tensor, attn: Optional[Tensor]) -> None:
+        live = ~self.done
+        self.toks.append(tok)
+        self.lps.append(lp)
+        self.tlps.append(tlp)
+        if attn is not None:
+            self.attn.append(attn)
+        if self.params.topk:
+            tv, ti = torch.topk(logp_all, self.params.topk, -1)
+            self.topk_ids.append(ti)
+            self.topk_lp.append(tv.float())
+        self.count += live
+        ended = self.count >= self.limits
+        if self.stop is not None:
+            hit = torch.isin(tok, self.stop) & live
+            self.eos |= hit
+            ended |= hit
+        self.done = self.done | ended
+
+    def done_mask(self) -> Tensor:
+        return self.done
+
+    def output(self, want_attn: bool) -> GenOutput:
+        n = self.count.shape[0]
+        lengths = self.count.tolist()
+        reason = ["eos" if e else "length" for e in self.eos.tolist()]
+
+        def rows(xs: list[Tensor]) -> list[list]:
+            if not xs:
+                return [[] for _ in range(n)]
+            return [r[:k] for r, k in zip(torch.stack(xs, 1).tolist(), lengths)]
+
+        def per_row(xs: list[Tensor], dtype) -> list[Tensor]:
+            if not xs:
+                return [torch.zeros(0, self.params.topk, dtype=dtype) for _ in range(n)]
+            full = torch.stack(xs, 1).cpu()  # [B, steps, K]
+            return [full[b, :k].clone() for b, k in enumerate(lengths)]
+
+        topk = bool(self.params.topk)
+        return GenOutput(
+            ids=rows(self.toks), logp=rows(self.lps), trunc_logp=rows(self.tlps),
+            stopped=[r != "length" for r in reason], stop_reason=reason,
+            topk_ids=per_row(self.topk_ids, torch.long) if topk else None,
+            topk_logp=per_row(self.topk_lp, torch.float) if topk else None,
+            attn_stat=rows(self.attn) if want_attn else None,
         )
 
 
@@ -233,11 +307,22 @@ def _diag(rows: int, cols: int, offset: int, device) -> Tensor:
 
 
 class KVSampler:
-    """Hand-written Llama-style forward with a static KV cache (its own weight copy)."""
+    """Hand-written Llama-style forward with a static KV cache (its own weight copy).
+
+    Speed (decoding is dominated by per-op overhead at small sizes): q/k/v and gate/up are
+    fused into one matrix each at ``load_weights`` time (the per-name weights in ``w`` are
+    views of the fused ones, so ``state()`` still returns the original state dict), RMSNorm
+    is ``torch.nn.functional.rms_norm``, RoPE reads cos/sin from a table indexed by position
+    and rotates q and k in one pass, attention is ``scaled_dot_product_attention`` with a
+    boolean mask (the explicit softmax is kept when the attention statistic is requested),
+    and ``generate`` keeps per-token results as tensors, converting them to lists once."""
 
     capabilities = frozenset({"behav_logp", "topk", "behav_attn_stat"})
     row_rng = True
     """Accepts :class:`RowNoise` as its generator (``rollout.rng=row``)."""
+    compact_frac = 0.25
+    """``generate`` drops finished samples from the decode forward once they are this fraction
+    of the rows it computes."""
 
     def __init__(self, model, tokenizer) -> None:
         cfg = model.config
@@ -257,7 +342,12 @@ class KVSampler:
         self.dtype = next(model.parameters()).dtype
         self.version = 0
         self.w: dict[str, Tensor] = {}
+        self._layers: list[tuple] = []
+        self._rope_table: Optional[tuple[Tensor, Tensor]] = None
         self.load_weights(model.state_dict(), 0)
+
+    _QKV = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")
+    _GATE_UP = ("mlp.gate_proj", "mlp.up_proj")
 
     def load_weights(self, state: dict[str, Tensor], version: int) -> None:
         """Copy ``state`` (a full or partial policy state dict) into the engine's own weights."""
@@ -266,7 +356,34 @@ class KVSampler:
             self.w[key] = v.detach().to(self.device).clone()
         if "lm_head.weight" not in self.w:
             self.w["lm_head.weight"] = self.w["embed_tokens.weight"]  # tied embeddings
+        self._fuse()
         self.version = version
+
+    def _fuse(self) -> None:
+        """Concatenate q/k/v (and their biases) and gate/up per layer; the per-name entries of
+        ``w`` become row slices (views) of the fused tensors, so nothing is stored twice."""
+        w, layers = self.w, []
+        for i in range(self.n_layers):
+            p = f"layers.{i}."
+            qkv_w = torch.cat([w[p + n + ".weight"] for n in self._QKV])
+            parts = [w[p + n + ".weight"].shape[0] for n in self._QKV]
+            qkv_b = None
+            if any(p + n + ".bias" in w for n in self._QKV):
+                qkv_b = torch.cat([w[p + n + ".bias"] if p + n + ".bias" in w
+                                   else torch.zeros(r, dtype=qkv_w.dtype, device=qkv_w.device)
+                                   for n, r in zip(self._QKV, parts)])
+            gu_w = torch.cat([w[p + n + ".weight"] for n in self._GATE_UP])
+            off = 0
+            for n, r in zip(self._QKV, parts):
+                w[p + n + ".weight"] = qkv_w[off:off + r]
+                if qkv_b is not None and p + n + ".bias" in w:
+                    w[p + n + ".bias"] = qkv_b[off:off + r]
+                off += r
+            inter = w[p + "mlp.gate_proj.weight"].shape[0]
+            w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"] = gu_w[:inter], gu_w[inter:]
+            layers.append((w[p + "input_layernorm.weight"], qkv_w, qkv_b, w[p + "self_attn.o_proj.weight"],
+                           w[p + "post_attention_layernorm.weight"], gu_w, w[p + "mlp.down_proj.weight"]))
+        self._layers = layers
 
     def state(self) -> dict[str, Tensor]:
         return {k: v.clone() for k, v in self.w.items()}
@@ -275,6 +392,12 @@ class KVSampler:
     def _rms(self, x: Tensor, weight: Tensor) -> Tensor:
         xf = x.float()
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * weight
+
+    def _norm(self, x: Tensor, weight: Tensor) -> Tensor:
+        """RMSNorm (HF's: in float32, then cast, then scaled by the weight)."""
+        if x.dtype == torch.float32:
+            return torch.nn.functional.rms_norm(x, weight.shape, weight, self.eps)
+        return self._rms(x, weight)
 
     def _rope(self, pos: Tensor) -> tuple[Tensor, Tensor]:
         freqs = pos.float()[..., None] * self.inv_freq.to(pos.device)  # [B, S, D/2]
@@ -287,6 +410,18 @@ class KVSampler:
         rotated = torch.cat([-x[..., h:], x[..., :h]], -1)
         return x * cos + rotated * sin
 
+    def _rope_rows(self, n: int) -> tuple[Tensor, Tensor]:
+        """cos and *signed* sin tables ``[≥n, head_dim]`` for positions 0..n−1 (the values of
+        :meth:`_rope`; the signed sin is −sin on the first half, so rotating is
+        ``x·cos + roll(x, D/2)·sin_signed``, bit-identical to :meth:`_rot`)."""
+        if self._rope_table is None or self._rope_table[0].shape[0] < n:
+            n = max(n, 256)
+            cos, sin = self._rope(torch.arange(n, device=self.device)[None])  # [1, 1, n, D]
+            cos, sin = cos[0, 0], sin[0, 0]
+            h = sin.shape[-1] // 2
+            self._rope_table = (cos, torch.cat([-sin[:, :h], sin[:, h:]], -1))
+        return self._rope_table
+
     def forward(self, ids: Tensor, pos: Tensor, cache: list[list[Tensor]], start: int, key_mask: Tensor,
                 want_attn: bool = False) -> tuple[Tensor, Optional[Tensor]]:
         """Logits of the last position for ``ids [B, S]`` written at cache slots [start, start+S).
@@ -294,46 +429,58 @@ class KVSampler:
         key_mask [B, start+S]: 1 for real keys (padding excluded). Returns (logits [B, V],
         attention concentration [B] of the last query, averaged over layers, or None).
         """
-        w = self.w
-        B, S = ids.shape
-        x = w["embed_tokens.weight"][ids]
-        cos, sin = self._rope(pos)
+        S = ids.shape[1]
         end = start + S
         causal = torch.ones(S, end, dtype=torch.bool, device=ids.device).tril(start)
         allowed = causal[None, None] & key_mask[:, None, None, :end].bool()  # [B, 1, S, end]
         # A query on left padding has no real key; let it see itself so no row is all −inf
         # (a NaN there would poison the cache through 0·NaN in later attention products).
         allowed = allowed | _diag(S, end, start, ids.device)[None, None]
-        bias = torch.zeros(allowed.shape, dtype=self.dtype, device=ids.device).masked_fill(~allowed, float("-inf"))
+        self._rope_rows(int(pos.max()) + 1 if pos.numel() else 1)
+        return self._forward(ids, pos, cache, start, allowed, key_mask, want_attn)
+
+    def _forward(self, ids: Tensor, pos: Tensor, cache: list[list[Tensor]], start: int, allowed: Tensor,
+                 key_mask: Tensor, want_attn: bool = False) -> tuple[Tensor, Optional[Tensor]]:
+        """:meth:`forward` with the attention mask ``allowed [B, 1, S, end]`` already built
+        (bool; every query has at least one allowed key)."""
+        w = self.w
+        B, S = ids.shape
+        end = start + S
+        nh, nkv, hd = self.n_heads, self.n_kv, self.head_dim
+        x = torch.nn.functional.embedding(ids, w["embed_tokens.weight"])
+        cos_t, sin_t = self._rope_table  # covers every position (forward / generate build it)
+        cos, sin = cos_t[pos][:, :, None], sin_t[pos][:, :, None]  # [B, S, 1, D]
+        half = hd // 2
+        if want_attn:
+            bias = torch.zeros(allowed.shape, dtype=self.dtype, device=ids.device).masked_fill(~allowed, float("-inf"))
+            n_keys = key_mask[:, :end].sum(-1).float().clamp(min=2)
         conc = []
-        rep = self.n_heads // self.n_kv
-        for i in range(self.n_layers):
-            p = f"layers.{i}."
-            h = self._rms(x, w[p + "input_layernorm.weight"])
-            q = torch.nn.functional.linear(h, w[p + "self_attn.q_proj.weight"], w.get(p + "self_attn.q_proj.bias"))
-            k = torch.nn.functional.linear(h, w[p + "self_attn.k_proj.weight"], w.get(p + "self_attn.k_proj.bias"))
-            v = torch.nn.functional.linear(h, w[p + "self_attn.v_proj.weight"], w.get(p + "self_attn.v_proj.bias"))
-            q = self._rot(q.view(B, S, self.n_heads, self.head_dim).transpose(1, 2), cos, sin)
-            k = self._rot(k.view(B, S, self.n_kv, self.head_dim).transpose(1, 2), cos, sin)
-            cache[i][0][:, :, start:end] = k
-            cache[i][1][:, :, start:end] = v.view(B, S, self.n_kv, self.head_dim).transpose(1, 2)
+        rep = nh // nkv
+        linear = torch.nn.functional.linear
+        for i, (ln1, qkv_w, qkv_b, o_w, ln2, gu_w, down_w) in enumerate(self._layers):
+            qkv = linear(self._norm(x, ln1), qkv_w, qkv_b).view(B, S, nh + 2 * nkv, hd)
+            qk = qkv[:, :, :nh + nkv]
+            qk = qk * cos + torch.roll(qk, half, -1) * sin  # RoPE on q and k at once
+            q = qk[:, :, :nh].transpose(1, 2)
+            cache[i][0][:, :, start:end] = qk[:, :, nh:].transpose(1, 2)
+            cache[i][1][:, :, start:end] = qkv[:, :, nh + nkv:].transpose(1, 2)
             kk, vv = cache[i][0][:, :, :end], cache[i][1][:, :, :end]
-            if rep > 1:
-                kk, vv = kk.repeat_interleave(rep, 1), vv.repeat_interleave(rep, 1)
-            scores = (q @ kk.transpose(-1, -2)) / math.sqrt(self.head_dim) + bias
-            attn = torch.softmax(scores.float(), -1).to(self.dtype)
-            if want_attn:
+            if want_attn:  # explicit weights for the concentration statistic
+                if rep > 1:
+                    kk, vv = kk.repeat_interleave(rep, 1), vv.repeat_interleave(rep, 1)
+                scores = (q @ kk.transpose(-1, -2)) / math.sqrt(hd) + bias
+                attn = torch.softmax(scores.float(), -1).to(self.dtype)
                 a = attn[:, :, -1].float().clamp(min=1e-12)
-                n_keys = key_mask[:, :end].sum(-1).float().clamp(min=2)
                 conc.append(-(a * a.log()).sum(-1).mean(1) / n_keys.log())
-            o = (attn @ vv).transpose(1, 2).reshape(B, S, -1)
-            x = x + torch.nn.functional.linear(o, w[p + "self_attn.o_proj.weight"])
-            h = self._rms(x, w[p + "post_attention_layernorm.weight"])
-            g = torch.nn.functional.linear(h, w[p + "mlp.gate_proj.weight"])
-            u = torch.nn.functional.linear(h, w[p + "mlp.up_proj.weight"])
-            x = x + torch.nn.functional.linear(self.act(g) * u, w[p + "mlp.down_proj.weight"])
-        x = self._rms(x[:, -1], w["norm.weight"])
-        logits = torch.nn.functional.linear(x, w["lm_head.weight"])
+                o = attn @ vv
+            else:  # fused kernel; every query has at least its own key
+                o = torch.nn.functional.scaled_dot_product_attention(q, kk, vv, attn_mask=allowed,
+                                                                     enable_gqa=rep > 1)
+            x = x + linear(o.transpose(1, 2).reshape(B, S, -1), o_w)
+            g, u = linear(self._norm(x, ln2), gu_w).chunk(2, -1)
+            x = x + linear(self.act(g) * u, down_w)
+        x = self._norm(x[:, -1], w["norm.weight"])
+        logits = linear(x, w["lm_head.weight"])
         return logits, (torch.stack(conc).mean(0) if want_attn else None)
 
     @torch.no_grad()
@@ -341,27 +488,79 @@ class KVSampler:
                  generator: Optional[torch.Generator] = None, want_attn: bool = False,
                  limits: Optional[Sequence[int]] = None) -> GenOutput:
         """Sample continuations of ``prompts`` (lists of ids). ``limits``: per-sample token caps
-        (default ``params.max_new_tokens``)."""
+        (default ``params.max_new_tokens``).
+
+        Identical prompts (a GRPO group) share one prefill. Samples that have finished are
+        dropped from the forward once enough of them accumulate (``compact_frac`` of the rows
+        computed); sampling still sees every row, so the noise each row gets is unchanged."""
         limits = list(limits) if limits is not None else [params.max_new_tokens] * len(prompts)
-        track = _StopTracker(len(prompts), params, self.tok, limits)
         ids, mask = left_pad(prompts, self.tok.pad_token_id or 0, self.device)
         B, W = ids.shape
         n_new = max(limits) if limits else 0
         total = W + n_new
-        cache = [[torch.zeros(B, self.n_kv, total, self.head_dim, dtype=self.dtype, device=self.device)
-                  for _ in range(2)] for _ in range(self.n_layers)]
         key_mask = torch.cat([mask, torch.ones(B, n_new, dtype=torch.long, device=self.device)], 1)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        logits, attn = self.forward(ids, pos, cache, 0, key_mask, want_attn)
-        next_pos = pos[:, -1] + 1
+        self._rope_rows(total)
+        cache, logits, attn = self._shared_prefill(prompts, ids, pos, key_mask, total, want_attn)
+        # generated slots are real keys, so a decode step's mask is the key mask itself
+        allowed = key_mask.bool()[:, None, None, :]
+        next_pos = pos[:, -1:] + 1
+        track = _StopTracker(B, params, self.tok, limits) if params.stop_strings \
+            else _TensorTracker(B, params, limits, self.device)
+        rows: Optional[Tensor] = None  # the rows the forward computes (None: all B)
+        km = key_mask
         for i in range(n_new):
             tok, lp, tlp, logp_all = sample_step(logits, params, generator)
             track.add(tok, lp, tlp, logp_all, attn)
-            if all(track.done) or i == n_new - 1:
+            if i == n_new - 1:
                 break
-            logits, attn = self.forward(tok[:, None], next_pos[:, None], cache, W + i, key_mask, want_attn)
+            live = ~track.done_mask().to(self.device)
+            n_live = int(live.sum())
+            if n_live == 0:
+                break
+            n_rows = B if rows is None else rows.numel()
+            if n_rows - n_live >= max(1, int(self.compact_frac * n_rows)):  # drop finished rows
+                keep = (live if rows is None else live[rows]).nonzero().squeeze(1)
+                rows = keep if rows is None else rows[keep]
+                cache = [[c[keep] for c in layer] for layer in cache]
+                allowed, next_pos, km = allowed[keep], next_pos[keep], km[keep]
+            step_ids = tok[:, None] if rows is None else tok[rows][:, None]
+            out, at = self._forward(step_ids, next_pos, cache, W + i, allowed[..., :W + i + 1], km, want_attn)
+            if rows is None:
+                logits, attn = out, at
+            else:  # finished rows keep stale values: sampled, never recorded
+                logits = logits.index_copy(0, rows, out)
+                attn = attn.index_copy(0, rows, at) if at is not None else None
             next_pos = next_pos + 1
         return track.output(want_attn)
+
+    def _shared_prefill(self, prompts: Sequence[Sequence[int]], ids: Tensor, pos: Tensor, key_mask: Tensor,
+                        total: int, want_attn: bool) -> tuple[list[list[Tensor]], Tensor, Optional[Tensor]]:
+        """The prompt forward into a new cache of ``total`` slots; identical prompts run once
+        and their cache rows, logits and statistic are copied."""
+        B = ids.shape[0]
+
+        def new_cache(n: int) -> list[list[Tensor]]:
+            return [[torch.zeros(n, self.n_kv, total, self.head_dim, dtype=self.dtype, device=self.device)
+                     for _ in range(2)] for _ in range(self.n_layers)]
+
+        first: dict[tuple[int, ...], int] = {}
+        inv, uniq = [], []  # each row's prompt number; the first row of each distinct prompt
+        for b, p in enumerate(prompts):
+            j = first.setdefault(tuple(p), len(uniq))
+            if j == len(uniq):
+                uniq.append(b)
+            inv.append(j)
+        if len(uniq) == B:
+            cache = new_cache(B)
+            logits, attn = self.forward(ids, pos, cache, 0, key_mask, want_attn)
+            return cache, logits, attn
+        uniq = torch.tensor(uniq, dtype=torch.long, device=self.device)
+        small = new_cache(len(first))
+        logits, attn = self.forward(ids[uniq], pos[uniq], small, 0, key_mask[uniq], want_attn)
+        inv_t = torch.tensor(inv, dtype=torch.long, device=self.device)
+        return ([[c[inv_t] for c in layer] for layer in small], logits[inv_t],
+                attn[inv_t] if attn is not None else None)
 
 
 class HFGenerateEngine:

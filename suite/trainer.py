@@ -654,6 +654,7 @@ class Trainer:
 
     def save_checkpoint(self) -> None:
         state = self._state()
+        self.folder.sync("metrics.jsonl")  # the per-step rows up to this checkpoint are durable before it exists
         self.folder.replace_dir("checkpoint", lambda d: torch.save(state, d / "state.pt"))
 
     def load_checkpoint(self) -> bool:
@@ -712,7 +713,7 @@ class Trainer:
                         "perf/tokens_per_s": float(batch.attn_mask.sum()) / dt})
         metrics["stability/nonfinite"] = 0
         row = {"step": self.step_no, "time": time.time(), **self.budget.row(), **metrics}
-        self.folder.append("metrics.jsonl", [row])
+        self.folder.append("metrics.jsonl", [row], durable=False)  # fsynced before each checkpoint
         return row
 
     def _install_signals(self) -> None:
@@ -767,7 +768,7 @@ class Trainer:
                 if not at_end and self.budget.progress >= (self.evals_done + 1) * s.eval.every - 1e-12:
                     self.evals_done = int(self.budget.progress / s.eval.every + 1e-12)
                     self.run_eval("val")
-                f.set_status(step=self.step_no, budget=self.budget.counters)
+                f.set_status(step=self.step_no, budget=self.budget.counters, durable=False)
                 sig = self._agreed_signal()
                 if sig is not None:
                     raise sig
