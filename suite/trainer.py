@@ -339,6 +339,7 @@ class Trainer:
         src_scores = torch.tensor([float(rec.scores[g * G + s]) for g, s in chosen])
         new_means = second.scores.view(len(chosen), G).mean(-1)
         metrics = {"revise/groups": float(len(chosen)), "revise/source_score": float(src_scores.mean()),
+                   "revise/first_score": float(rec.scores.mean()),
                    "revise/score_mean": float(second.scores.mean()),
                    "revise/improved_frac": float((new_means > src_scores).float().mean()),
                    "revise/prompt_len_mean": sum(map(len, aug_ids)) / len(aug_ids)}
@@ -477,6 +478,8 @@ class Trainer:
             if attempt == 0:  # reward, length, group and mismatch statistics of the first draw
                 metrics.update(roll_metrics)
                 fresh = batch if stale is None else batch.select(torch.arange(n_fresh, device=batch.tokens.device))
+                if fresh.stage is not None and bool((fresh.stage == 0).any()):  # the samples drawn on the task's prompts
+                    fresh = fresh.select(torch.nonzero(fresh.stage == 0).flatten())
                 metrics.update(self._rollout_metrics(fresh))
                 if stale is not None:
                     metrics["replay/rows"] = float(stale.batch_size)

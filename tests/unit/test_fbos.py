@@ -189,3 +189,5 @@ def test_trainer_feedback_round_on_arith(tmp_path, monkeypatch):
     from suite.runfolder import read_jsonl
     row = read_jsonl(run / "metrics.jsonl")[0]
     assert row["revise/groups"] == k and "algo/fbos/is_weight_mean" in row
+    # the shared reward statistics describe the first round (the task's own prompts) only
+    assert row["reward/mean"] == pytest.approx(float(b.scores[st == 0].mean())) == pytest.approx(row["revise/first_score"])
