@@ -217,7 +217,7 @@ def main() -> None:
         "checkpointing (its default is on; rlsuite has none).", "",
         f"Same-loss check on one fixed batch: rlsuite {ours_loss:.8f}, TRL {trl_loss:.8f} "
         f"({'equal within 1e-5' if same else 'DIFFERENT'}).", "",
-        f"| side | steps timed | median s/step | min | max |", "|---|---|---|---|---|",
+        "| side | steps timed | median s/step | min | max |", "|---|---|---|---|---|",
         f"| TRL | {len(trl_times)} | {med_trl:.4f} | {min(trl_times):.4f} | {max(trl_times):.4f} |",
         f"| rlsuite | {len(our_times)} | {med_ours:.4f} | {min(our_times):.4f} | {max(our_times):.4f} |", "",
         f"speedup: {speed:.2f}x", ""] + ([

@@ -412,7 +412,7 @@ class Trainer:
     # -- 4. scoring passes -------------------------------------------------------------
     @torch.no_grad()
     def _score(self, rec: Rollout) -> Batch:
-        s, r = self.spec, self.spec.rollout
+        r = self.spec.rollout
         dev = self.device
         tokens, attn, mask = rec.tokens.to(dev), rec.attn_mask.to(dev), rec.loss_mask.to(dev)
         n_tok = int(rec.attn_mask.sum())
