@@ -290,25 +290,31 @@ def launch_local(spec, out: Path, grace_s: float = 60.0) -> int:
             raise BadInput(r[3])
     errors = [r for r in sorted(results.values()) if r[1] == "error"]
     missing = [r for r in range(W) if r not in results]
-    if errors or 0 in missing:
+    if errors or missing:
         for r in errors:
             print(f"rank {r[0]} failed:\n{r[3]}", file=sys.stderr)
         for r in missing:
             print(f"rank {r} exited with code {procs[r].exitcode} without a result", file=sys.stderr)
-        _mark_failed(Path(out) / spec.run_id, errors[0][3].strip().splitlines()[-1] if errors else
-                     f"rank {missing[0]} exited with code {procs[missing[0]].exitcode}")
-        return 1
+        # the root cause first: a rank that died without a result (its peers then fail in a
+        # collective); a run rank 0 completed stays completed (_mark_failed leaves it)
+        _mark_failed(Path(out) / spec.run_id, f"rank {missing[0]} exited with code {procs[missing[0]].exitcode}"
+                     if missing else errors[0][3].strip().splitlines()[-1])
+        if errors or 0 in missing:
+            return 1
     return int(results[0][2])
 
 
 def _mark_failed(run_dir: Path, reason: str) -> None:
-    """A rank died while rank 0 still held the run: record ``failed`` (rank 0 was stopped)."""
+    """A rank died while rank 0 still held the run: record ``failed`` (rank 0 was stopped, or failed
+    in a collective with the dead peer — its own reason is kept after the root cause)."""
     from suite.runfolder import atomic_write_json, now_iso, read_json
 
     st = read_json(run_dir / "status.json")
-    if st is not None and st.get("state") == "running":
-        atomic_write_json(run_dir / "status.json", st | {"state": "failed", "reason": f"data-parallel rank failed: "
-                                                                                   f"{reason}", "updated_at": now_iso()})
+    if st is not None and st.get("state") in ("running", "failed"):
+        why = f"data-parallel rank failed: {reason}"
+        if st.get("state") == "failed" and st.get("reason") and reason not in st["reason"]:
+            why += f" (rank 0: {st['reason']})"
+        atomic_write_json(run_dir / "status.json", st | {"state": "failed", "reason": why, "updated_at": now_iso()})
 
 
 __all__ = ["World", "world", "init", "shutdown", "backend_for", "launch_local", "init_from_submitit"]

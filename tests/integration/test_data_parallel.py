@@ -173,3 +173,44 @@ def test_local_submitit_sweep_runs_one_rank_per_task(tmp_path, capsys):
     m1, m2 = read_jsonl(ref / "metrics.jsonl"), read_jsonl(run / "metrics.jsonl")
     assert [r["reward/mean"] for r in m1] == [r["reward/mean"] for r in m2]
     assert [r["budget/gen_tokens"] for r in m1] == [r["budget/gen_tokens"] for r in m2]
+
+
+@pytest.mark.slow
+def test_a_rank_that_dies_fails_the_run_and_a_rerun_completes_it(tmp_path):
+    """SIGKILL rank 1 mid-run: rank 0 is left blocked in a collective; the local launcher stops it
+    after the grace period and records the run ``failed`` (exit 1), naming the dead rank; running
+    the same spec again resumes and completes it."""
+    import multiprocessing as mp
+    import threading
+
+    from suite.distributed import launch_local
+    from suite.runner import execute
+    from suite.spec import resolve
+
+    sets = [("eval.max_prompts", 8), ("rollout.prompts_per_step", 4), ("rollout.group_size", 4),
+            ("rollout.rng", "row"), ("train.world_size", 2), ("train.checkpoint_every", 1)]
+    spec = resolve("arith", "grpo", "tiny", 1, sets=sets, budgets=[("updates", 40)])
+    run = tmp_path / spec.run_id
+    killed = {}
+
+    def kill_rank1_once_running():
+        deadline = time.time() + 300
+        while time.time() < deadline and not killed:
+            st = json.loads((run / "status.json").read_text()) if (run / "status.json").exists() else {}
+            if st.get("step", 0) >= 2:
+                for p in mp.active_children():
+                    if p.name == "rlsuite-rank1":
+                        os.kill(p.pid, signal.SIGKILL)
+                        killed["step"] = st["step"]
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=kill_rank1_once_running, daemon=True)
+    watcher.start()
+    assert launch_local(spec, tmp_path, grace_s=2.0) == 1
+    watcher.join(5)
+    assert killed, "rank 1 was never seen running"
+    st = json.loads((run / "status.json").read_text())
+    assert st["state"] == "failed" and "rank 1 exited with code -9" in st["reason"], st
+    code, run_dir = execute(spec, tmp_path)  # the same spec again: resumes from the checkpoint
+    assert code == 0 and run_dir == run
+    assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == list(range(1, 41))
