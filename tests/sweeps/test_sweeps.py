@@ -137,7 +137,8 @@ def test_interrupted_local_sweep_completes_on_rerun_without_losing_results(tmp_p
             except (OSError, ValueError):
                 continue
             seen.append((d.get("state"), d.get("step", 0)))
-        if any(st == "completed" for st, _ in seen) and any(st == "running" and k >= 3 for st, k in seen):
+        # a running run mid-way (steps 3..8 of 12), so the Ctrl-C surely lands before it ends
+        if any(st == "completed" for st, _ in seen) and any(st == "running" and 3 <= k <= 8 for st, k in seen):
             break
         time.sleep(0.2)
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C reaches the whole foreground process group
