@@ -97,6 +97,11 @@ class DPPOPDM(DPPO):
     Config = DPPOPDMConfig
     cfg: DPPOPDMConfig
 
+    def __init__(self, cfg: DPPOPDMConfig) -> None:
+        super().__init__(cfg)
+        self._seen_step: Optional[int] = None  # the step whose rows _seen holds
+        self._seen: dict = {}  # (example, token bytes) → (D, ΔD_pred) at the row's last visit
+
     def loss(self, fwd: Forward, batch: Batch, ctx):
         c, mask, adv = self.cfg, batch.loss_mask, batch.adv
         anchor = batch.behav_logp if c.anchor == "behaviour" else batch.old_logp
@@ -146,7 +151,7 @@ class DPPOPDM(DPPO):
 
     def _realised(self, batch: Batch, div: torch.Tensor, d_pred: torch.Tensor, active: torch.Tensor, ctx) -> dict:
         """Compare each re-visited row's divergence change with the prediction of its last visit."""
-        if getattr(self, "_seen_step", None) != ctx.step:
+        if self._seen_step != ctx.step:
             self._seen_step, self._seen = ctx.step, {}
         keys = [(int(e), hash(r.cpu().numpy().tobytes())) for e, r in zip(batch.example_idx, batch.tokens)]
         real, pred, act = [], [], []

@@ -34,6 +34,19 @@ def data_dir(sub: str) -> Path:
     return path
 
 
+def require_sandbox() -> None:
+    """Code tasks refuse to run without an isolating sandbox layer: skip the calling module (with
+    the reason) on such a machine, or fail when RLSUITE_REQUIRE_SANDBOX is set (CI)."""
+    from tasks.sandbox import SandboxConfig, SandboxUnavailable, detect
+
+    try:
+        detect().choose(SandboxConfig())
+    except SandboxUnavailable as e:
+        if os.environ.get("RLSUITE_REQUIRE_SANDBOX"):
+            pytest.fail(f"{e} (RLSUITE_REQUIRE_SANDBOX)", pytrace=False)
+        pytest.skip(str(e), allow_module_level=True)
+
+
 @pytest.fixture
 def gsm8k_dir() -> Path:
     return data_dir("gsm8k")

@@ -8,7 +8,6 @@ Data tests need ``$RLSUITE_DATA/code`` (skip without it; fail under RLSUITE_REQU
 
 from __future__ import annotations
 
-import os
 
 import pytest
 
@@ -30,22 +29,10 @@ from tasks.code import (
     split_check,
     truncate,
 )
-from tasks.sandbox import SandboxConfig, SandboxUnavailable, detect
-from tests.conftest import data_dir
+from tests.conftest import data_dir, require_sandbox
 
 
-def _sandbox_or_skip() -> None:
-    """These tasks refuse to run without an isolating sandbox layer: skip (with the reason)
-    on such a machine, or fail when RLSUITE_REQUIRE_SANDBOX is set (CI)."""
-    try:
-        detect().choose(SandboxConfig())
-    except SandboxUnavailable as e:
-        if os.environ.get("RLSUITE_REQUIRE_SANDBOX"):
-            pytest.fail(f"{e} (RLSUITE_REQUIRE_SANDBOX)", pytrace=False)
-        pytest.skip(str(e), allow_module_level=True)
-
-
-_sandbox_or_skip()
+require_sandbox()
 
 
 ROW = {"task_id": "T/0",

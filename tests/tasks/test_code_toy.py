@@ -9,28 +9,16 @@ tiny model (no warm start, so it stays fast; the warm start is exercised by
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 
 import tasks.code_toy  # noqa: F401  (registration, until tasks/__init__.py imports it)
 from suite.cli import main
 from tasks.code_toy import CodeToy, CodeToyConfig, Problem, generate
-from tasks.sandbox import SandboxConfig, SandboxUnavailable, detect
+from tests.conftest import require_sandbox
 
 
-def _sandbox_or_skip() -> None:
-    """These tasks refuse to run without an isolating sandbox layer: skip (with the reason)
-    on such a machine, or fail when RLSUITE_REQUIRE_SANDBOX is set (CI)."""
-    try:
-        detect().choose(SandboxConfig())
-    except SandboxUnavailable as e:
-        if os.environ.get("RLSUITE_REQUIRE_SANDBOX"):
-            pytest.fail(f"{e} (RLSUITE_REQUIRE_SANDBOX)", pytrace=False)
-        pytest.skip(str(e), allow_module_level=True)
-
-
-_sandbox_or_skip()
+require_sandbox()
 
 
 @pytest.fixture(scope="module")
