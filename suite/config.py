@@ -144,6 +144,20 @@ class TrainConfig:
     """Where the policy trains and samples."""
     checkpoint_every: int = 20
     """Steps between checkpoints (also on preemption and at the end). Not in the run id."""
+    autocast: Literal["none", "bf16"] = "none"
+    """Mixed precision of the training and scoring forwards: ``bf16`` runs them under
+    ``torch.autocast`` (matmuls in bfloat16; fp32 weights, gradients and optimizer state), on
+    CUDA and on CPUs with AVX-512 BF16/AMX. The sampler is unaffected (``rollout.mismatch``
+    models a low-precision sampler), so with ``rollout.old_logp=behaviour`` the ratio π/π_old is
+    no longer exactly 1 on-policy. In the run id when set."""
+    share_prefix: bool = False
+    """Training and scoring forwards compute each distinct prompt once per group and let its G
+    completions attend to the shared keys/values (:mod:`suite.fast_forward`; llama, mistral,
+    qwen2). Same math, other float summation order. In the run id when set."""
+    compile: bool = False
+    """Training and scoring forwards run their layer stack through ``torch.compile`` (dynamic
+    shapes; the first call of a process compiles, tens of seconds on a CPU;
+    :mod:`suite.fast_forward`). Same math, other float rounding. In the run id when set."""
     world_size: int = 1
     """Data-parallel processes (torch.distributed: gloo on CPU, NCCL on CUDA; ``suite/distributed.py``):
     each generates and trains on a shard of every batch and gradients are summed, so the run
@@ -198,6 +212,10 @@ class EvalConfig:
     """Sequences per eval generation call."""
 
 
+LATER_TRAIN_DEFAULTS = {"autocast": "none", "share_prefix": False, "compile": False}
+"""Train settings added after runs existed: at their defaults they stay out of the run id."""
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """A fully resolved run: what ``spec.json`` holds (plus the sweep labels)."""
@@ -233,6 +251,9 @@ class RunSpec:
         d["train"].pop("world_size")  # the same run by construction (suite/distributed.py), elastic resume
         if d["rollout"]["rng"] == "batch":
             d["rollout"].pop("rng")  # the default keeps the run ids from before the setting existed
+        for k, default in LATER_TRAIN_DEFAULTS.items():
+            if d["train"][k] == default:
+                d["train"].pop(k)  # likewise for train settings added later
         d["rollout"].pop("vllm_gpu_memory")  # a resource setting (and absent from older spec.json files)
         blob = json.dumps(d, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:8]

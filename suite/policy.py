@@ -16,6 +16,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from suite.fast_forward import fast_forward, unsupported
 from suite.types import Forward
 
 HF_CAPABILITIES = frozenset({"logp", "entropy", "hidden", "values", "topk"})
@@ -51,14 +52,18 @@ def attention_concentration(attn: Tensor, key_mask: Tensor) -> Tensor:
 
 def policy_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float,
                    want: frozenset[str] = frozenset(), value_head: Optional[torch.nn.Module] = None,
-                   topk_ids: Optional[Tensor] = None) -> Forward:
+                   topk_ids: Optional[Tensor] = None, prompt_width: int = 0, compiled: bool = False) -> Forward:
     """One forward of ``model`` on full sequences.
 
     Args: tokens, attn_mask [B, T]; temperature: logits are divided by it (the sampling
-    distribution); want: subset of {"entropy", "hidden", "attn_stat", "values"};
-    value_head: the critic head applied to the last hidden state when "values" is wanted.
+    distribution); want: subset of {"entropy", "hidden", "attn_stat", "values", "topk"};
+    value_head: the critic head applied to the last hidden state when "values" is wanted;
+    prompt_width > 0 (``train.share_prefix``) or ``compiled`` (``train.compile``): the
+    functional forward of :mod:`suite.fast_forward` where it serves the call, else the HF one.
     Returns: :class:`suite.types.Forward` with the requested fields.
     """
+    if (prompt_width or compiled) and unsupported(model, want, tokens.shape[1]) is None:
+        return fast_forward(model, tokens, attn_mask, temperature, want, prompt_width, compiled, topk_ids)
     need_hidden = "hidden" in want or "values" in want
     out = model(input_ids=tokens, attention_mask=attn_mask, position_ids=position_ids(attn_mask),
                 output_hidden_states=need_hidden, output_attentions="attn_stat" in want, use_cache=False)

@@ -26,6 +26,7 @@ passes (4) run on the full batch; rank 0 alone writes the run folder and evaluat
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -46,6 +47,7 @@ from suite.config import RunSpec
 from suite.distributed import world as current_world
 from suite.errors import BadInput, Diverged, Interrupted
 from suite.evaluate import evaluate
+from suite.fast_forward import positions_saved, unsupported
 from suite.models import Critic, non_embedding_params
 from suite.ops import kl_estimate, masked_mean
 from suite.policy import capabilities, policy_forward
@@ -154,9 +156,36 @@ class Trainer:
         if missing:
             raise BadInput(f"algorithm '{self.algo.cfg.name}' needs {', '.join(missing)}, which the backend of "
                            f"model '{self.spec.model.name}' with rollout.engine={self.spec.rollout.engine} cannot produce")
+        t = self.spec.train
+        levers = [f"train.{k}" for k in ("share_prefix", "compile") if getattr(t, k)]
+        if levers:
+            why = unsupported(self.model, self._update_fields(), 0)
+            if why is not None:
+                raise BadInput(f"{' and '.join(levers)} {'use' if len(levers) > 1 else 'uses'} the functional forward of suite/fast_forward.py, which does not "
+                               f"serve {why}" + (f" (needed by algorithm '{self.algo.cfg.name}')" if why.startswith("fields") else "")
+                               + f"; turn {' and '.join(levers)} off for this run")
+        if t.autocast == "bf16" and self.device.type == "cpu" and not torch.backends.mkldnn.is_available():
+            raise BadInput("train.autocast=bf16 on a CPU needs oneDNN (torch.backends.mkldnn); valid: train.autocast=none")
         if self.spec.rollout.rng == "row" and not (kv and self.spec.rollout.engine != "s3r"):
             raise BadInput(f"rollout.rng=row (and train.world_size > 1) needs the kv sampler, which supports "
                            f"{', '.join(KV_ARCHITECTURES)} models, not '{arch}'; valid rollout.rng for it: batch")
+
+    def _update_fields(self) -> frozenset[str]:
+        """The fields the training forward computes for this algorithm (besides logp)."""
+        want = frozenset({"entropy"}) | (self.needs & {"hidden", "attn_stat", "topk"})
+        head = "values" in self.needs and (self.algo.critic or self.spec.model.critic) != "separate"
+        return want | ({"values"} if head else frozenset())
+
+    def _amp(self):
+        """The training/scoring forwards' precision context (``train.autocast``)."""
+        if self.spec.train.autocast == "bf16":
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _fwd_opts(self, prompt_width: int) -> dict[str, Any]:
+        """policy_forward's lever arguments (``train.share_prefix``, ``train.compile``)."""
+        t = self.spec.train
+        return {"prompt_width": prompt_width if t.share_prefix else 0, "compiled": t.compile}
 
     @property
     def _head_critic(self) -> bool:
@@ -416,6 +445,8 @@ class Trainer:
         dev = self.device
         tokens, attn, mask = rec.tokens.to(dev), rec.attn_mask.to(dev), rec.loss_mask.to(dev)
         n_tok = int(rec.attn_mask.sum())
+        opts = self._fwd_opts(rec.prompt_width)
+        n_comp = n_tok - (positions_saved(tokens, attn, opts["prompt_width"]) if opts["prompt_width"] else 0)
         on_policy = bool((rec.policy_version == self.budget.counters["updates"]).all()) and r.top_p == 1.0 and r.mismatch == "none" \
             and r.top_k == 0 and bool((rec.behaviour_id == 0).all()) and (rec.stage is None or not bool((rec.stage == 2).any()))
         fields: dict[str, Any] = {}
@@ -424,12 +455,13 @@ class Trainer:
             fields["old_logp"] = rec.behav_logp.to(dev)
         else:
             want = frozenset({"values"}) if head_values else frozenset()
-            fwd = policy_forward(self.model, tokens, attn, r.temperature, want,
-                                 self.critic.head if head_values else None)
-            fields["old_logp"] = fwd.logp * mask
+            with self._amp():
+                fwd = policy_forward(self.model, tokens, attn, r.temperature, want,
+                                     self.critic.head if head_values else None, **opts)
+            fields["old_logp"] = fwd.logp.float() * mask
             if head_values:
-                fields["values"] = fwd.values * mask
-            self.budget.charge_flops("score_old", scoring_flops(self.P, n_tok))
+                fields["values"] = fwd.values.float() * mask
+            self.budget.charge_flops("score_old", scoring_flops(self.P, n_comp if not head_values else n_tok))
             if r.old_logp == "behaviour" and on_policy:
                 fields["old_logp"] = rec.behav_logp.to(dev)  # aliased; the pass ran for the values only
         if self.critic is not None and self.critic.mode == "separate":
@@ -438,13 +470,15 @@ class Trainer:
         rewards = rec.rewards.to(dev)
         kl_tok = torch.zeros_like(mask)
         if self.ref is not None:
-            fields["ref_logp"] = policy_forward(self.ref, tokens, attn, r.temperature).logp * mask
-            self.budget.charge_flops("score_ref", scoring_flops(self.P, n_tok))
+            with self._amp():
+                fields["ref_logp"] = policy_forward(self.ref, tokens, attn, r.temperature, **opts).logp.float() * mask
+            self.budget.charge_flops("score_ref", scoring_flops(self.P, n_comp))
             if self.algo.cfg.kl_where == "reward":
                 kl_tok = s_kl(self.algo.cfg, fields["old_logp"], fields["ref_logp"]) * mask
         if self.init is not None:
-            fields["init_logp"] = policy_forward(self.init, tokens, attn, r.temperature).logp * mask
-            self.budget.charge_flops("score_init", scoring_flops(self.P, n_tok))
+            with self._amp():
+                fields["init_logp"] = policy_forward(self.init, tokens, attn, r.temperature, **opts).logp.float() * mask
+            self.budget.charge_flops("score_init", scoring_flops(self.P, n_comp))
         last = (mask * torch.arange(mask.shape[1], device=dev)).argmax(-1)  # last policy token
         token_rewards = -self.algo.cfg.kl_coef * kl_tok
         token_rewards[torch.arange(mask.shape[0], device=dev), last] += rewards
@@ -563,25 +597,29 @@ class Trainer:
         head_values = self._head_critic
         if head_values:
             want = want | {"values"}
+        opts = self._fwd_opts(batch.prompt_width)
         B = batch.batch_size
         acc: dict[str, list[tuple[float, float]]] = {}
         n_tok = int(batch.attn_mask.sum())
+        computed = 0  # token positions the training forwards compute (fewer with train.share_prefix)
         for epoch in range(t.epochs):
             perm = torch.randperm(B, generator=torch.Generator().manual_seed(seed_for(s.seed, "minibatch", self.step_no, epoch)))
             for mb_idx in torch.tensor_split(perm, t.minibatches):
                 mb = batch.select(mb_idx.to(batch.tokens.device))
                 w_all = aggregation_weights(mb.loss_mask, self.algo.aggregation, s.rollout.max_new_tokens)
                 self.opt.zero_grad(set_to_none=True)
+                computed += self._computed_positions(mb, opts["prompt_width"] if not want & {"topk"} else 0)
                 first, end = self.world.shard(mb.batch_size)  # this rank's rows (all of them in one process)
                 micro = t.micro_batch_size or max(1, end - first)
                 nonfinite = None
                 for lo in range(first, end, micro):
                     rows = torch.arange(lo, min(lo + micro, end), device=mb.tokens.device)
                     mic, w = mb.select(rows), w_all[rows]
-                    fwd = policy_forward(self.model, mic.tokens, mic.attn_mask, s.rollout.temperature, want,
-                                         self.critic.head if head_values else None, topk_ids=mic.topk_ids)
-                    if self.critic is not None and self.critic.mode == "separate":
-                        fwd = dataclasses.replace(fwd, values=self.critic.forward_separate(mic.tokens, mic.attn_mask))
+                    with self._amp():
+                        fwd = policy_forward(self.model, mic.tokens, mic.attn_mask, s.rollout.temperature, want,
+                                             self.critic.head if head_values else None, topk_ids=mic.topk_ids, **opts)
+                        if self.critic is not None and self.critic.mode == "separate":
+                            fwd = dataclasses.replace(fwd, values=self.critic.forward_separate(mic.tokens, mic.attn_mask))
                     if "entropy" not in self.needs:
                         fwd = dataclasses.replace(fwd, entropy=fwd.entropy.detach())
                     loss_tok, m = self.algo.loss(fwd, mic, ctx)
@@ -614,7 +652,7 @@ class Trainer:
                 self.budget.charge("updates", 1)
                 self.algo.after_update(self.context())
         self.budget.charge("train_tokens", n_tok * t.epochs)
-        self.budget.charge_flops("train", training_flops(self.P, n_tok, t.epochs))
+        self.budget.charge_flops("train", training_flops(self.P, computed, 1))
         if self.critic is not None and self.critic.mode == "separate":
             self.budget.charge_flops("train_critic", training_flops(self.P_critic, n_tok, t.epochs))
         if self.world.active:  # every rank's micro-batch metrics, merged as one process merges them
@@ -625,6 +663,22 @@ class Trainer:
         out["stats/lr"] = self.opt.param_groups[0]["lr"]
         self.entropy = out.get("stats/entropy")
         return out
+
+    def _computed_positions(self, mb: Batch, prompt_width: int) -> int:
+        """Real token positions the training forwards of minibatch ``mb`` compute, over all
+        ranks' micro-batches (the same number on every rank): all of them, less the prompt
+        positions that ``train.share_prefix`` computes once per group within a micro-batch."""
+        total = int(mb.attn_mask.sum())
+        if not prompt_width:
+            return total
+        n, size = mb.batch_size, self.world.size
+        for r in range(size):
+            lo_r, hi_r = n * r // size, n * (r + 1) // size
+            micro = self.spec.train.micro_batch_size or max(1, hi_r - lo_r)
+            for lo in range(lo_r, hi_r, micro):
+                sl = slice(lo, min(lo + micro, hi_r))
+                total -= positions_saved(mb.tokens[sl], mb.attn_mask[sl], prompt_width)
+        return total
 
     def _clip_and_step(self, nonfinite: Optional[str] = None) -> float:
         if self.world.active:  # sum the ranks' shares of the minibatch gradient (global weights)

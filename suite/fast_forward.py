@@ -1,0 +1,211 @@
+"""A functional training/scoring forward for Llama-family models, with two opt-in levers.
+
+:func:`suite.policy.policy_forward` calls :func:`fast_forward` instead of the HF module
+forward when a run sets either lever and the model supports it (:func:`unsupported`):
+
+* ``train.share_prefix`` — **one prompt pass per group.** The G completions of a prompt share
+  its tokens, so the prompt positions are computed once per distinct prompt (``U`` rows, not
+  ``B``) and their keys/values serve every completion of the group; the response positions
+  attend to ``[shared prompt keys | own keys]``. Gradients flow back through the shared keys and
+  values into the one prompt pass (summed over the group, as the per-row passes' gradients are).
+  The saving is ``(G − 1)/G`` of the prompt positions of every training and scoring pass, so it
+  grows with the prompt: tiny on two-digit sums, large on few-shot math prompts.
+* ``train.compile`` — the layer stack through ``torch.compile`` (dynamic shapes; inductor fuses
+  RMSNorm, RoPE and SwiGLU into a few kernels). The first call of each process compiles (tens
+  of seconds on a CPU), so it pays off only in runs of many steps.
+
+Both change floating-point summation order only (the same math); neither is on by default, so
+runs without them are bit-identical to the HF forward. Log-prob rows keep the layout of
+:mod:`suite.types` (position t = log π(tokens[:, t] | prefix), position 0 = 0).
+
+Supported: ``llama``, ``mistral`` and ``qwen2`` (RMSNorm, rotary embeddings from the model's
+own rotary module — so RoPE scaling variants are honoured — grouped-query attention, SwiGLU,
+optional q/k/v biases), for the fields ``logp``, ``entropy`` and ``topk`` (``topk`` without
+prefix sharing). Anything else (hidden states, values, attention statistics, other
+architectures, a sliding window shorter than the sequence) uses the HF forward.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from suite.types import Forward
+
+FAST_ARCHITECTURES = ("llama", "mistral", "qwen2")
+FAST_FIELDS = frozenset({"entropy", "topk"})
+
+
+def unsupported(model, want: frozenset[str], width: int) -> Optional[str]:
+    """Why :func:`fast_forward` cannot serve this call (None when it can)."""
+    cfg = model.config
+    if getattr(cfg, "model_type", None) not in FAST_ARCHITECTURES:
+        return f"model_type {getattr(cfg, 'model_type', None)!r} (fast forward: {', '.join(FAST_ARCHITECTURES)})"
+    if getattr(cfg, "hidden_act", "silu") != "silu":
+        return f"hidden_act {cfg.hidden_act!r} (fast forward: silu)"
+    extra = set(want) - FAST_FIELDS
+    if extra:
+        return f"fields {sorted(extra)} (fast forward: logp, {', '.join(sorted(FAST_FIELDS))})"
+    window = getattr(cfg, "sliding_window", None)
+    if window and getattr(cfg, "use_sliding_window", True) and width > window:
+        return f"sequence width {width} exceeds the sliding window {window}"
+    return None
+
+
+def _layer_weights(model) -> list[tuple]:
+    out = []
+    for layer in model.model.layers:
+        a, m = layer.self_attn, layer.mlp
+        out.append((layer.input_layernorm.weight, a.q_proj.weight, a.q_proj.bias, a.k_proj.weight, a.k_proj.bias,
+                    a.v_proj.weight, a.v_proj.bias, a.o_proj.weight, layer.post_attention_layernorm.weight,
+                    m.gate_proj.weight, m.up_proj.weight, m.down_proj.weight))
+    return out
+
+
+def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """HF's ``apply_rotary_pos_emb`` on one of q/k: x [N, h, S, D], cos/sin [N, 1, S, D]."""
+    half = x.shape[-1] // 2
+    return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
+
+
+def _stack(x: Tensor, cos: Tensor, sin: Tensor, mask: Optional[Tensor], prefix_kv: Optional[list[tuple[Tensor, Tensor]]],
+           layers: list[tuple], norm_w: Tensor, n_heads: int, n_kv: int, head_dim: int, eps: float) -> tuple[Tensor, list]:
+    """The decoder layers and the final norm.
+
+    x [N, S, H] embeddings; cos/sin [N, S, D]; mask [N, 1, S, K] bool (K = prefix + S) or None
+    for plain causal attention; prefix_kv: per layer (k, v) [N, n_kv, P, D] of earlier
+    positions (or None). Returns (final hidden [N, S, H], per layer (k, v) of these positions).
+    """
+    N, S, H = x.shape
+    cos, sin = cos[:, None], sin[:, None]
+    kvs = []
+    for i, (ln1, qw, qb, kw, kb, vw, vb, ow, ln2, gw, uw, dw) in enumerate(layers):
+        h = F.rms_norm(x, (H,), ln1, eps)
+        q = F.linear(h, qw, qb).view(N, S, n_heads, head_dim).transpose(1, 2)
+        k = F.linear(h, kw, kb).view(N, S, n_kv, head_dim).transpose(1, 2)
+        v = F.linear(h, vw, vb).view(N, S, n_kv, head_dim).transpose(1, 2)
+        q, k = _rope(q, cos, sin), _rope(k, cos, sin)
+        kvs.append((k, v))
+        if prefix_kv is not None:
+            k, v = torch.cat([prefix_kv[i][0], k], 2), torch.cat([prefix_kv[i][1], v], 2)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=n_heads != n_kv)
+        x = x + F.linear(o.transpose(1, 2).reshape(N, S, n_heads * head_dim), ow)
+        h = F.rms_norm(x, (H,), ln2, eps)
+        x = x + F.linear(F.silu(F.linear(h, gw)) * F.linear(h, uw), dw)
+    return F.rms_norm(x, (H,), norm_w, eps), kvs
+
+
+_compiled = None
+
+
+def _compiled_stack():
+    global _compiled
+    if _compiled is None:
+        _compiled = torch.compile(_stack, dynamic=True)
+    return _compiled
+
+
+def _mask(key_mask: Tensor, n_queries: int, offset: int) -> Optional[Tensor]:
+    """Causal-and-padding mask [N, 1, S, K] for queries at positions offset..offset+S−1 over keys
+    0..K−1, or None when plain causal attention is exact (no padded key before a real query).
+    A query with no real key (left padding) may see itself, so no softmax row is empty."""
+    K = key_mask.shape[1]
+    if offset == 0 and bool(key_mask[:, 0].all()):
+        return None  # no left padding: right padding lies after every real query
+    dev = key_mask.device
+    q_pos = torch.arange(offset, offset + n_queries, device=dev)[:, None]
+    k_pos = torch.arange(K, device=dev)[None, :]
+    allowed = (k_pos <= q_pos)[None, None] & key_mask.bool()[:, None, None, :]
+    return allowed | (k_pos == q_pos)[None, None]
+
+
+def _stats(logits: Tensor, targets: Tensor, temperature: float, want: frozenset[str],
+           topk_ids: Optional[Tensor]) -> tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
+    """logits [N, S, V] predicting targets [N, S] → logp [N, S], entropy [N, S], top-K logp [N, S, K]."""
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    logp_all = torch.log_softmax(logits, -1)
+    logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
+    ent = -(logp_all.exp() * logp_all).sum(-1) if "entropy" in want else None
+    topk = logp_all.gather(-1, topk_ids) if topk_ids is not None else None
+    return logp, ent, topk
+
+
+def share_plan(tokens: Tensor, attn_mask: Tensor, prompt_width: int) -> Optional[tuple[int, Tensor, Tensor]]:
+    """How :func:`fast_forward` shares prompt passes: ``(W, first [U], inv [B])`` — the prompt
+    width, the first row of each distinct prompt and each row's prompt number — or None when no
+    two rows share their first ``prompt_width`` tokens (or there is no response to speak of)."""
+    B, T = tokens.shape
+    W = prompt_width
+    if not 0 < W < T - 1:
+        return None
+    uniq, inv = torch.unique(torch.cat([tokens[:, :W], attn_mask[:, :W].long()], 1), dim=0, return_inverse=True)
+    if uniq.shape[0] == B:
+        return None
+    first = torch.full((uniq.shape[0],), B, dtype=torch.long, device=tokens.device).scatter_reduce(
+        0, inv, torch.arange(B, device=tokens.device), "amin")
+    return W, first, inv
+
+
+def positions_saved(tokens: Tensor, attn_mask: Tensor, prompt_width: int) -> int:
+    """Real (unpadded) token positions a shared-prefix forward does not compute: the prompt
+    tokens of every row but the first of each distinct prompt (0 without sharing). The FLOP
+    accounting charges the positions actually computed."""
+    plan = share_plan(tokens, attn_mask, prompt_width)
+    if plan is None:
+        return 0
+    W, first, _ = plan
+    return int(attn_mask[:, :W].sum()) - int(attn_mask[first, :W].sum())
+
+
+def fast_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float, want: frozenset[str] = frozenset(),
+                 prompt_width: int = 0, compiled: bool = False, topk_ids: Optional[Tensor] = None) -> Forward:
+    """``policy_forward``'s result (fields logp, entropy, topk_logp) from the functional forward.
+
+    tokens, attn_mask [B, T]; prompt_width > 0 shares the prompt pass among rows whose first
+    ``prompt_width`` tokens (and mask) are equal; topk_ids [B, T, K] (top-K log-probs; no
+    prefix sharing then). ``compiled`` runs the layer stack through ``torch.compile``.
+    """
+    cfg = model.config
+    n_heads = cfg.num_attention_heads
+    n_kv = getattr(cfg, "num_key_value_heads", None) or n_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads
+    eps = cfg.rms_norm_eps
+    layers, norm_w = _layer_weights(model), model.model.norm.weight
+    stack = _compiled_stack() if compiled else _stack
+    B, T = tokens.shape
+    pos = (attn_mask.long().cumsum(-1) - 1).clamp(min=0)
+    want_topk = "topk" in want and topk_ids is not None
+    plan = share_plan(tokens, attn_mask, 0 if want_topk else prompt_width)
+    if plan is None:
+        x = model.model.embed_tokens(tokens)
+        cos, sin = model.model.rotary_emb(x, pos)
+        h, _ = stack(x, cos, sin, _mask(attn_mask, T, 0), None, layers, norm_w, n_heads, n_kv, head_dim, eps)
+        logp, ent, topk = _stats(model.lm_head(h[:, :-1]), tokens[:, 1:], temperature, want,
+                                 topk_ids[:, 1:] if want_topk else None)
+        pad = (1, 0)
+        return Forward(logp=F.pad(logp, pad), entropy=F.pad(ent, pad) if ent is not None else None,
+                       topk_logp=F.pad(topk, (0, 0, 1, 0)) if topk is not None else None)
+    # one prompt pass per distinct prompt (row `first` of each), its keys/values indexed by `inv`
+    W, first, inv = plan
+    p_tok, p_mask, p_pos = tokens[first, :W], attn_mask[first, :W], pos[first, :W]
+    x = model.model.embed_tokens(p_tok)
+    cos, sin = model.model.rotary_emb(x, p_pos)
+    h_p, kv_p = stack(x, cos, sin, _mask(p_mask, W, 0), None, layers, norm_w, n_heads, n_kv, head_dim, eps)
+    # the response positions of every row, attending to [the group's prompt keys | their own]
+    kv_rows = [(k[inv], v[inv]) for k, v in kv_p]
+    x = model.model.embed_tokens(tokens[:, W:])
+    cos, sin = model.model.rotary_emb(x, pos[:, W:])
+    h_r, _ = stack(x, cos, sin, _mask(attn_mask, T - W, W), kv_rows, layers, norm_w, n_heads, n_kv, head_dim, eps)
+    # predictions: prompt positions once per prompt; the last prompt position predicts each
+    # row's first response token; then the response positions
+    parts = [_stats(model.lm_head(h_p[:, :-1]), p_tok[:, 1:], temperature, want, None),
+             _stats(model.lm_head(h_p[:, -1:])[inv], tokens[:, W:W + 1], temperature, want, None),
+             _stats(model.lm_head(h_r[:, :-1]), tokens[:, W + 1:], temperature, want, None)]
+    logp = torch.cat([parts[0][0][inv], parts[1][0], parts[2][0]], 1)
+    ent = torch.cat([parts[0][1][inv], parts[1][1], parts[2][1]], 1) if "entropy" in want else None
+    return Forward(logp=F.pad(logp, (1, 0)), entropy=F.pad(ent, (1, 0)) if ent is not None else None)

@@ -1,0 +1,90 @@
+"""The trainer's opt-in speed levers: ``train.share_prefix``, ``train.compile``, ``train.autocast``.
+
+* share_prefix: the FLOP accounting charges the positions computed (each group's prompt once),
+  by hand; the first update equals the default run's to float rounding (same samples, same
+  loss);
+* autocast=bf16: π_old is scored in the same precision as π, so the first update's ratio is 1;
+  the setting is in the run id (and the defaults are not, so older run ids stand);
+* an algorithm that needs a field the functional forward does not compute is refused with one
+  message naming the lever and the field;
+* (slow) train.compile runs a short training and its first update equals the default's.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from suite.cli import main
+from suite.runfolder import read_jsonl
+from suite.spec import resolve
+
+P = 505_216  # non-embedding parameters of the tiny model (tests/integration/test_budget_flops.py)
+G = 4
+SMALL = ["--task", "arith", "--set", "model.warm_start=none", "--set", "eval.max_prompts=4",
+         "--set", "rollout.prompts_per_step=4", "--set", f"rollout.group_size={G}"]
+
+
+def _run(tmp_path, capsys, *args):
+    code = main(["run", *SMALL, *args, "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    run_dir = out.strip().splitlines()[-1].split("run_dir: ")[1]
+    return read_jsonl(f"{run_dir}/metrics.jsonl"), json.load(open(f"{run_dir}/spec.json"))
+
+
+def test_share_prefix_charges_the_positions_it_computes(tmp_path, capsys):
+    base = ["--algo", "grpo", "--budget", "updates=2", "--set", "rollout.old_logp=behaviour", "--set", "algo.kl_coef=0"]
+    rows, spec = _run(tmp_path / "shared", capsys, *base, "--set", "train.share_prefix=true")
+    ref, _ = _run(tmp_path / "plain", capsys, *base)
+    assert spec["train"]["share_prefix"] is True
+    r = rows[0]
+    n, gen = r["budget/train_tokens"], r["budget/gen_tokens"]
+    prompt_tokens = n - gen  # every group of G samples repeats its prompt G times
+    computed = n - prompt_tokens * (G - 1) // G
+    # rollout 2P·n + training 6P·(positions computed); no scoring pass (π_old aliased to μ)
+    assert r["budget/flops_train"] == 6 * P * computed
+    assert r["budget/flops"] == 2 * P * n + 6 * P * computed
+    assert ref[0]["budget/flops_train"] == 6 * P * n
+    # the same samples and the same loss to float rounding
+    assert r["reward/mean"] == ref[0]["reward/mean"] and n == ref[0]["budget/train_tokens"]
+    assert r["loss/policy"] == pytest.approx(ref[0]["loss/policy"], abs=1e-6)
+    assert r["stats/entropy"] == pytest.approx(ref[0]["stats/entropy"], abs=1e-5)
+
+
+def test_autocast_scores_pi_old_in_the_training_precision(tmp_path, capsys):
+    rows, spec = _run(tmp_path, capsys, "--algo", "grpo", "--budget", "updates=2", "--set", "train.autocast=bf16",
+                      "--set", "train.share_prefix=true")
+    assert spec["train"]["autocast"] == "bf16"
+    assert rows[0]["stats/ratio_max"] == pytest.approx(1.0, abs=1e-6)  # π_old = π before the first update
+    assert all(abs(r["loss/total"]) < 1e3 for r in rows)
+
+
+def test_levers_enter_the_run_id_only_when_set():
+    base = resolve("arith", "grpo", "tiny", 0)
+    assert resolve("arith", "grpo", "tiny", 0, sets=[("train.autocast", "none"), ("train.share_prefix", False),
+                                                      ("train.compile", False)]).run_id == base.run_id
+    ids = {resolve("arith", "grpo", "tiny", 0, sets=[(k, v)]).run_id
+           for k, v in (("train.autocast", "bf16"), ("train.share_prefix", True), ("train.compile", True))}
+    assert len(ids) == 3 and base.run_id not in ids
+
+
+def test_a_field_the_fast_forward_cannot_compute_is_refused(tmp_path, capsys):
+    code = main(["run", *SMALL, "--algo", "is_grpo", "--set", "algo.orthogonality=true", "--budget", "updates=1",
+                 "--set", "train.share_prefix=true", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "train.share_prefix" in err and "'hidden'" in err and "is_grpo" in err
+    assert not list(tmp_path.rglob("metrics.jsonl"))
+
+
+@pytest.mark.slow
+def test_compile_trains_and_matches_the_eager_first_update(tmp_path, capsys):
+    base = ["--algo", "grpo", "--budget", "updates=3"]
+    rows, spec = _run(tmp_path / "compiled", capsys, *base, "--set", "train.compile=true")
+    ref, _ = _run(tmp_path / "eager", capsys, *base)
+    assert spec["train"]["compile"] is True and len(rows) == 3
+    assert rows[0]["reward/mean"] == ref[0]["reward/mean"]
+    assert rows[0]["loss/policy"] == pytest.approx(ref[0]["loss/policy"], abs=1e-6)
+    assert rows[0]["stats/grad_norm"] == pytest.approx(ref[0]["stats/grad_norm"], rel=1e-4)

@@ -1,0 +1,168 @@
+"""The functional forward behind ``train.share_prefix`` / ``train.compile`` (suite/fast_forward.py).
+
+* with and without prompt sharing it gives the HF forward's log-probs, entropies, top-K
+  log-probs and parameter gradients (to float rounding), for the tiny model, a Llama with
+  grouped-query attention and untied head, and a Qwen2 model with q/k/v biases, on batches with
+  left-padded prompts of different lengths, ragged responses and a temperature;
+* ``positions_saved`` and the sharing plan, by hand;
+* what it does not serve is named (architecture, fields, sliding window), and ``policy_forward``
+  falls back to the HF forward there;
+* (slow) the compiled layer stack gives the eager one's results.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from suite.config import ModelConfig
+from suite.fast_forward import fast_forward, positions_saved, share_plan, unsupported
+from suite.models import load_model
+from suite.policy import policy_forward
+
+
+def _model(kind: str):
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    if kind == "tiny":
+        return load_model(ModelConfig())[0]
+    torch.manual_seed(0)
+    if kind == "llama-gqa":
+        return LlamaForCausalLM(LlamaConfig(vocab_size=60, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                            num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+                                            rope_theta=500.0))
+    model = Qwen2ForCausalLM(Qwen2Config(vocab_size=60, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True))
+    with torch.no_grad():  # HF initialises biases to 0: make them matter
+        for layer in model.model.layers:
+            for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
+                proj.bias.normal_(0, 0.5)
+    return model
+
+
+def _batch(P: int = 3, G: int = 4, W: int = 7, R: int = 9, vocab: int = 60, seed: int = 0):
+    """P prompts (left-padded: lengths W−3, W−1, W, …) × G ragged responses (2..R tokens)."""
+    g = torch.Generator().manual_seed(seed)
+    prompts = torch.randint(3, vocab, (P, W), generator=g)
+    pmask = torch.ones(P, W, dtype=torch.long)
+    for p, pad in zip(range(P), (3, 1, 0, 2)):
+        prompts[p, :pad], pmask[p, :pad] = 0, 0
+    tokens = torch.cat([prompts.repeat_interleave(G, 0), torch.randint(3, vocab, (P * G, R), generator=g)], 1)
+    attn = torch.cat([pmask.repeat_interleave(G, 0), torch.ones(P * G, R, dtype=torch.long)], 1)
+    for b in range(P * G):
+        n = int(torch.randint(2, R + 1, (1,), generator=g))
+        tokens[b, W + n:], attn[b, W + n:] = 0, 0
+    loss_mask = attn.float().clone()
+    loss_mask[:, :W] = 0
+    return tokens, attn, loss_mask, W
+
+
+def _predicted(attn: torch.Tensor) -> torch.Tensor:
+    """Positions whose prediction comes from a real token (both it and its predecessor are real)."""
+    m = attn.bool().clone()
+    m[:, 1:] &= attn[:, :-1].bool()
+    m[:, 0] = False
+    return m
+
+
+def _grads(model, fwd, loss_mask) -> list[torch.Tensor]:
+    model.zero_grad(set_to_none=True)
+    ((fwd.logp * loss_mask).sum() + 0.1 * (fwd.entropy * loss_mask).sum()).backward()
+    out = [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["tiny", "llama-gqa", "qwen2"])
+@pytest.mark.parametrize("share", [False, True])
+def test_equals_the_hf_forward(kind, share):
+    model = _model(kind)
+    vocab = model.config.vocab_size
+    tokens, attn, loss_mask, W = _batch(vocab=vocab)
+    want = frozenset({"entropy"})
+    ref = policy_forward(model, tokens, attn, 0.7, want)
+    g_ref = _grads(model, ref, loss_mask)
+    out = fast_forward(model, tokens, attn, 0.7, want, prompt_width=W if share else 0)
+    g = _grads(model, out, loss_mask)
+    m = _predicted(attn)
+    assert out.logp.shape == ref.logp.shape and (out.logp[:, 0] == 0).all()
+    torch.testing.assert_close(out.logp[m], ref.logp[m], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.entropy[m], ref.entropy[m], atol=1e-5, rtol=1e-5)
+    scale = max(float(x.abs().max()) for x in g_ref)
+    assert scale > 0
+    for a, b in zip(g, g_ref):
+        assert float((a - b).abs().max()) <= 1e-4 * scale
+
+
+def test_topk_logp_equals_the_hf_forward():
+    model = _model("llama-gqa")
+    tokens, attn, _, W = _batch()
+    topk_ids = torch.randint(0, 60, (*tokens.shape, 3), generator=torch.Generator().manual_seed(1))
+    ref = policy_forward(model, tokens, attn, 1.0, frozenset({"topk"}), topk_ids=topk_ids)
+    out = fast_forward(model, tokens, attn, 1.0, frozenset({"topk"}), prompt_width=W, topk_ids=topk_ids)
+    m = _predicted(attn)
+    torch.testing.assert_close(out.topk_logp[m], ref.topk_logp[m], atol=1e-5, rtol=1e-5)
+    assert out.entropy is None
+
+
+def test_policy_forward_routes_to_the_fast_forward_only_when_asked():
+    model = _model("tiny")
+    tokens, attn, _, W = _batch(vocab=model.config.vocab_size)
+    with torch.no_grad():
+        hf = policy_forward(model, tokens, attn, 1.0)
+        shared = policy_forward(model, tokens, attn, 1.0, prompt_width=W)
+        direct = fast_forward(model, tokens, attn, 1.0, prompt_width=W)
+    assert torch.equal(shared.logp, direct.logp)  # routed
+    assert not torch.equal(shared.logp, hf.logp)  # another summation order…
+    torch.testing.assert_close(shared.logp[_predicted(attn)], hf.logp[_predicted(attn)], atol=1e-5, rtol=1e-5)
+    with torch.no_grad():  # …and a field it does not serve goes to the HF forward
+        h = policy_forward(model, tokens, attn, 1.0, frozenset({"hidden"}), prompt_width=W)
+    assert h.hidden is not None and torch.equal(h.logp, hf.logp)
+
+
+def test_sharing_plan_and_positions_saved_by_hand():
+    # prompts: rows 0,1,2 share "5 6 7" (row 2 as well), row 3 has "0 6 7" with one pad
+    tokens = torch.tensor([[5, 6, 7, 9, 9], [5, 6, 7, 8, 0], [5, 6, 7, 9, 8], [0, 6, 7, 9, 9]])
+    attn = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 0], [1, 1, 1, 1, 1], [0, 1, 1, 1, 1]])
+    W, first, inv = share_plan(tokens, attn, 3)
+    assert W == 3 and sorted(first.tolist()) == [0, 3]
+    assert inv[0] == inv[1] == inv[2] != inv[3] and first[inv[3]] == 3 and first[inv[0]] == 0
+    # 3 + 3 + 3 + 2 prompt tokens; computed once: 3 (rows 0-2) + 2 (row 3) → 6 saved
+    assert positions_saved(tokens, attn, 3) == 6
+    assert share_plan(tokens[[0, 3]], attn[[0, 3]], 3) is None  # all prompts distinct
+    assert positions_saved(tokens, attn, 0) == 0
+    assert share_plan(tokens, attn, 4) is None  # no response left to speak of (W ≥ T − 1)
+
+
+def test_unsupported_names_what_it_cannot_serve():
+    from transformers import GPT2Config, GPT2LMHeadModel, MistralConfig, MistralForCausalLM
+
+    gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=20, n_embd=16, n_layer=1, n_head=2, n_positions=32,
+                                      bos_token_id=1, eos_token_id=2))
+    why = unsupported(gpt2, frozenset(), 8)
+    assert "gpt2" in why and "llama" in why and "qwen2" in why
+    tiny = _model("tiny")
+    assert unsupported(tiny, frozenset({"entropy", "topk"}), 8) is None
+    why = unsupported(tiny, frozenset({"hidden", "values", "entropy"}), 8)
+    assert why.startswith("fields ['hidden', 'values']")
+    mistral = MistralForCausalLM(MistralConfig(vocab_size=20, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                               num_attention_heads=2, num_key_value_heads=1, sliding_window=4))
+    assert unsupported(mistral, frozenset(), 4) is None
+    assert "sliding window 4" in unsupported(mistral, frozenset(), 9)
+
+
+@pytest.mark.slow
+def test_compiled_stack_equals_the_eager_one():
+    model = _model("llama-gqa")
+    tokens, attn, loss_mask, W = _batch()
+    want = frozenset({"entropy"})
+    for share in (0, W):
+        eager = fast_forward(model, tokens, attn, 0.7, want, prompt_width=share)
+        g_eager = _grads(model, eager, loss_mask)
+        comp = fast_forward(model, tokens, attn, 0.7, want, prompt_width=share, compiled=True)
+        g = _grads(model, comp, loss_mask)
+        m = _predicted(attn)
+        torch.testing.assert_close(comp.logp[m], eager.logp[m], atol=1e-5, rtol=1e-5)
+        scale = max(float(x.abs().max()) for x in g_eager)
+        for a, b in zip(g, g_eager):
+            assert float((a - b).abs().max()) <= 1e-4 * scale
