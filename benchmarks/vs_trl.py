@@ -19,7 +19,10 @@ fp32, the same thread count, and matched settings:
 It first checks that both sides compute the same loss for the same inputs (TRL's
 ``_compute_loss`` vs rlsuite's aggregated GRPO loss on one fixed batch), then alternates
 blocks of steps of the two trainers, prints per-step times and ends with the median ratio
-``speedup: N.NNx``. Results go to ``benchmarks/results/vs_trl.md``.
+``speedup: N.NNx``. A third side, rlsuite with the opt-in update levers ``train.compile`` and
+``train.share_prefix`` (``benchmarks/levers.py``; compiled before the timings), alternates with
+the other two and is reported on its own line (``--no-levers`` skips it). Results go to
+``benchmarks/results/vs_trl.md``.
 
     pip install -e ".[bench]"; python benchmarks/vs_trl.py [--rounds 3] [--steps 6] [--threads 2]
 """
@@ -73,6 +76,7 @@ def reward(prompts, completions, **kw) -> list[float]:
 class StepTimer:
     def __init__(self) -> None:
         self.times: list[float] = []
+        self.rollout: list[float] = []
         self._t = 0.0
 
     def callback(self):
@@ -104,11 +108,25 @@ def trl_trainer(path: Path, out: Path, steps: int, seed: int, timer: StepTimer):
                       report_to="none", logging_steps=10_000, save_strategy="no", max_steps=steps, temperature=1.0,
                       top_p=1.0, top_k=0, seed=seed, gradient_accumulation_steps=1, dataloader_num_workers=0,
                       disable_tqdm=True, shuffle_dataset=False)
-    return GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds, processing_class=tok,
-                       callbacks=[timer.callback()])
+    trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=ds, processing_class=tok,
+                          callbacks=[timer.callback()])
+    inner = trainer._generate_and_score_completions  # generation + rewards + advantages: TRL's rollout
+
+    def timed(*a, **kw):
+        t0 = time.perf_counter()
+        out = inner(*a, **kw)
+        timer.rollout.append(time.perf_counter() - t0)
+        return out
+
+    trainer._generate_and_score_completions = timed
+    return trainer
 
 
-def rlsuite_trainer(path: Path, out: Path, threads: int):
+LEVERS = [("train.compile", True), ("train.share_prefix", True)]
+"""The opt-in update levers (benchmarks/levers.py) of the third side."""
+
+
+def rlsuite_trainer(path: Path, out: Path, threads: int, extra: list = ()):
     import algorithms  # noqa: F401
     import tasks  # noqa: F401
     from algorithms.base import ALGORITHMS
@@ -120,7 +138,7 @@ def rlsuite_trainer(path: Path, out: Path, threads: int):
     sets = [("rollout.group_size", G), ("rollout.prompts_per_step", P), ("rollout.max_new_tokens", NEW),
             ("rollout.temperature", 1.0), ("rollout.old_logp", "behaviour"), ("algo.kl_coef", 0.0),
             ("algo.aggregation", "seq-mean-token-mean"), ("optim.lr", 1e-4), ("train.num_threads", threads),
-            ("eval.max_prompts", 4)]
+            ("eval.max_prompts", 4), *extra]
     spec = resolve("arith", "grpo", str(path), 0, sets=sets, budgets=[("updates", 10_000)])
     model, tok, _ = load_model(spec.model)
     return Trainer(spec, out / spec.run_id, TASKS.get("arith")(spec.task), ALGORITHMS.get("grpo")(spec.algo), model, tok)
@@ -171,6 +189,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=6, help="steps per block (the first of each block is warm-up)")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--no-levers", action="store_true", help="skip the third side (rlsuite with the opt-in levers)")
     ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results" / "vs_trl.md")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -182,25 +201,53 @@ def main() -> None:
     ours_loss, trl_loss = check_same_loss(model_dir, tmp, args.threads)
     same = abs(ours_loss - trl_loss) <= 1e-5 * max(1.0, abs(trl_loss))
     print(f"same loss on a fixed batch: rlsuite {ours_loss:.8f}  TRL {trl_loss:.8f}  {'OK' if same else 'MISMATCH'}")
-    trl_times, our_times = [], []
+    if not args.no_levers:  # compile before timing: the first step and the first new shape compile
+        warm = rlsuite_trainer(model_dir, tmp / "warm", args.threads, LEVERS)
+        warm.folder.path.mkdir(parents=True, exist_ok=True)
+        for _ in range(3):
+            warm.step()
+    trl_times, our_times, lever_times = [], [], []
+    parts: dict[str, list[float]] = {}  # per timed step: the rollout part (generation, grading, scoring)
+
+    def ours_block(name: str, extra: list, r: int) -> list[float]:
+        ours = rlsuite_trainer(model_dir, tmp / f"{name}{r}", args.threads, extra)
+        ours.folder.path.mkdir(parents=True, exist_ok=True)
+        ts = []
+        for s in range(args.steps):
+            t0 = time.perf_counter()
+            row = ours.step()
+            if s:
+                ts.append(time.perf_counter() - t0)
+                parts.setdefault(name, []).append(row["perf/rollout_time"])
+        return ts
+
     for r in range(args.rounds):
         timer = StepTimer()
         trl = trl_trainer(model_dir, tmp / f"trl{r}", args.steps, r, timer)
         trl.train()
         trl_times += timer.times[1:]
-        ours = rlsuite_trainer(model_dir, tmp / f"ours{r}", args.threads)
-        ours.folder.path.mkdir(parents=True, exist_ok=True)
-        for s in range(args.steps):
-            t0 = time.perf_counter()
-            ours.step()
-            if s:
-                our_times.append(time.perf_counter() - t0)
-        print(f"round {r}: TRL " + " ".join(f"{t:.3f}" for t in timer.times[1:]) +
-              " | rlsuite " + " ".join(f"{t:.3f}" for t in our_times[-(args.steps - 1):]))
+        parts.setdefault("trl", []).extend(timer.rollout[1:])
+        ts = ours_block("ours", [], r)
+        our_times += ts
+        line = f"round {r}: TRL " + " ".join(f"{t:.3f}" for t in timer.times[1:]) + " | rlsuite " + \
+            " ".join(f"{t:.3f}" for t in ts)
+        if not args.no_levers:
+            ts = ours_block("levers", LEVERS, r)
+            lever_times += ts
+            line += " | rlsuite+levers " + " ".join(f"{t:.3f}" for t in ts)
+        print(line, flush=True)
     load_after = os.getloadavg()[0]
     med_trl, med_ours = statistics.median(trl_times), statistics.median(our_times)
     speed = med_trl / med_ours
     spread_trl, spread_ours = max(trl_times) / min(trl_times), max(our_times) / min(our_times)
+    lever_rows, lever_lines = [], []
+    if lever_times:
+        med_lev = statistics.median(lever_times)
+        spread_ours = max(spread_ours, max(lever_times) / min(lever_times))
+        lever_rows = [f"| rlsuite, {' + '.join(k for k, _ in LEVERS)} | {len(lever_times)} | {med_lev:.4f} | "
+                      f"{min(lever_times):.4f} | {max(lever_times):.4f} |"]
+        lever_lines = [f"speedup with {' + '.join(k for k, _ in LEVERS)} (opt-in; compiled before timing): "
+                       f"{med_trl / med_lev:.2f}x", ""]
     text = "\n".join([
         "# rlsuite trainer vs TRL GRPOTrainer (side by side, one process)", "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), torch {torch.__version__}, "
@@ -219,7 +266,15 @@ def main() -> None:
         f"({'equal within 1e-5' if same else 'DIFFERENT'}).", "",
         "| side | steps timed | median s/step | min | max |", "|---|---|---|---|---|",
         f"| TRL | {len(trl_times)} | {med_trl:.4f} | {min(trl_times):.4f} | {max(trl_times):.4f} |",
-        f"| rlsuite | {len(our_times)} | {med_ours:.4f} | {min(our_times):.4f} | {max(our_times):.4f} |", "",
+        f"| rlsuite | {len(our_times)} | {med_ours:.4f} | {min(our_times):.4f} | {max(our_times):.4f} |",
+        *lever_rows, "", *lever_lines,
+        "Where the time goes (medians of the same timed steps): the rollout is generation, rewards and "
+        "advantages (TRL: `_generate_and_score_completions`; rlsuite: `perf/rollout_time`, which also holds "
+        "the scoring passes); the rest of the step is the update (forward, backward, optimizer) and bookkeeping.", "",
+        "| side | rollout s | rest of the step s |", "|---|---|---|",
+        *[f"| {label} | {statistics.median(parts[k]):.4f} | {statistics.median(ts) - statistics.median(parts[k]):.4f} |"
+          for label, k, ts in (("TRL", "trl", trl_times), ("rlsuite", "ours", our_times),
+                               ("rlsuite + levers", "levers", lever_times)) if parts.get(k)], "",
         f"speedup: {speed:.2f}x", ""] + ([
         f"UNRELIABLE: step times vary more than {SPREAD:g}x within a side ({spread_trl:.1f}x TRL, "
         f"{spread_ours:.1f}x rlsuite): threads were fighting other jobs for the cores. Rerun on an idle "

@@ -72,12 +72,14 @@ def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 
 def _stack(x: Tensor, cos: Tensor, sin: Tensor, mask: Optional[Tensor], prefix_kv: Optional[list[tuple[Tensor, Tensor]]],
-           layers: list[tuple], norm_w: Tensor, n_heads: int, n_kv: int, head_dim: int, eps: float) -> tuple[Tensor, list]:
+           layers: list[tuple], norm_w: Tensor, n_heads: int, n_kv: int, head_dim: int, eps: float,
+           gqa: bool) -> tuple[Tensor, list]:
     """The decoder layers and the final norm.
 
     x [N, S, H] embeddings; cos/sin [N, S, D]; mask [N, 1, S, K] bool (K = prefix + S) or None
     for plain causal attention; prefix_kv: per layer (k, v) [N, n_kv, P, D] of earlier
-    positions (or None). Returns (final hidden [N, S, H], per layer (k, v) of these positions).
+    positions (or None); gqa: n_kv < n_heads (a bool, so a compiled stack specialises on it).
+    Returns (final hidden [N, S, H], per layer (k, v) of these positions).
     """
     N, S, H = x.shape
     cos, sin = cos[:, None], sin[:, None]
@@ -91,7 +93,7 @@ def _stack(x: Tensor, cos: Tensor, sin: Tensor, mask: Optional[Tensor], prefix_k
         kvs.append((k, v))
         if prefix_kv is not None:
             k, v = torch.cat([prefix_kv[i][0], k], 2), torch.cat([prefix_kv[i][1], v], 2)
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=n_heads != n_kv)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=gqa)
         x = x + F.linear(o.transpose(1, 2).reshape(N, S, n_heads * head_dim), ow)
         h = F.rms_norm(x, (H,), ln2, eps)
         x = x + F.linear(F.silu(F.linear(h, gw)) * F.linear(h, uw), dw)
@@ -102,18 +104,30 @@ _compiled = None
 
 
 def _compiled_stack():
+    """``_stack`` through ``torch.compile`` with dynamic shapes. Calls always pass a mask (so
+    the graph does not depend on padding) and run with duck sizing off (so a batch size that
+    happens to equal another dimension does not specialise the graph): the variants compiled
+    are grad/no-grad × with/without a shared prefix, four in all, within dynamo's
+    recompile limit."""
     global _compiled
     if _compiled is None:
-        _compiled = torch.compile(_stack, dynamic=True)
+        compiled = torch.compile(_stack, dynamic=True)
+
+        def call(*args):
+            with torch.fx.experimental._config.patch(use_duck_shape=False):
+                return compiled(*args)
+
+        _compiled = call
     return _compiled
 
 
-def _mask(key_mask: Tensor, n_queries: int, offset: int) -> Optional[Tensor]:
+def _mask(key_mask: Tensor, n_queries: int, offset: int, explicit: bool = False) -> Optional[Tensor]:
     """Causal-and-padding mask [N, 1, S, K] for queries at positions offset..offset+S−1 over keys
-    0..K−1, or None when plain causal attention is exact (no padded key before a real query).
-    A query with no real key (left padding) may see itself, so no softmax row is empty."""
+    0..K−1, or None when plain causal attention is exact (no padded key before a real query)
+    and ``explicit`` is False. A query with no real key (left padding) may see itself, so no
+    softmax row is empty."""
     K = key_mask.shape[1]
-    if offset == 0 and bool(key_mask[:, 0].all()):
+    if not explicit and offset == 0 and bool(key_mask[:, 0].all()):
         return None  # no left padding: right padding lies after every real query
     dev = key_mask.device
     q_pos = torch.arange(offset, offset + n_queries, device=dev)[:, None]
@@ -184,7 +198,7 @@ def fast_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float, w
     if plan is None:
         x = model.model.embed_tokens(tokens)
         cos, sin = model.model.rotary_emb(x, pos)
-        h, _ = stack(x, cos, sin, _mask(attn_mask, T, 0), None, layers, norm_w, n_heads, n_kv, head_dim, eps)
+        h, _ = stack(x, cos, sin, _mask(attn_mask, T, 0, compiled), None, layers, norm_w, n_heads, n_kv, head_dim, eps, n_kv != n_heads)
         logp, ent, topk = _stats(model.lm_head(h[:, :-1]), tokens[:, 1:], temperature, want,
                                  topk_ids[:, 1:] if want_topk else None)
         pad = (1, 0)
@@ -195,12 +209,12 @@ def fast_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float, w
     p_tok, p_mask, p_pos = tokens[first, :W], attn_mask[first, :W], pos[first, :W]
     x = model.model.embed_tokens(p_tok)
     cos, sin = model.model.rotary_emb(x, p_pos)
-    h_p, kv_p = stack(x, cos, sin, _mask(p_mask, W, 0), None, layers, norm_w, n_heads, n_kv, head_dim, eps)
+    h_p, kv_p = stack(x, cos, sin, _mask(p_mask, W, 0, compiled), None, layers, norm_w, n_heads, n_kv, head_dim, eps, n_kv != n_heads)
     # the response positions of every row, attending to [the group's prompt keys | their own]
     kv_rows = [(k[inv], v[inv]) for k, v in kv_p]
     x = model.model.embed_tokens(tokens[:, W:])
     cos, sin = model.model.rotary_emb(x, pos[:, W:])
-    h_r, _ = stack(x, cos, sin, _mask(attn_mask, T - W, W), kv_rows, layers, norm_w, n_heads, n_kv, head_dim, eps)
+    h_r, _ = stack(x, cos, sin, _mask(attn_mask, T - W, W), kv_rows, layers, norm_w, n_heads, n_kv, head_dim, eps, n_kv != n_heads)
     # predictions: prompt positions once per prompt; the last prompt position predicts each
     # row's first response token; then the response positions
     parts = [_stats(model.lm_head(h_p[:, :-1]), p_tok[:, 1:], temperature, want, None),
