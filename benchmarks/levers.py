@@ -1,6 +1,7 @@
 """The trainer's update levers, side by side in one process: the training step (forward,
-backward, AdamW) with ``train.share_prefix``, ``train.compile`` and ``train.autocast=bf16``
-against the default HF fp32 forward, on two shapes:
+backward, AdamW) with ``train.share_prefix``, ``train.compile``, ``train.autocast=bf16`` and,
+with micro-batches of 4 sequences, ``train.bucket_by_length``, against the default HF fp32
+forward on the whole batch, on two shapes:
 
 * ``vs_trl``: the 0.54M-parameter Llama of ``benchmarks/vs_trl.py`` (hidden 128, 2 layers),
   4 prompts × 8 completions, 6 prompt tokens, 20–32 response tokens;
@@ -37,13 +38,15 @@ SHAPES = {  # model (hidden, layers, heads, mlp, vocab), batch (P, G, prompt, mi
     "vs_trl": ((128, 2, 4, 512, 100), (4, 8, 6, 20, 32)),
     "gsm8k": ((256, 4, 8, 768, 1000), (2, 8, 128, 48, 96)),
 }
-SETTINGS = {  # name: (share_prefix, compile, autocast)
-    "default (HF fp32)": (False, False, "none"),
-    "share_prefix": (True, False, "none"),
-    "compile": (False, True, "none"),
-    "share_prefix + compile": (True, True, "none"),
-    "autocast=bf16": (False, False, "bf16"),
-    "autocast=bf16 + share_prefix": (True, False, "bf16"),
+SETTINGS = {  # name: (share_prefix, compile, autocast, micro_batch_size, bucket_by_length)
+    "default (HF fp32)": (False, False, "none", 0, False),
+    "share_prefix": (True, False, "none", 0, False),
+    "compile": (False, True, "none", 0, False),
+    "share_prefix + compile": (True, True, "none", 0, False),
+    "autocast=bf16": (False, False, "bf16", 0, False),
+    "autocast=bf16 + share_prefix": (True, False, "bf16", 0, False),
+    "micro_batch_size=4": (False, False, "none", 4, False),
+    "micro_batch_size=4 + bucket_by_length": (False, False, "none", 4, True),
 }
 
 
@@ -79,10 +82,10 @@ def batches(shape: str, n: int, seed: int = 0):
 
 
 class Side:
-    def __init__(self, model, share: bool, compiled: bool, autocast: str) -> None:
+    def __init__(self, model, share: bool, compiled: bool, autocast: str, micro: int, bucket: bool) -> None:
         self.model = copy.deepcopy(model)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
-        self.share, self.compiled, self.autocast = share, compiled, autocast
+        self.share, self.compiled, self.autocast, self.micro, self.bucket = share, compiled, autocast, micro, bucket
 
     def forward(self, tokens, attn, W):
         from suite.policy import policy_forward
@@ -93,14 +96,26 @@ class Side:
                                   prompt_width=W if self.share else 0, compiled=self.compiled)
 
     def step(self, batch) -> float:
+        """One update; with ``micro`` the batch goes through in micro-batches (gradient
+        accumulation), ordered longest first and trimmed of trailing padding with ``bucket``
+        (what the trainer does under ``train.bucket_by_length``)."""
         tokens, attn, loss_mask, adv, W = batch
         t0 = time.perf_counter()
-        fwd = self.forward(tokens, attn, W)
-        ratio = torch.exp(fwd.logp - fwd.logp.detach())  # on-policy GRPO surrogate, seq-mean-token-mean
-        per_tok = -ratio * adv[:, None] * loss_mask
-        loss = (per_tok.sum(-1) / loss_mask.sum(-1)).mean()
+        B = tokens.shape[0]
+        rows = torch.arange(B)
+        if self.bucket:
+            rows = rows[torch.argsort(attn.sum(-1), descending=True, stable=True)]
         self.opt.zero_grad(set_to_none=True)
-        loss.backward()
+        for idx in torch.split(rows, self.micro or B):
+            tok, am, lm, a = tokens[idx], attn[idx], loss_mask[idx], adv[idx]
+            if self.bucket:
+                width = int(am.any(0).nonzero().max()) + 1
+                tok, am, lm = tok[:, :width], am[:, :width], lm[:, :width]
+            fwd = self.forward(tok, am, W)
+            ratio = torch.exp(fwd.logp - fwd.logp.detach())  # on-policy GRPO surrogate, seq-mean-token-mean
+            per_tok = -ratio * a[:, None] * lm
+            loss = (per_tok.sum(-1) / lm.sum(-1)).sum() / B
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.opt.step()
         return time.perf_counter() - t0
@@ -162,7 +177,7 @@ def main() -> None:
         body += lines
     bf16 = "yes" if "amx_bf16" in open("/proc/cpuinfo").read() or "avx512_bf16" in open("/proc/cpuinfo").read() else "no"
     text = "\n".join([
-        "# Update levers: train.share_prefix, train.compile, train.autocast=bf16", "",
+        "# Update levers: train.share_prefix, train.compile, train.autocast=bf16, train.bucket_by_length", "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), bf16 instructions (AVX-512 BF16/AMX): {bf16}, "
         f"torch {torch.__version__}, {args.threads} threads. Command: "
         f"`{' '.join(['python', 'benchmarks/levers.py', *sys.argv[1:]])}`. 1-minute load average {load_before:.2f} "

@@ -158,6 +158,11 @@ class TrainConfig:
     """Training and scoring forwards run their layer stack through ``torch.compile`` (dynamic
     shapes; the first call of a process compiles, tens of seconds on a CPU;
     :mod:`suite.fast_forward`). Same math, other float rounding. In the run id when set."""
+    bucket_by_length: bool = False
+    """Each rank's micro-batches (``micro_batch_size``) take its rows longest first and drop
+    their trailing padding columns, so short sequences are not padded to the minibatch's longest.
+    Same loss (the aggregation weights are the minibatch's), other float summation order. In the
+    run id when set."""
     world_size: int = 1
     """Data-parallel processes (torch.distributed: gloo on CPU, NCCL on CUDA; ``suite/distributed.py``):
     each generates and trains on a shard of every batch and gradients are summed, so the run
@@ -212,7 +217,7 @@ class EvalConfig:
     """Sequences per eval generation call."""
 
 
-LATER_TRAIN_DEFAULTS = {"autocast": "none", "share_prefix": False, "compile": False}
+LATER_TRAIN_DEFAULTS = {"autocast": "none", "share_prefix": False, "compile": False, "bucket_by_length": False}
 """Train settings added after runs existed: at their defaults they stay out of the run id."""
 
 

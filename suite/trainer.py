@@ -608,13 +608,14 @@ class Trainer:
                 mb = batch.select(mb_idx.to(batch.tokens.device))
                 w_all = aggregation_weights(mb.loss_mask, self.algo.aggregation, s.rollout.max_new_tokens)
                 self.opt.zero_grad(set_to_none=True)
-                computed += self._computed_positions(mb, opts["prompt_width"] if not want & {"topk"} else 0)
-                first, end = self.world.shard(mb.batch_size)  # this rank's rows (all of them in one process)
-                micro = t.micro_batch_size or max(1, end - first)
+                plan = self._micro_batches(mb)  # every rank's micro-batches (rows of mb)
+                computed += self._computed_positions(mb, plan, opts["prompt_width"] if not want & {"topk"} else 0)
                 nonfinite = None
-                for lo in range(first, end, micro):
-                    rows = torch.arange(lo, min(lo + micro, end), device=mb.tokens.device)
+                for rows in plan[self.world.rank]:
                     mic, w = mb.select(rows), w_all[rows]
+                    if t.bucket_by_length:  # drop the micro-batch's trailing padding columns
+                        width = int(mic.attn_mask.any(0).nonzero().max()) + 1
+                        mic, w = mic.trim(width), w[:, :width]
                     with self._amp():
                         fwd = policy_forward(self.model, mic.tokens, mic.attn_mask, s.rollout.temperature, want,
                                              self.critic.head if head_values else None, topk_ids=mic.topk_ids, **opts)
@@ -664,20 +665,31 @@ class Trainer:
         self.entropy = out.get("stats/entropy")
         return out
 
-    def _computed_positions(self, mb: Batch, prompt_width: int) -> int:
+    def _micro_batches(self, mb: Batch) -> list[list[torch.Tensor]]:
+        """Per rank, the row indices of its micro-batches of minibatch ``mb``: the rank's
+        contiguous shard in ``train.micro_batch_size`` chunks, its rows ordered longest first
+        under ``train.bucket_by_length`` (stable, so equal lengths keep their order)."""
+        n, size, t = mb.batch_size, self.world.size, self.spec.train
+        dev = mb.tokens.device
+        plan = []
+        for r in range(size):
+            lo_r, hi_r = n * r // size, n * (r + 1) // size
+            rows = torch.arange(lo_r, hi_r, device=dev)
+            if t.bucket_by_length:
+                rows = rows[torch.argsort(mb.attn_mask[lo_r:hi_r].sum(-1), descending=True, stable=True)]
+            micro = t.micro_batch_size or max(1, hi_r - lo_r)
+            plan.append(list(torch.split(rows, micro)))
+        return plan
+
+    def _computed_positions(self, mb: Batch, plan: list[list[torch.Tensor]], prompt_width: int) -> int:
         """Real token positions the training forwards of minibatch ``mb`` compute, over all
-        ranks' micro-batches (the same number on every rank): all of them, less the prompt
-        positions that ``train.share_prefix`` computes once per group within a micro-batch."""
+        ranks' micro-batches ``plan`` (the same number on every rank): all of them, less the
+        prompt positions that ``train.share_prefix`` computes once per group within a micro-batch."""
         total = int(mb.attn_mask.sum())
         if not prompt_width:
             return total
-        n, size = mb.batch_size, self.world.size
-        for r in range(size):
-            lo_r, hi_r = n * r // size, n * (r + 1) // size
-            micro = self.spec.train.micro_batch_size or max(1, hi_r - lo_r)
-            for lo in range(lo_r, hi_r, micro):
-                sl = slice(lo, min(lo + micro, hi_r))
-                total -= positions_saved(mb.tokens[sl], mb.attn_mask[sl], prompt_width)
+        for rows in (r for rank in plan for r in rank):
+            total -= positions_saved(mb.tokens[rows], mb.attn_mask[rows], prompt_width)
         return total
 
     def _clip_and_step(self, nonfinite: Optional[str] = None) -> float:

@@ -119,6 +119,24 @@ class Rollout:
         return dataclasses.replace(self, **changes)
 
 
+    def trim(self, width: int) -> "Rollout":
+        """The first ``width`` token columns of every per-token field (tensors and mapping values
+        whose second dimension is the token width T); used to drop trailing padding."""
+        b, T = self.tokens.shape
+
+        def cut(v: Any) -> Any:
+            return v[:, :width] if isinstance(v, Tensor) and v.dim() >= 2 and v.shape[:2] == (b, T) else v
+
+        changes: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, Tensor):
+                changes[f.name] = cut(v)
+            elif isinstance(v, Mapping):
+                changes[f.name] = {k: cut(x) for k, x in v.items()}
+        return dataclasses.replace(self, **changes)
+
+
 @dataclass(frozen=True)
 class Batch(Rollout):
     """A rollout plus what the trainer computed for it before the update.

@@ -1,10 +1,13 @@
-"""The trainer's opt-in speed levers: ``train.share_prefix``, ``train.compile``, ``train.autocast``.
+"""The trainer's opt-in speed levers: ``train.share_prefix``, ``train.compile``, ``train.autocast``,
+``train.bucket_by_length``.
 
 * share_prefix: the FLOP accounting charges the positions computed (each group's prompt once),
   by hand; the first update equals the default run's to float rounding (same samples, same
   loss);
 * autocast=bf16: π_old is scored in the same precision as π, so the first update's ratio is 1;
   the setting is in the run id (and the defaults are not, so older run ids stand);
+* bucket_by_length: micro-batches take rows longest first and drop trailing padding columns
+  (``Rollout.trim`` by hand); the update equals the unbucketed one to float rounding;
 * an algorithm that needs a field the functional forward does not compute is refused with one
   message naming the lever and the field;
 * (slow) train.compile runs a short training and its first update equals the default's.
@@ -15,10 +18,12 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from suite.cli import main
 from suite.runfolder import read_jsonl
 from suite.spec import resolve
+from suite.types import Batch
 
 P = 505_216  # non-embedding parameters of the tiny model (tests/integration/test_budget_flops.py)
 G = 4
@@ -88,3 +93,45 @@ def test_compile_trains_and_matches_the_eager_first_update(tmp_path, capsys):
     assert rows[0]["reward/mean"] == ref[0]["reward/mean"]
     assert rows[0]["loss/policy"] == pytest.approx(ref[0]["loss/policy"], abs=1e-6)
     assert rows[0]["stats/grad_norm"] == pytest.approx(ref[0]["stats/grad_norm"], rel=1e-4)
+
+
+def test_trim_cuts_every_per_token_field():
+    B, T = 3, 5
+    ones = torch.ones(B, T)
+    b = Batch(tokens=torch.arange(B * T).view(B, T), attn_mask=ones.long(), loss_mask=ones, behav_logp=ones,
+              turn_id=ones.long(), policy_version=torch.zeros(B, dtype=torch.long), behaviour_id=torch.zeros(B, dtype=torch.long),
+              group_id=torch.zeros(B, dtype=torch.long), example_idx=torch.arange(B), scores=torch.zeros(B),
+              rewards=torch.zeros(B), truncated=torch.zeros(B, dtype=torch.bool), prompt_width=2,
+              topk_ids=torch.zeros(B, T, 4, dtype=torch.long), adv=ones, extras={"w": torch.ones(B), "tok": ones})
+    t = b.trim(3)
+    assert t.tokens.tolist() == [[0, 1, 2], [5, 6, 7], [10, 11, 12]]
+    assert t.loss_mask.shape == t.adv.shape == t.extras["tok"].shape == (B, 3) and t.topk_ids.shape == (B, 3, 4)
+    assert t.extras["w"].shape == (B,) and t.scores.shape == (B,) and t.prompt_width == 2 and t.old_logp is None
+
+
+def test_bucket_by_length_equals_the_unbucketed_update(tmp_path, capsys):
+    base = ["--algo", "grpo", "--budget", "updates=2", "--set", "train.micro_batch_size=3"]
+    rows, spec = _run(tmp_path / "bucketed", capsys, *base, "--set", "train.bucket_by_length=true")
+    ref, _ = _run(tmp_path / "plain", capsys, *base)
+    assert spec["train"]["bucket_by_length"] is True
+    r, q = rows[0], ref[0]
+    assert r["reward/mean"] == q["reward/mean"] and r["budget/flops"] == q["budget/flops"]
+    assert r["loss/policy"] == pytest.approx(q["loss/policy"], abs=1e-6)
+    assert r["stats/grad_norm"] == pytest.approx(q["stats/grad_norm"], rel=1e-4)
+
+
+def test_micro_batch_plan_orders_rows_longest_first():
+    from suite.trainer import Trainer
+
+    class Fake:
+        pass
+
+    fake = Fake()
+    fake.world = type("W", (), {"size": 2, "rank": 0})()
+    fake.spec = resolve("arith", "grpo", "tiny", 0, sets=[("train.micro_batch_size", 2), ("train.bucket_by_length", True)])
+    lengths = [3, 5, 4, 1, 2, 6, 6]
+    attn = torch.tensor([[1] * n + [0] * (6 - n) for n in lengths])
+    mb = type("MB", (), {"batch_size": 7, "tokens": attn, "attn_mask": attn})()
+    plan = Trainer._micro_batches(fake, mb)
+    # rank 0 holds rows 0..2 (lengths 3, 5, 4), rank 1 rows 3..6 (1, 2, 6, 6): longest first, ties in order
+    assert [[r.tolist() for r in rank] for rank in plan] == [[[1, 2], [0]], [[5, 6], [4, 3]]]
