@@ -11,34 +11,23 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
-import json
 import os
 import platform
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
+
+from _run import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def one(algo: str, seed: int, out: Path) -> dict:
-    t0 = time.time()
-    res = subprocess.run([sys.executable, "-m", "suite.cli", "run", "--task", "arith", "--algo", algo,
-                          "--seed", str(seed), "--out", str(out)], capture_output=True, text=True, cwd=ROOT)
-    wall = time.time() - t0
-    if res.returncode != 0:
-        raise RuntimeError(f"{algo} seed {seed} failed:\n{res.stderr[-2000:]}")
-    run_dir = Path(res.stdout.strip().splitlines()[-1].split("run_dir: ")[1])
-    evals = [json.loads(x) for x in open(run_dir / "evals.jsonl")]
-    val = [e for e in evals if e["split"] == "val"]
-    test = [e for e in evals if e["split"] == "test"]
-    status = json.load(open(run_dir / "status.json"))
+    r = run_cli(["--task", "arith", "--algo", algo, "--seed", str(seed), "--out", str(out)], f"{algo} seed {seed}")
+    val, test, status = r["val"], r["test"], r["status"]
     return {"algo": algo, "seed": seed, "before": val[0]["eval/arith/greedy_acc"],
             "after": val[-1]["eval/arith/greedy_acc"], "test_after": test[-1]["eval/arith/greedy_acc"],
-            "train_wall_s": status["budget"]["wall_s"], "process_wall_s": wall, "steps": status["step"]}
+            "train_wall_s": status["budget"]["wall_s"], "process_wall_s": r["process_wall_s"], "steps": status["step"]}
 
 
 def main() -> None:

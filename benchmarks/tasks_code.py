@@ -13,38 +13,27 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
-import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from _run import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOT = "import sys, tasks.code_toy; from suite.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
 def one(seed: int, out: Path, sets: list[str]) -> dict:
-    t0 = time.time()
-    cmd = [sys.executable, "-c", BOOT, "run", "--task", "code_toy", "--algo", "grpo", "--seed", str(seed),
-           "--out", str(out)] + [x for s in sets for x in ("--set", s)]
-    res = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-    wall = time.time() - t0
-    if res.returncode != 0:
-        raise RuntimeError(f"seed {seed} failed:\n{res.stderr[-3000:]}")
-    run_dir = Path(res.stdout.strip().splitlines()[-1].split("run_dir: ")[1])
-    evals = [json.loads(x) for x in open(run_dir / "evals.jsonl")]
-    val = [e for e in evals if e["split"] == "val"]
-    test = [e for e in evals if e["split"] == "test"]
-    status = json.load(open(run_dir / "status.json"))
-    env = json.load(open(run_dir / "env.json"))
+    r = run_cli(["--task", "code_toy", "--algo", "grpo", "--seed", str(seed), "--out", str(out)]
+                + [x for s in sets for x in ("--set", s)], f"seed {seed}", boot=BOOT)
+    val, test, status = r["val"], r["test"], r["status"]
     key = "eval/code_toy/greedy_acc"
     return {"seed": seed, "before": val[0][key], "after": val[-1][key], "curve": [round(e[key], 3) for e in val],
-            "test_after": test[-1][key], "train_wall_s": status["budget"]["wall_s"], "process_wall_s": wall,
-            "steps": status["step"], "samples": status["budget"]["samples"], "warm": env.get("warm_start", {})}
+            "test_after": test[-1][key], "train_wall_s": status["budget"]["wall_s"], "process_wall_s": r["process_wall_s"],
+            "steps": status["step"], "samples": status["budget"]["samples"], "warm": r["env"].get("warm_start", {})}
 
 
 def warm_start_test_acc(warm_path: str) -> float:
