@@ -32,6 +32,7 @@ import dataclasses
 import hashlib
 import math
 import os
+import shutil
 import signal
 import socket
 import time
@@ -164,6 +165,10 @@ class Trainer:
                 raise BadInput(f"{' and '.join(levers)} {'use' if len(levers) > 1 else 'uses'} the functional forward of suite/fast_forward.py, which does not "
                                f"serve {why}" + (f" (needed by algorithm '{self.algo.cfg.name}')" if why.startswith("fields") else "")
                                + f"; turn {' and '.join(levers)} off for this run")
+        if t.compile and self.device.type == "cpu" and not (os.environ.get("CXX") or any(
+                shutil.which(c) for c in ("g++", "clang++", "c++"))):
+            raise BadInput("train.compile on a CPU needs a C++ compiler for torch.compile's kernels (g++, clang++ "
+                           "or $CXX); install one or set train.compile=false")
         if t.autocast == "bf16" and self.device.type == "cpu" and not torch.backends.mkldnn.is_available():
             raise BadInput("train.autocast=bf16 on a CPU needs oneDNN (torch.backends.mkldnn); valid: train.autocast=none")
         if self.spec.rollout.rng == "row" and not (kv and self.spec.rollout.engine != "s3r"):

@@ -10,6 +10,7 @@
   (``Rollout.trim`` by hand); the update equals the unbucketed one to float rounding;
 * an algorithm that needs a field the functional forward does not compute is refused with one
   message naming the lever and the field;
+* train.compile on a CPU without a C++ compiler is refused before anything is written;
 * (slow) train.compile runs a short training and its first update equals the default's.
 """
 
@@ -135,3 +136,13 @@ def test_micro_batch_plan_orders_rows_longest_first():
     plan = Trainer._micro_batches(fake, mb)
     # rank 0 holds rows 0..2 (lengths 3, 5, 4), rank 1 rows 3..6 (1, 2, 6, 6): longest first, ties in order
     assert [[r.tolist() for r in rank] for rank in plan] == [[[1, 2], [0]], [[5, 6], [4, 3]]]
+
+
+def test_compile_without_a_compiler_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr("suite.trainer.shutil.which", lambda name: None)
+    code = main(["run", *SMALL, "--algo", "grpo", "--budget", "updates=1", "--set", "train.compile=true",
+                 "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "train.compile" in err and "C++ compiler" in err
+    assert not list(tmp_path.rglob("metrics.jsonl"))
