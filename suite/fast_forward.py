@@ -20,7 +20,7 @@ runs without them are bit-identical to the HF forward. Log-prob rows keep the la
 
 Supported: ``llama``, ``mistral`` and ``qwen2`` (RMSNorm, rotary embeddings from the model's
 own rotary module — so RoPE scaling variants are honoured — grouped-query attention, SwiGLU,
-optional q/k/v biases), for the fields ``logp``, ``entropy`` and ``topk`` (``topk`` without
+optional q/k/v, output and MLP biases), for the fields ``logp``, ``entropy`` and ``topk`` (``topk`` without
 prefix sharing). Anything else (hidden states, values, attention statistics, other
 architectures, a sliding window shorter than the sequence) uses the HF forward.
 """
@@ -60,8 +60,9 @@ def _layer_weights(model) -> list[tuple]:
     for layer in model.model.layers:
         a, m = layer.self_attn, layer.mlp
         out.append((layer.input_layernorm.weight, a.q_proj.weight, a.q_proj.bias, a.k_proj.weight, a.k_proj.bias,
-                    a.v_proj.weight, a.v_proj.bias, a.o_proj.weight, layer.post_attention_layernorm.weight,
-                    m.gate_proj.weight, m.up_proj.weight, m.down_proj.weight))
+                    a.v_proj.weight, a.v_proj.bias, a.o_proj.weight, a.o_proj.bias, layer.post_attention_layernorm.weight,
+                    m.gate_proj.weight, m.gate_proj.bias, m.up_proj.weight, m.up_proj.bias, m.down_proj.weight,
+                    m.down_proj.bias))
     return out
 
 
@@ -84,7 +85,7 @@ def _stack(x: Tensor, cos: Tensor, sin: Tensor, mask: Optional[Tensor], prefix_k
     N, S, H = x.shape
     cos, sin = cos[:, None], sin[:, None]
     kvs = []
-    for i, (ln1, qw, qb, kw, kb, vw, vb, ow, ln2, gw, uw, dw) in enumerate(layers):
+    for i, (ln1, qw, qb, kw, kb, vw, vb, ow, ob, ln2, gw, gb, uw, ub, dw, db) in enumerate(layers):
         h = F.rms_norm(x, (H,), ln1, eps)
         q = F.linear(h, qw, qb).view(N, S, n_heads, head_dim).transpose(1, 2)
         k = F.linear(h, kw, kb).view(N, S, n_kv, head_dim).transpose(1, 2)
@@ -94,9 +95,9 @@ def _stack(x: Tensor, cos: Tensor, sin: Tensor, mask: Optional[Tensor], prefix_k
         if prefix_kv is not None:
             k, v = torch.cat([prefix_kv[i][0], k], 2), torch.cat([prefix_kv[i][1], v], 2)
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=gqa)
-        x = x + F.linear(o.transpose(1, 2).reshape(N, S, n_heads * head_dim), ow)
+        x = x + F.linear(o.transpose(1, 2).reshape(N, S, n_heads * head_dim), ow, ob)
         h = F.rms_norm(x, (H,), ln2, eps)
-        x = x + F.linear(F.silu(F.linear(h, gw)) * F.linear(h, uw), dw)
+        x = x + F.linear(F.silu(F.linear(h, gw, gb)) * F.linear(h, uw, ub), dw, db)
     return F.rms_norm(x, (H,), norm_w, eps), kvs
 
 

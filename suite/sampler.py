@@ -13,7 +13,7 @@ pass). Randomness comes only from ``generator``.
 
 ``KVSampler`` supports ``llama``, ``mistral`` and ``qwen2`` architectures (RMSNorm, rotary
 embeddings from the model's own ``inv_freq``, grouped-query attention, SwiGLU, optional
-q/k/v biases); its logits equal the HF forward's (tested). ``HFGenerateEngine`` works for any
+q/k/v, output and MLP biases); its logits equal the HF forward's (tested). ``HFGenerateEngine`` works for any
 causal LM. ``rollout.engine=vllm`` is :class:`suite.vllm_engine.VLLMEngine` (CUDA, the ``vllm``
 extra; untested here).
 """
@@ -373,6 +373,11 @@ class KVSampler:
                                    else torch.zeros(r, dtype=qkv_w.dtype, device=qkv_w.device)
                                    for n, r in zip(self._QKV, parts)])
             gu_w = torch.cat([w[p + n + ".weight"] for n in self._GATE_UP])
+            gu_b = None  # Llama with mlp_bias=True; like q/k/v, the fused bias's halves stay per-name views
+            if any(p + n + ".bias" in w for n in self._GATE_UP):
+                gu_b = torch.cat([w[p + n + ".bias"] if p + n + ".bias" in w
+                                  else torch.zeros(w[p + n + ".weight"].shape[0], dtype=gu_w.dtype, device=gu_w.device)
+                                  for n in self._GATE_UP])
             off = 0
             for n, r in zip(self._QKV, parts):
                 w[p + n + ".weight"] = qkv_w[off:off + r]
@@ -381,8 +386,14 @@ class KVSampler:
                 off += r
             inter = w[p + "mlp.gate_proj.weight"].shape[0]
             w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"] = gu_w[:inter], gu_w[inter:]
+            if gu_b is not None:
+                for n, part in zip(self._GATE_UP, (gu_b[:inter], gu_b[inter:])):
+                    if p + n + ".bias" in w:
+                        w[p + n + ".bias"] = part
+            # o_proj / down_proj biases: Llama with attention_bias=True / mlp_bias=True (None otherwise)
             layers.append((w[p + "input_layernorm.weight"], qkv_w, qkv_b, w[p + "self_attn.o_proj.weight"],
-                           w[p + "post_attention_layernorm.weight"], gu_w, w[p + "mlp.down_proj.weight"]))
+                           w.get(p + "self_attn.o_proj.bias"), w[p + "post_attention_layernorm.weight"], gu_w, gu_b,
+                           w[p + "mlp.down_proj.weight"], w.get(p + "mlp.down_proj.bias")))
         self._layers = layers
 
     def state(self) -> dict[str, Tensor]:
@@ -457,7 +468,7 @@ class KVSampler:
         conc = []
         rep = nh // nkv
         linear = torch.nn.functional.linear
-        for i, (ln1, qkv_w, qkv_b, o_w, ln2, gu_w, down_w) in enumerate(self._layers):
+        for i, (ln1, qkv_w, qkv_b, o_w, o_b, ln2, gu_w, gu_b, down_w, down_b) in enumerate(self._layers):
             qkv = linear(self._norm(x, ln1), qkv_w, qkv_b).view(B, S, nh + 2 * nkv, hd)
             qk = qkv[:, :, :nh + nkv]
             qk = qk * cos + torch.roll(qk, half, -1) * sin  # RoPE on q and k at once
@@ -476,9 +487,9 @@ class KVSampler:
             else:  # fused kernel; every query has at least its own key
                 o = torch.nn.functional.scaled_dot_product_attention(q, kk, vv, attn_mask=allowed,
                                                                      enable_gqa=rep > 1)
-            x = x + linear(o.transpose(1, 2).reshape(B, S, -1), o_w)
-            g, u = linear(self._norm(x, ln2), gu_w).chunk(2, -1)
-            x = x + linear(self.act(g) * u, down_w)
+            x = x + linear(o.transpose(1, 2).reshape(B, S, -1), o_w, o_b)
+            g, u = linear(self._norm(x, ln2), gu_w, gu_b).chunk(2, -1)
+            x = x + linear(self.act(g) * u, down_w, down_b)
         x = self._norm(x[:, -1], w["norm.weight"])
         logits = linear(x, w["lm_head.weight"])
         return logits, (torch.stack(conc).mean(0) if want_attn else None)

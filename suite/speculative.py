@@ -199,11 +199,12 @@ class S3RSampler(KVSampler):
             else:  # fused kernel; every row has at least its own key, so no row is empty
                 o = torch.nn.functional.scaled_dot_product_attention(q, kk, vv, attn_mask=allowed)
             o = o.transpose(1, 2).reshape(B, S, -1)
-            x = x + torch.nn.functional.linear(o, w[p + "self_attn.o_proj.weight"])
+            x = x + torch.nn.functional.linear(o, w[p + "self_attn.o_proj.weight"], w.get(p + "self_attn.o_proj.bias"))
             h = self._rms(x, w[p + "post_attention_layernorm.weight"])
-            g = torch.nn.functional.linear(h, w[p + "mlp.gate_proj.weight"])
-            u = torch.nn.functional.linear(h, w[p + "mlp.up_proj.weight"])
-            x = x + torch.nn.functional.linear(self.act(g) * u, w[p + "mlp.down_proj.weight"])
+            g = torch.nn.functional.linear(h, w[p + "mlp.gate_proj.weight"], w.get(p + "mlp.gate_proj.bias"))
+            u = torch.nn.functional.linear(h, w[p + "mlp.up_proj.weight"], w.get(p + "mlp.up_proj.bias"))
+            x = x + torch.nn.functional.linear(self.act(g) * u, w[p + "mlp.down_proj.weight"],
+                                               w.get(p + "mlp.down_proj.bias"))
         x = self._rms(x, w["norm.weight"])
         logits = torch.nn.functional.linear(x, w["lm_head.weight"])
         return logits, (torch.stack(conc).mean(0) if want_attn else None)

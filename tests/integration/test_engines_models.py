@@ -1,8 +1,8 @@
 """Rollout engines, the policy forward and model loading.
 
 * the hand-written KV sampler's log-probs equal the HF forward's, greedy continuations equal
-  HF ``generate``'s, for the tiny model and for a saved Llama with GQA and a Qwen2-style
-  model with q/k/v biases;
+  HF ``generate``'s, for the tiny model and for a saved Llama with GQA, a Llama with biases on
+  every projection (attention_bias, mlp_bias) and a Qwen2-style model with q/k/v biases;
 * the HF-generate engine's μ log-probs equal the HF forward's;
 * engines own their weights: ``load_weights`` changes sampling, the trained model does not;
 * any model saved with ``save_pretrained`` loads by path, with its chat template;
@@ -33,13 +33,23 @@ def _tiny_variant(kind: str):
                           num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
                           pad_token_id=0, eos_token_id=2, rope_theta=500.0)
         return LlamaForCausalLM(cfg), tok
+    if kind == "llama-bias":  # attention_bias / mlp_bias: every projection has a bias (HF zeroes them: randomise)
+        cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, attention_bias=True, mlp_bias=True,
+                          pad_token_id=0, eos_token_id=2)
+        model = LlamaForCausalLM(cfg)
+        with torch.no_grad():
+            for name, prm in model.named_parameters():
+                if name.endswith(".bias"):
+                    prm.normal_(0, 0.5)
+        return model, tok
     cfg = Qwen2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, pad_token_id=0, eos_token_id=2,
                       tie_word_embeddings=True)
     return Qwen2ForCausalLM(cfg), tok
 
 
-@pytest.fixture(params=["tiny", "llama-gqa", "qwen2"])
+@pytest.fixture(params=["tiny", "llama-gqa", "llama-bias", "qwen2"])
 def model_tok(request):
     if request.param == "tiny":
         m, t, _ = load_model(ModelConfig())

@@ -2,7 +2,8 @@
 
 * with and without prompt sharing it gives the HF forward's log-probs, entropies, top-K
   log-probs and parameter gradients (to float rounding), for the tiny model, a Llama with
-  grouped-query attention and untied head, and a Qwen2 model with q/k/v biases, on batches with
+  grouped-query attention and untied head, a Llama with biases on every projection, and a Qwen2
+  model with q/k/v biases, on batches with
   left-padded prompts of different lengths, ragged responses and a temperature;
 * ``positions_saved`` and the sharing plan, by hand;
 * what it does not serve is named (architecture, fields, sliding window), and ``policy_forward``
@@ -31,6 +32,15 @@ def _model(kind: str):
         return LlamaForCausalLM(LlamaConfig(vocab_size=60, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                                             num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
                                             rope_theta=500.0))
+    if kind == "llama-bias":
+        model = LlamaForCausalLM(LlamaConfig(vocab_size=60, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                             num_attention_heads=4, num_key_value_heads=2, attention_bias=True,
+                                             mlp_bias=True))
+        with torch.no_grad():
+            for name, prm in model.named_parameters():
+                if name.endswith(".bias"):
+                    prm.normal_(0, 0.5)
+        return model
     model = Qwen2ForCausalLM(Qwen2Config(vocab_size=60, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                                          num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True))
     with torch.no_grad():  # HF initialises biases to 0: make them matter
@@ -73,7 +83,7 @@ def _grads(model, fwd, loss_mask) -> list[torch.Tensor]:
     return out
 
 
-@pytest.mark.parametrize("kind", ["tiny", "llama-gqa", "qwen2"])
+@pytest.mark.parametrize("kind", ["tiny", "llama-gqa", "llama-bias", "qwen2"])
 @pytest.mark.parametrize("share", [False, True])
 def test_equals_the_hf_forward(kind, share):
     model = _model(kind)

@@ -314,3 +314,28 @@ def test_chi2_s3r_matches_dense_and_control_fails(tiny):
         print(f"  pos {j}: S3R χ²={s:.1f} df={df} p={pv:.3g} | no-residual control χ²={cs:.1f} p={cpv:.3g}")
     assert all(pv > CHI_ALPHA / m for _, pv, _ in res), res
     assert min(pv for _, pv, _ in ctrl) < CHI_ALPHA / m, ctrl
+
+
+def test_greedy_equals_kv_sampler_with_biases_on_every_projection():
+    """A Llama with attention_bias and mlp_bias (biases randomised; HF zeroes them): S3R reads
+    the o_proj / gate / up / down biases as the KV sampler does (which equals the HF forward)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from suite.models import char_tokenizer
+
+    tok = char_tokenizer()
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=96,
+                                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                         attention_bias=True, mlp_bias=True, pad_token_id=0, eos_token_id=2))
+    with torch.no_grad():
+        for name, prm in model.named_parameters():
+            if name.endswith(".bias"):
+                prm.normal_(0, 0.5)
+    prompts = [enc(tok, s) for s in PROMPTS]
+    params = SamplingParams(max_new_tokens=12, temperature=0)
+    a = KVSampler(model.eval(), tok).generate(prompts, params)
+    b = S3RSampler(model, tok, gamma=3, sink=1, window=2).generate(prompts, params)
+    assert b.ids == a.ids
+    for x, y in zip(a.logp, b.logp):
+        torch.testing.assert_close(torch.tensor(y), torch.tensor(x), atol=1e-4, rtol=0)
