@@ -28,6 +28,8 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
+from suite.errors import BadInput
+
 KV_ARCHITECTURES = ("llama", "mistral", "qwen2")
 
 
@@ -334,7 +336,13 @@ class KVSampler:
         self.n_kv = getattr(cfg, "num_key_value_heads", None) or self.n_heads
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // self.n_heads
         self.eps = cfg.rms_norm_eps
-        self.act = torch.nn.functional.silu
+        from transformers.activations import ACT2FN
+
+        self.act = ACT2FN[getattr(cfg, "hidden_act", "silu")]  # the model's own MLP activation
+        # sliding-window attention (Mistral; Qwen2 with use_sliding_window): the sampler attends
+        # to every key, so a sequence longer than the window is refused
+        window = getattr(cfg, "sliding_window", None)
+        self.window = window if window and getattr(cfg, "use_sliding_window", True) else None
         rot = model.model.rotary_emb
         self.inv_freq = rot.inv_freq.detach().clone().float()
         self.rope_scale = float(getattr(rot, "attention_scaling", 1.0))
@@ -400,6 +408,11 @@ class KVSampler:
         return {k: v.clone() for k, v in self.w.items()}
 
     # -- the forward -----------------------------------------------------------------
+    def _check_window(self, total: int) -> None:
+        if self.window is not None and total > self.window:
+            raise BadInput(f"sequence width {total} exceeds the model's sliding window {self.window}; the kv and "
+                             f"s3r samplers attend to every key, so use rollout.engine=hf for such lengths")
+
     def _rms(self, x: Tensor, weight: Tensor) -> Tensor:
         xf = x.float()
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * weight
@@ -509,6 +522,7 @@ class KVSampler:
         B, W = ids.shape
         n_new = max(limits) if limits else 0
         total = W + n_new
+        self._check_window(total)
         key_mask = torch.cat([mask, torch.ones(B, n_new, dtype=torch.long, device=self.device)], 1)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         self._rope_rows(total)

@@ -244,6 +244,7 @@ class S3RSampler(KVSampler):
         ids, mask = left_pad(prompts, self.tok.pad_token_id or 0, self.device)
         B, W = ids.shape
         n_new = max(limits)
+        self._check_window(W + n_new)
         dev = self.device
         cache = [[torch.zeros(B, self.n_kv, W + n_new + self.gamma, self.head_dim, dtype=self.dtype, device=dev)
                   for _ in range(2)] for _ in range(self.n_layers)]

@@ -174,3 +174,34 @@ def test_missing_model_path_is_bad_input(tmp_path, capsys):
                  "--out", str(tmp_path / "o")])
     assert code == 2 and "could not be loaded" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_kv_sampler_uses_the_models_activation():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = char_tokenizer()
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                         num_attention_heads=4, hidden_act="gelu", pad_token_id=0, eos_token_id=2))
+    prompts = [tok.encode(p, add_special_tokens=False) for p in PROMPTS]
+    params = SamplingParams(max_new_tokens=8, temperature=1.0)
+    rec, _ = collect(KVSampler(model, tok), tok, prompts, params, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        fwd = policy_forward(model, rec.tokens, rec.attn_mask, 1.0)
+    assert torch.allclose(fwd.logp * rec.loss_mask, rec.behav_logp, atol=2e-5)
+
+
+def test_kv_sampler_refuses_sequences_beyond_the_sliding_window():
+    from transformers import MistralConfig, MistralForCausalLM
+
+    from suite.errors import BadInput
+
+    tok = char_tokenizer()
+    model = MistralForCausalLM(MistralConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,
+                                             num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                                             sliding_window=8, pad_token_id=0, eos_token_id=2))
+    eng = KVSampler(model, tok)
+    prompt = [tok.encode("12+3=", add_special_tokens=False)]
+    assert len(eng.generate(prompt, SamplingParams(max_new_tokens=3, temperature=0)).ids[0]) == 3  # 5 + 3 ≤ 8
+    with pytest.raises(BadInput, match="sliding window 8.*rollout.engine=hf"):
+        eng.generate(prompt, SamplingParams(max_new_tokens=4, temperature=0))
