@@ -39,6 +39,19 @@ FAST_ARCHITECTURES = ("llama", "mistral", "qwen2")
 FAST_FIELDS = frozenset({"entropy", "topk"})
 
 
+def sliding_window(cfg) -> Optional[int]:
+    """The attention window of a model whose layers (any of them) use sliding-window attention:
+    Mistral's ``sliding_window``, Qwen2's when ``layer_types`` has a sliding layer (transformers
+    derives it from ``use_sliding_window`` and ``max_window_layers``); else None."""
+    window = getattr(cfg, "sliding_window", None)
+    if not window:
+        return None
+    types = getattr(cfg, "layer_types", None)
+    if types is not None:
+        return window if "sliding_attention" in types else None
+    return window if getattr(cfg, "use_sliding_window", True) else None
+
+
 def unsupported(model, want: frozenset[str], width: int) -> Optional[str]:
     """Why :func:`fast_forward` cannot serve this call (None when it can)."""
     cfg = model.config
@@ -49,10 +62,20 @@ def unsupported(model, want: frozenset[str], width: int) -> Optional[str]:
     extra = set(want) - FAST_FIELDS
     if extra:
         return f"fields {sorted(extra)} (fast forward: logp, {', '.join(sorted(FAST_FIELDS))})"
-    window = getattr(cfg, "sliding_window", None)
-    if window and getattr(cfg, "use_sliding_window", True) and width > window:
+    if getattr(cfg, "attention_dropout", 0.0):
+        return f"attention_dropout {cfg.attention_dropout} (fast forward: no dropout)"
+    window = sliding_window(cfg)
+    if window and width > window:
         return f"sequence width {width} exceeds the sliding window {window}"
     return None
+
+
+def shared_positions(model, want: frozenset[str], tokens: Tensor, attn_mask: Tensor, prompt_width: int) -> int:
+    """The prompt positions :func:`suite.policy.policy_forward` saves on this call: 0 when it
+    takes the HF forward (:func:`unsupported`), shares nothing, or top-K log-probs are wanted."""
+    if not prompt_width or "topk" in want or unsupported(model, want, tokens.shape[1]) is not None:
+        return 0
+    return positions_saved(tokens, attn_mask, prompt_width)
 
 
 def _layer_weights(model) -> list[tuple]:

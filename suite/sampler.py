@@ -339,10 +339,11 @@ class KVSampler:
         from transformers.activations import ACT2FN
 
         self.act = ACT2FN[getattr(cfg, "hidden_act", "silu")]  # the model's own MLP activation
-        # sliding-window attention (Mistral; Qwen2 with use_sliding_window): the sampler attends
-        # to every key, so a sequence longer than the window is refused
-        window = getattr(cfg, "sliding_window", None)
-        self.window = window if window and getattr(cfg, "use_sliding_window", True) else None
+        # sliding-window attention (Mistral; Qwen2 with sliding layers): the sampler attends to
+        # every key, so a sequence longer than the window is refused
+        from suite.fast_forward import sliding_window
+
+        self.attention_window = sliding_window(cfg)
         rot = model.model.rotary_emb
         self.inv_freq = rot.inv_freq.detach().clone().float()
         self.rope_scale = float(getattr(rot, "attention_scaling", 1.0))
@@ -409,8 +410,8 @@ class KVSampler:
 
     # -- the forward -----------------------------------------------------------------
     def _check_window(self, total: int) -> None:
-        if self.window is not None and total > self.window:
-            raise BadInput(f"sequence width {total} exceeds the model's sliding window {self.window}; the kv and "
+        if self.attention_window is not None and total > self.attention_window:
+            raise BadInput(f"sequence width {total} exceeds the model's sliding window {self.attention_window}; the kv and "
                              f"s3r samplers attend to every key, so use rollout.engine=hf for such lengths")
 
     def _rms(self, x: Tensor, weight: Tensor) -> Tensor:

@@ -48,7 +48,7 @@ from suite.config import RunSpec
 from suite.distributed import world as current_world
 from suite.errors import BadInput, Diverged, Interrupted
 from suite.evaluate import evaluate
-from suite.fast_forward import positions_saved, unsupported
+from suite.fast_forward import shared_positions, unsupported
 from suite.models import Critic, non_embedding_params
 from suite.ops import kl_estimate, masked_mean
 from suite.policy import capabilities, policy_forward
@@ -451,7 +451,7 @@ class Trainer:
         tokens, attn, mask = rec.tokens.to(dev), rec.attn_mask.to(dev), rec.loss_mask.to(dev)
         n_tok = int(rec.attn_mask.sum())
         opts = self._fwd_opts(rec.prompt_width)
-        n_comp = n_tok - (positions_saved(tokens, attn, opts["prompt_width"]) if opts["prompt_width"] else 0)
+        n_comp = n_tok - shared_positions(self.model, frozenset(), tokens, attn, opts["prompt_width"])
         on_policy = bool((rec.policy_version == self.budget.counters["updates"]).all()) and r.top_p == 1.0 and r.mismatch == "none" \
             and r.top_k == 0 and bool((rec.behaviour_id == 0).all()) and (rec.stage is None or not bool((rec.stage == 2).any()))
         fields: dict[str, Any] = {}
@@ -470,7 +470,8 @@ class Trainer:
             if r.old_logp == "behaviour" and on_policy:
                 fields["old_logp"] = rec.behav_logp.to(dev)  # aliased; the pass ran for the values only
         if self.critic is not None and self.critic.mode == "separate":
-            fields["values"] = self.critic.forward_separate(tokens, attn) * mask
+            with self._amp():  # the precision its training forward runs in (values are clipped against these)
+                fields["values"] = self.critic.forward_separate(tokens, attn).float() * mask
             self.budget.charge_flops("score_critic", scoring_flops(self.P_critic, n_tok))
         rewards = rec.rewards.to(dev)
         kl_tok = torch.zeros_like(mask)
@@ -614,7 +615,7 @@ class Trainer:
                 w_all = aggregation_weights(mb.loss_mask, self.algo.aggregation, s.rollout.max_new_tokens)
                 self.opt.zero_grad(set_to_none=True)
                 plan = self._micro_batches(mb)  # every rank's micro-batches (rows of mb)
-                computed += self._computed_positions(mb, plan, opts["prompt_width"] if not want & {"topk"} else 0)
+                computed += self._computed_positions(mb, plan, opts["prompt_width"], want)
                 nonfinite = None
                 for rows in plan[self.world.rank]:
                     mic, w = mb.select(rows), w_all[rows]
@@ -680,21 +681,29 @@ class Trainer:
         for r in range(size):
             lo_r, hi_r = n * r // size, n * (r + 1) // size
             rows = torch.arange(lo_r, hi_r, device=dev)
-            if t.bucket_by_length:
-                rows = rows[torch.argsort(mb.attn_mask[lo_r:hi_r].sum(-1), descending=True, stable=True)]
+            if t.bucket_by_length:  # by the last real column: what trimming a micro-batch keeps
+                am = mb.attn_mask[lo_r:hi_r]
+                last = (am * torch.arange(1, am.shape[1] + 1, device=dev)).amax(-1)
+                rows = rows[torch.argsort(last, descending=True, stable=True)]
             micro = t.micro_batch_size or max(1, hi_r - lo_r)
-            plan.append(list(torch.split(rows, micro)))
+            plan.append(list(torch.split(rows, micro)) if len(rows) else [])  # an empty shard: no micro-batch
         return plan
 
-    def _computed_positions(self, mb: Batch, plan: list[list[torch.Tensor]], prompt_width: int) -> int:
+    def _computed_positions(self, mb: Batch, plan: list[list[torch.Tensor]], prompt_width: int,
+                            want: frozenset[str]) -> int:
         """Real token positions the training forwards of minibatch ``mb`` compute, over all
         ranks' micro-batches ``plan`` (the same number on every rank): all of them, less the
-        prompt positions that ``train.share_prefix`` computes once per group within a micro-batch."""
+        prompt positions that ``train.share_prefix`` computes once per group within a micro-batch
+        (as the forward of each, trimmed under ``train.bucket_by_length``, actually does)."""
         total = int(mb.attn_mask.sum())
         if not prompt_width:
             return total
         for rows in (r for rank in plan for r in rank):
-            total -= positions_saved(mb.tokens[rows], mb.attn_mask[rows], prompt_width)
+            tokens, attn = mb.tokens[rows], mb.attn_mask[rows]
+            if self.spec.train.bucket_by_length:
+                width = int(attn.any(0).nonzero().max()) + 1
+                tokens, attn = tokens[:, :width], attn[:, :width]
+            total -= shared_positions(self.model, want, tokens, attn, prompt_width)
         return total
 
     def _clip_and_step(self, nonfinite: Optional[str] = None) -> float:

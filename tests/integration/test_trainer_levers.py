@@ -136,6 +136,34 @@ def test_micro_batch_plan_orders_rows_longest_first():
     plan = Trainer._micro_batches(fake, mb)
     # rank 0 holds rows 0..2 (lengths 3, 5, 4), rank 1 rows 3..6 (1, 2, 6, 6): longest first, ties in order
     assert [[r.tolist() for r in rank] for rank in plan] == [[[1, 2], [0]], [[5, 6], [4, 3]]]
+    # left padding does not count: the order is by the last real column (what trimming keeps)
+    attn = torch.tensor([[0, 0, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0]])
+    mb = type("MB", (), {"batch_size": 2, "tokens": attn, "attn_mask": attn})()
+    fake.world.size = 1
+    assert [r.tolist() for r in Trainer._micro_batches(fake, mb)[0]] == [[0, 1]]
+    # a rank with no rows gets no micro-batch (world size above the minibatch size)
+    fake.world.size = 2
+    mb = type("MB", (), {"batch_size": 1, "tokens": attn[:1], "attn_mask": attn[:1]})()
+    assert [[r.tolist() for r in rank] for rank in Trainer._micro_batches(fake, mb)] == [[], [[0]]]
+    fake.spec = resolve("arith", "grpo", "tiny", 0)  # without bucketing: the same rows as before the setting existed
+    mb = type("MB", (), {"batch_size": 7, "tokens": torch.ones(7, 6), "attn_mask": torch.ones(7, 6)})()
+    assert [[r.tolist() for r in rank] for rank in Trainer._micro_batches(fake, mb)] == [[[0, 1, 2]], [[3, 4, 5, 6]]]
+
+
+def test_a_run_folder_from_before_the_levers_resumes(tmp_path):
+    """spec.json files written before the four settings existed lack them: same run, not a clash."""
+    from suite.config import LATER_TRAIN_DEFAULTS
+    from suite.runner import check_existing
+
+    spec = resolve("arith", "grpo", "tiny", 0)
+    old = spec.to_dict() | {"run_id": spec.run_id}
+    for k in LATER_TRAIN_DEFAULTS:
+        del old["train"][k]
+    (tmp_path / "spec.json").write_text(json.dumps(old))
+    (tmp_path / "status.json").write_text(json.dumps({"state": "interrupted", "attempt": 1}))
+    assert check_existing(tmp_path, spec) == (None, 2)
+    with pytest.raises(Exception, match="different spec"):
+        check_existing(tmp_path, resolve("arith", "grpo", "tiny", 0, sets=[("train.share_prefix", True)]))
 
 
 def test_compile_without_a_compiler_is_refused(tmp_path, capsys, monkeypatch):

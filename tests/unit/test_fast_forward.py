@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from suite.config import ModelConfig
-from suite.fast_forward import fast_forward, positions_saved, share_plan, unsupported
+from suite.fast_forward import fast_forward, positions_saved, share_plan, shared_positions, sliding_window, unsupported
 from suite.models import load_model
 from suite.policy import policy_forward
 
@@ -145,7 +145,7 @@ def test_sharing_plan_and_positions_saved_by_hand():
 
 
 def test_unsupported_names_what_it_cannot_serve():
-    from transformers import GPT2Config, GPT2LMHeadModel, MistralConfig, MistralForCausalLM
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
 
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=20, n_embd=16, n_layer=1, n_head=2, n_positions=32,
                                       bos_token_id=1, eos_token_id=2))
@@ -159,6 +159,39 @@ def test_unsupported_names_what_it_cannot_serve():
                                                num_attention_heads=2, num_key_value_heads=1, sliding_window=4))
     assert unsupported(mistral, frozenset(), 4) is None
     assert "sliding window 4" in unsupported(mistral, frozenset(), 9)
+    dropout = LlamaForCausalLM(LlamaConfig(vocab_size=20, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                           num_attention_heads=2, attention_dropout=0.1))
+    assert "attention_dropout" in unsupported(dropout, frozenset(), 4)
+
+
+def test_sliding_window_of_each_family():
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config
+
+    assert sliding_window(MistralConfig(sliding_window=8)) == 8
+    assert sliding_window(MistralConfig(sliding_window=None)) is None
+    assert sliding_window(LlamaConfig()) is None
+    assert sliding_window(Qwen2Config(num_hidden_layers=4)) is None  # use_sliding_window off by default
+    assert sliding_window(Qwen2Config(num_hidden_layers=4, use_sliding_window=True, sliding_window=8,
+                                      max_window_layers=2)) == 8  # layers 2, 3 slide
+    assert sliding_window(Qwen2Config(num_hidden_layers=4, use_sliding_window=True, sliding_window=8,
+                                      max_window_layers=4)) is None  # every layer full attention
+
+
+def test_shared_positions_follow_the_path_taken():
+    """The FLOP accounting subtracts prompt positions only when the fast forward serves the call."""
+    from transformers import MistralConfig, MistralForCausalLM
+
+    tokens, attn, _, W = _batch(vocab=20)  # width 16
+    saved = positions_saved(tokens, attn, W)
+    assert saved > 0
+    small = MistralForCausalLM(MistralConfig(vocab_size=20, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                             num_attention_heads=2, num_key_value_heads=1, sliding_window=8))
+    wide = MistralForCausalLM(MistralConfig(vocab_size=20, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                            num_attention_heads=2, num_key_value_heads=1, sliding_window=64))
+    assert shared_positions(small, frozenset(), tokens, attn, W) == 0  # HF forward: nothing saved
+    assert shared_positions(wide, frozenset(), tokens, attn, W) == saved
+    assert shared_positions(wide, frozenset({"topk"}), tokens, attn, W) == 0  # top-K: no sharing
+    assert shared_positions(wide, frozenset(), tokens, attn, 0) == 0
 
 
 @pytest.mark.slow
