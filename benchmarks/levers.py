@@ -99,6 +99,8 @@ class Side:
         """One update; with ``micro`` the batch goes through in micro-batches (gradient
         accumulation), ordered longest first and trimmed of trailing padding with ``bucket``
         (what the trainer does under ``train.bucket_by_length``)."""
+        from suite.types import real_width
+
         tokens, attn, loss_mask, adv, W = batch
         t0 = time.perf_counter()
         B = tokens.shape[0]
@@ -109,7 +111,7 @@ class Side:
         for idx in torch.split(rows, self.micro or B):
             tok, am, lm, a = tokens[idx], attn[idx], loss_mask[idx], adv[idx]
             if self.bucket:
-                width = int(am.any(0).nonzero().max()) + 1
+                width = real_width(am)
                 tok, am, lm = tok[:, :width], am[:, :width], lm[:, :width]
             fwd = self.forward(tok, am, W)
             ratio = torch.exp(fwd.logp - fwd.logp.detach())  # on-policy GRPO surrogate, seq-mean-token-mean

@@ -146,8 +146,9 @@ class TrainConfig:
     """Steps between checkpoints (also on preemption and at the end). Not in the run id."""
     autocast: Literal["none", "bf16"] = "none"
     """Mixed precision of the training and scoring forwards: ``bf16`` runs them under
-    ``torch.autocast`` (matmuls in bfloat16; fp32 weights, gradients and optimizer state), on
-    CUDA and on CPUs with AVX-512 BF16/AMX. The sampler is unaffected (``rollout.mismatch``
+    ``torch.autocast`` (matmuls in bfloat16; fp32 weights, gradients and optimizer state); it
+    pays off on CUDA and on CPUs with AVX-512 BF16/AMX, for models large enough that the casts
+    do not dominate (``benchmarks/results/levers.md``). The sampler is unaffected (``rollout.mismatch``
     models a low-precision sampler), so with ``rollout.old_logp=behaviour`` the ratio π/π_old is
     no longer exactly 1 on-policy. In the run id when set."""
     share_prefix: bool = False

@@ -55,7 +55,7 @@ from suite.policy import capabilities, policy_forward
 from suite.rollout import collect
 from suite.runfolder import ReadOnlyFolder, RunFolder, atomic_write_text, dumps, env_info, now_iso, read_jsonl
 from suite.sampler import KV_ARCHITECTURES, HFGenerateEngine, KVSampler, RowNoise, SamplingParams, make_engine
-from suite.types import Batch, Rollout, cat_rollouts
+from suite.types import Batch, Rollout, cat_rollouts, real_width
 
 TIMING_KEYS = ("time", "budget/wall_s")  # plus every perf/* key: excluded from determinism checks
 
@@ -169,8 +169,6 @@ class Trainer:
                 shutil.which(c) for c in ("g++", "clang++", "c++"))):
             raise BadInput("train.compile on a CPU needs a C++ compiler for torch.compile's kernels (g++, clang++ "
                            "or $CXX); install one or set train.compile=false")
-        if t.autocast == "bf16" and self.device.type == "cpu" and not torch.backends.mkldnn.is_available():
-            raise BadInput("train.autocast=bf16 on a CPU needs oneDNN (torch.backends.mkldnn); valid: train.autocast=none")
         if self.spec.rollout.rng == "row" and not (kv and self.spec.rollout.engine != "s3r"):
             raise BadInput(f"rollout.rng=row (and train.world_size > 1) needs the kv sampler, which supports "
                            f"{', '.join(KV_ARCHITECTURES)} models, not '{arch}'; valid rollout.rng for it: batch")
@@ -451,7 +449,10 @@ class Trainer:
         tokens, attn, mask = rec.tokens.to(dev), rec.attn_mask.to(dev), rec.loss_mask.to(dev)
         n_tok = int(rec.attn_mask.sum())
         opts = self._fwd_opts(rec.prompt_width)
-        n_comp = n_tok - shared_positions(self.model, frozenset(), tokens, attn, opts["prompt_width"])
+
+        def computed(want: frozenset[str]) -> int:  # the positions a scoring forward computes
+            return n_tok - shared_positions(self.model, want, tokens, attn, opts["prompt_width"])
+
         on_policy = bool((rec.policy_version == self.budget.counters["updates"]).all()) and r.top_p == 1.0 and r.mismatch == "none" \
             and r.top_k == 0 and bool((rec.behaviour_id == 0).all()) and (rec.stage is None or not bool((rec.stage == 2).any()))
         fields: dict[str, Any] = {}
@@ -466,7 +467,7 @@ class Trainer:
             fields["old_logp"] = fwd.logp.float() * mask
             if head_values:
                 fields["values"] = fwd.values.float() * mask
-            self.budget.charge_flops("score_old", scoring_flops(self.P, n_comp if not head_values else n_tok))
+            self.budget.charge_flops("score_old", scoring_flops(self.P, computed(want)))
             if r.old_logp == "behaviour" and on_policy:
                 fields["old_logp"] = rec.behav_logp.to(dev)  # aliased; the pass ran for the values only
         if self.critic is not None and self.critic.mode == "separate":
@@ -478,13 +479,13 @@ class Trainer:
         if self.ref is not None:
             with self._amp():
                 fields["ref_logp"] = policy_forward(self.ref, tokens, attn, r.temperature, **opts).logp.float() * mask
-            self.budget.charge_flops("score_ref", scoring_flops(self.P, n_comp))
+            self.budget.charge_flops("score_ref", scoring_flops(self.P, computed(frozenset())))
             if self.algo.cfg.kl_where == "reward":
                 kl_tok = s_kl(self.algo.cfg, fields["old_logp"], fields["ref_logp"]) * mask
         if self.init is not None:
             with self._amp():
                 fields["init_logp"] = policy_forward(self.init, tokens, attn, r.temperature, **opts).logp.float() * mask
-            self.budget.charge_flops("score_init", scoring_flops(self.P, n_comp))
+            self.budget.charge_flops("score_init", scoring_flops(self.P, computed(frozenset())))
         last = (mask * torch.arange(mask.shape[1], device=dev)).argmax(-1)  # last policy token
         token_rewards = -self.algo.cfg.kl_coef * kl_tok
         token_rewards[torch.arange(mask.shape[0], device=dev), last] += rewards
@@ -599,10 +600,8 @@ class Trainer:
     def _update(self, batch: Batch, ctx: Context) -> dict[str, float]:
         s, t = self.spec, self.spec.train
         cfg = self.algo.cfg
-        want = frozenset({"entropy"}) | (self.needs & {"hidden", "attn_stat", "topk"})
+        want = self._update_fields()
         head_values = self._head_critic
-        if head_values:
-            want = want | {"values"}
         opts = self._fwd_opts(batch.prompt_width)
         B = batch.batch_size
         acc: dict[str, list[tuple[float, float]]] = {}
@@ -620,7 +619,7 @@ class Trainer:
                 for rows in plan[self.world.rank]:
                     mic, w = mb.select(rows), w_all[rows]
                     if t.bucket_by_length:  # drop the micro-batch's trailing padding columns
-                        width = int(mic.attn_mask.any(0).nonzero().max()) + 1
+                        width = real_width(mic.attn_mask)
                         mic, w = mic.trim(width), w[:, :width]
                     with self._amp():
                         fwd = policy_forward(self.model, mic.tokens, mic.attn_mask, s.rollout.temperature, want,
@@ -701,7 +700,7 @@ class Trainer:
         for rows in (r for rank in plan for r in rank):
             tokens, attn = mb.tokens[rows], mb.attn_mask[rows]
             if self.spec.train.bucket_by_length:
-                width = int(attn.any(0).nonzero().max()) + 1
+                width = real_width(attn)
                 tokens, attn = tokens[:, :width], attn[:, :width]
             total -= shared_positions(self.model, want, tokens, attn, prompt_width)
         return total

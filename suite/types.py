@@ -36,6 +36,12 @@ import torch
 from torch import Tensor
 
 
+def real_width(attn_mask: Tensor) -> int:
+    """Columns up to the last real token of any row of ``attn_mask [B, T]`` (trailing padding
+    excluded); what :meth:`Rollout.trim` keeps for a micro-batch."""
+    return int(attn_mask.any(0).nonzero().max()) + 1
+
+
 @dataclass(frozen=True)
 class Rollout:
     """One rollout batch as produced by the rollout engine (immutable).
