@@ -122,7 +122,7 @@ def trl_trainer(path: Path, out: Path, steps: int, seed: int, timer: StepTimer):
     return trainer
 
 
-LEVERS = [("train.compile", True), ("train.share_prefix", True)]
+LEVERS = [("train.compile", True), ("train.share_prefix", True), ("rollout.engine", "native")]
 """The opt-in update levers (benchmarks/levers.py) of the third side."""
 
 

@@ -69,8 +69,11 @@ class RolloutConfig:
     generator (the original stream). ``row``: a counter-based hash (splitmix64) of (step stream,
     global row, token position, vocab id), so any split of the rows gives the same samples;
     required by ``train.world_size`` > 1; ``kv`` engine only. In the run id only when ``row``."""
-    engine: Literal["auto", "kv", "hf", "s3r", "vllm"] = "auto"
-    """``kv``: the hand-written KV-cached sampler (Llama-style models); ``hf``: HF ``generate``;
+    engine: Literal["auto", "kv", "native", "hf", "s3r", "vllm"] = "auto"
+    """``kv``: the hand-written KV-cached sampler (Llama-style models); ``native``: the kv sampler
+    with its one-token decode step in C++ (CPU, fp32; built on first use with the system's C++
+    compiler and ninja; same sampling, logits within ~1e-6 of ``kv``: ``suite/native_decode.py``);
+    ``hf``: HF ``generate``;
     ``s3r``: self-sparse speculative rollouts on the KV sampler (exactly the dense distribution);
     ``vllm``: vLLM on a CUDA GPU (the ``vllm`` extra; untested in this project's CI, see
     ``suite/vllm_engine.py``): top-K but no attention statistics, and no top-p/top-k truncation
@@ -437,9 +440,9 @@ def check_ranges(spec: RunSpec) -> list[str]:
     if t.world_size > 1 and r.rng != "row":
         e.append(f"train.world_size={t.world_size} needs rollout.rng=row (samples that do not depend on how "
                  f"rows are split across processes), got rollout.rng={r.rng}; valid: row (batch: world_size 1 only)")
-    if r.rng == "row" and r.engine not in ("auto", "kv"):
+    if r.rng == "row" and r.engine not in ("auto", "kv", "native"):
         e.append(f"rollout.rng=row is implemented by the kv sampler, not rollout.engine={r.engine}; "
-                 f"valid rollout.engine with rng=row: auto, kv")
+                 f"valid rollout.engine with rng=row: auto, kv, native")
     if not 0 < ev.every <= 1:
         e.append(f"eval.every must be in (0, 1], got {ev.every}")
     if ev.n_samples and any(k > ev.n_samples or k < 1 for k in ev.ks):

@@ -638,7 +638,7 @@ class HFGenerateEngine:
 
 
 def make_engine(kind: str, model, tokenizer, rollout=None):
-    """``kv`` / ``hf`` / ``s3r`` / ``vllm`` / ``auto`` (kv for supported architectures, else hf)."""
+    """``kv`` / ``native`` / ``hf`` / ``s3r`` / ``vllm`` / ``auto`` (kv for supported architectures, else hf)."""
     if kind == "vllm":
         from suite.vllm_engine import VLLMEngine  # imports vllm itself; BadInput when it or a GPU is missing
 
@@ -648,6 +648,10 @@ def make_engine(kind: str, model, tokenizer, rollout=None):
 
         kw = dict(gamma=rollout.s3r_gamma, sink=rollout.s3r_sink, window=rollout.s3r_window) if rollout else {}
         return S3RSampler(model, tokenizer, **kw)
+    if kind == "native":
+        from suite.native_decode import NativeKVSampler  # builds its C++ step on first use
+
+        return NativeKVSampler(model, tokenizer)
     if kind == "kv" or (kind == "auto" and getattr(model.config, "model_type", None) in KV_ARCHITECTURES):
         return KVSampler(model, tokenizer)
     return HFGenerateEngine(model, tokenizer)

@@ -138,10 +138,10 @@ class Trainer:
     def _check_capabilities(self) -> None:
         fwd_caps = capabilities(self.model)
         arch = getattr(self.model.config, "model_type", None)
-        if self.spec.rollout.engine in ("kv", "s3r") and arch not in KV_ARCHITECTURES:
+        if self.spec.rollout.engine in ("kv", "native", "s3r") and arch not in KV_ARCHITECTURES:
             raise BadInput(f"rollout.engine={self.spec.rollout.engine} supports {', '.join(KV_ARCHITECTURES)} models, "
                            f"not '{arch}'; use rollout.engine=hf or auto")
-        kv = self.spec.rollout.engine in ("kv", "s3r") or (self.spec.rollout.engine == "auto" and arch in KV_ARCHITECTURES)
+        kv = self.spec.rollout.engine in ("kv", "native", "s3r") or (self.spec.rollout.engine == "auto" and arch in KV_ARCHITECTURES)
         eng_caps = (KVSampler if kv else HFGenerateEngine).capabilities
         if self.spec.rollout.engine == "vllm":
             from suite.vllm_engine import VLLMEngine, require_vllm
@@ -169,6 +169,13 @@ class Trainer:
                 shutil.which(c) for c in ("g++", "clang++", "c++"))):
             raise BadInput("train.compile on a CPU needs a C++ compiler for torch.compile's kernels (g++, clang++ "
                            "or $CXX); install one or set train.compile=false")
+        if self.spec.rollout.engine == "native":
+            from suite.native_decode import load_extension, supported
+
+            why = supported(self.model)
+            if why is not None:
+                raise BadInput(f"rollout.engine=native cannot serve {why}")
+            load_extension()  # built (or loaded from its cache) before anything is written
         if self.spec.rollout.rng == "row" and not (kv and self.spec.rollout.engine != "s3r"):
             raise BadInput(f"rollout.rng=row (and train.world_size > 1) needs the kv sampler, which supports "
                            f"{', '.join(KV_ARCHITECTURES)} models, not '{arch}'; valid rollout.rng for it: batch")

@@ -1,6 +1,6 @@
 """Fake tasks for tests (registered on import): a two-turn environment task and a
 single-turn task whose reward a random model already earns half the time (so gradients flow
-without a warm start)."""
+without a warm start); small model variants for the samplers' tests."""
 
 from __future__ import annotations
 
@@ -71,3 +71,33 @@ for _cls in (TwoTurnTask, ParityTask):
     if _cls.name not in TASKS:
         TASKS.register(_cls.name, _cls)
 
+
+def tiny_variant(kind: str):
+    """A small random model of one of the kv sampler's architecture variants: ``llama-gqa``,
+    ``llama-bias`` (a bias on every projection, randomised) or ``qwen2`` (q/k/v biases)."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    from suite.models import char_tokenizer
+
+    tok = char_tokenizer()
+    torch.manual_seed(0)
+    if kind == "llama-gqa":
+        cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+                          pad_token_id=0, eos_token_id=2, rope_theta=500.0)
+        return LlamaForCausalLM(cfg), tok
+    if kind == "llama-bias":  # attention_bias / mlp_bias: every projection has a bias (HF zeroes them: randomise)
+        cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, attention_bias=True, mlp_bias=True,
+                          pad_token_id=0, eos_token_id=2)
+        model = LlamaForCausalLM(cfg)
+        with torch.no_grad():
+            for name, prm in model.named_parameters():
+                if name.endswith(".bias"):
+                    prm.normal_(0, 0.5)
+        return model, tok
+    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, pad_token_id=0, eos_token_id=2,
+                      tie_word_embeddings=True)
+    return Qwen2ForCausalLM(cfg), tok

@@ -21,32 +21,7 @@ from suite.models import char_tokenizer, load_model, non_embedding_params
 from suite.policy import policy_forward
 from suite.rollout import collect
 from suite.sampler import HFGenerateEngine, KVSampler, SamplingParams, left_pad
-
-
-def _tiny_variant(kind: str):
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
-
-    tok = char_tokenizer()
-    torch.manual_seed(0)
-    if kind == "llama-gqa":
-        cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                          num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
-                          pad_token_id=0, eos_token_id=2, rope_theta=500.0)
-        return LlamaForCausalLM(cfg), tok
-    if kind == "llama-bias":  # attention_bias / mlp_bias: every projection has a bias (HF zeroes them: randomise)
-        cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                          num_attention_heads=4, num_key_value_heads=2, attention_bias=True, mlp_bias=True,
-                          pad_token_id=0, eos_token_id=2)
-        model = LlamaForCausalLM(cfg)
-        with torch.no_grad():
-            for name, prm in model.named_parameters():
-                if name.endswith(".bias"):
-                    prm.normal_(0, 0.5)
-        return model, tok
-    cfg = Qwen2Config(vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, pad_token_id=0, eos_token_id=2,
-                      tie_word_embeddings=True)
-    return Qwen2ForCausalLM(cfg), tok
+from tests.fakes import tiny_variant
 
 
 @pytest.fixture(params=["tiny", "llama-gqa", "llama-bias", "qwen2"])
@@ -54,7 +29,7 @@ def model_tok(request):
     if request.param == "tiny":
         m, t, _ = load_model(ModelConfig())
         return m, t
-    return _tiny_variant(request.param)
+    return tiny_variant(request.param)
 
 
 PROMPTS = ["12+34=", "7-3=", "Hello, world", "x"]
@@ -144,7 +119,7 @@ def test_attention_statistic_matches_training_forward():
 def test_saved_model_loads_by_path_with_chat_template(tmp_path, capsys):
     from suite.cli import main
 
-    model, tok = _tiny_variant("qwen2")
+    model, tok = tiny_variant("qwen2")
     tok.chat_template = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
                          "{% if add_generation_prompt %}<assistant>{% endif %}")
     model.save_pretrained(tmp_path / "m")

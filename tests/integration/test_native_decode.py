@@ -1,0 +1,156 @@
+"""``rollout.engine=native``: the kv sampler with its one-token decode step in C++.
+
+* one decode step's logits and cache writes equal the eager step's (1e-5) on left-padded rows,
+  for the tiny model, a Llama with GQA, a Llama with a bias on every projection, a Qwen2-style
+  model and a GELU MLP;
+* μ's log-probs of a whole rollout equal the HF training forward's (2e-5), with top-K; with
+  per-row token caps (finished rows dropped mid-rollout) it samples what the kv sampler does;
+* the same generator gives the same tokens as the kv sampler (and the row-invariant noise
+  ``rollout.rng=row`` works through it); the attention statistic goes through the eager step;
+* refusals, each one message and exit 2 before anything is written: non-fp32 weights, an
+  activation it does not implement, no C++ compiler;
+* a training run with ``rollout.engine=native`` completes, in its own run id.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from suite.cli import main
+from suite.config import ModelConfig
+from suite.errors import BadInput
+from suite.models import char_tokenizer, load_model
+from suite.policy import policy_forward
+from suite.rollout import collect
+from suite.sampler import KVSampler, RowNoise, SamplingParams, left_pad
+from tests.fakes import tiny_variant
+
+native = pytest.importorskip("suite.native_decode")
+
+PROMPTS = ["12+34=", "7-3=", "Hello, world", "x"]
+
+
+def _gelu_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    tok = char_tokenizer()
+    return LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                        num_attention_heads=4, hidden_act="gelu_pytorch_tanh", pad_token_id=0,
+                                        eos_token_id=2)), tok
+
+
+@pytest.fixture(params=["tiny", "llama-gqa", "llama-bias", "qwen2", "gelu"])
+def model_tok(request):
+    if request.param == "tiny":
+        m, t, _ = load_model(ModelConfig())
+        return m, t
+    if request.param == "gelu":
+        return _gelu_llama()
+    return tiny_variant(request.param)
+
+
+def test_one_decode_step_equals_the_eager_step(model_tok):
+    model, tok = model_tok
+    eager, nat = KVSampler(model, tok), native.NativeKVSampler(model, tok)
+    prompts = [tok.encode(p, add_special_tokens=False) for p in PROMPTS]
+    ids, mask = left_pad(prompts, tok.pad_token_id or 0, "cpu")
+    B, W = ids.shape
+    total = W + 3
+    key_mask = torch.cat([mask, torch.ones(B, 3, dtype=torch.long)], 1)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    caches = []
+    for eng in (eager, nat):
+        eng._rope_rows(total)
+        cache = [[torch.zeros(B, eng.n_kv, total, eng.head_dim) for _ in range(2)] for _ in range(eng.n_layers)]
+        eng.forward(ids, pos, cache, 0, key_mask)  # the prefill (eager in both)
+        caches.append(cache)
+    step = torch.tensor([[5], [9], [17], [2]])
+    allowed = key_mask.bool()[:, None, None, :W + 1]
+    ref, _ = eager._forward(step, pos[:, -1:] + 1, caches[0], W, allowed, key_mask)
+    got, stat = nat._forward(step, pos[:, -1:] + 1, caches[1], W, allowed, key_mask)
+    assert stat is None and got.shape == ref.shape
+    assert torch.allclose(got, ref, atol=1e-5), (got - ref).abs().max()
+    for a, b in zip(caches[0], caches[1]):  # the new key (after RoPE) and value written at slot W
+        assert torch.allclose(a[0], b[0], atol=1e-6) and torch.allclose(a[1], b[1], atol=1e-6)
+
+
+def test_rollout_logprobs_equal_the_training_forward(model_tok):
+    model, tok = model_tok
+    prompts = [tok.encode(p, add_special_tokens=False) for p in PROMPTS] * 2
+    params = SamplingParams(max_new_tokens=10, temperature=0.8, stop_ids=(tok.eos_token_id,), topk=4)
+    eng = native.NativeKVSampler(model, tok)
+    rec, _ = collect(eng, tok, prompts, params, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        fwd = policy_forward(model, rec.tokens, rec.attn_mask, 0.8)
+    assert torch.allclose(fwd.logp * rec.loss_mask, rec.behav_logp, atol=2e-5)
+    assert (rec.topk_logp[..., 0] >= rec.behav_logp - 1e-5).all()
+    # per-row caps: rows finish at 2..10 tokens, so the decode drops them on the way (compaction)
+    caps = [2, 10, 3, 10, 4, 10, 6, 10]
+    a = KVSampler(model, tok).generate(prompts, params, torch.Generator().manual_seed(1), limits=caps)
+    b = eng.generate(prompts, params, torch.Generator().manual_seed(1), limits=caps)
+    assert a.ids == b.ids and all(len(r) <= c for r, c in zip(b.ids, caps)) and len(b.ids[1]) > 3
+    assert max(abs(x - y) for r, s in zip(a.logp, b.logp) for x, y in zip(r, s)) < 1e-5
+
+
+def test_same_tokens_as_the_kv_sampler_and_row_noise():
+    model, tok, _ = load_model(ModelConfig())
+    prompts = [tok.encode(p, add_special_tokens=False) for p in PROMPTS for _ in range(4)]
+    params = SamplingParams(max_new_tokens=16, temperature=1.0, stop_ids=(tok.eos_token_id,))
+    eager, nat = KVSampler(model, tok), native.NativeKVSampler(model, tok)
+    a = eager.generate(prompts, params, torch.Generator().manual_seed(3))
+    b = nat.generate(prompts, params, torch.Generator().manual_seed(3))
+    assert a.ids == b.ids and a.stop_reason == b.stop_reason
+    assert max(abs(x - y) for r, s in zip(a.logp, b.logp) for x, y in zip(r, s)) < 1e-5
+    rows = list(range(len(prompts)))
+    a = eager.generate(prompts, params, RowNoise(11, rows))
+    b = nat.generate(prompts, params, RowNoise(11, rows))
+    assert a.ids == b.ids
+    # the attention statistic is computed by the eager step, so it is the kv sampler's own
+    a = eager.generate(prompts[:4], params, torch.Generator().manual_seed(1), want_attn=True)
+    b = nat.generate(prompts[:4], params, torch.Generator().manual_seed(1), want_attn=True)
+    assert a.ids == b.ids and a.attn_stat == b.attn_stat
+
+
+def test_unsupported_models_are_refused():
+    model, tok, _ = load_model(ModelConfig())
+    with pytest.raises(BadInput, match=r"rollout.engine=native cannot serve torch.bfloat16 weights.*rollout.engine=kv"):
+        native.NativeKVSampler(model.to(torch.bfloat16), tok)
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    odd = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                       num_attention_heads=2, hidden_act="sigmoid"))
+    with pytest.raises(BadInput, match=r"activation 'sigmoid' \(supported: gelu, gelu_new, gelu_pytorch_tanh, relu"):
+        native.NativeKVSampler(odd, tok)
+
+
+SMALL = ["--task", "arith", "--algo", "grpo", "--set", "model.warm_start=none", "--set", "eval.max_prompts=4",
+         "--set", "rollout.prompts_per_step=4", "--set", "rollout.group_size=4", "--budget", "updates=2"]
+
+
+def test_a_run_with_the_native_engine(tmp_path, capsys):
+    code = main(["run", *SMALL, "--set", "rollout.engine=native", "--out", str(tmp_path / "n")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    run_dir = out.strip().splitlines()[-1].split("run_dir: ")[1]
+    spec = json.load(open(f"{run_dir}/spec.json"))
+    assert spec["rollout"]["engine"] == "native"
+    rows = [json.loads(line) for line in open(f"{run_dir}/metrics.jsonl")]
+    assert len(rows) == 2 and all(r["budget/gen_tokens"] > 0 for r in rows)
+    code = main(["run", *SMALL, "--out", str(tmp_path / "k")])
+    assert code == 0
+    other = capsys.readouterr().out.strip().splitlines()[-1].split("run_dir: ")[1]
+    assert other.rsplit("/", 1)[1] != run_dir.rsplit("/", 1)[1]  # not the kv engine's run
+
+
+def test_no_compiler_is_refused_before_anything_is_written(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setattr(native, "_EXT", None)
+    monkeypatch.setattr("suite.native_decode.shutil.which", lambda name: None)
+    code = main(["run", *SMALL, "--set", "rollout.engine=native", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "rollout.engine=native" in err and "C++ compiler" in err and "rollout.engine=kv" in err
+    assert not list(tmp_path.rglob("metrics.jsonl"))
