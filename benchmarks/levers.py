@@ -1,6 +1,6 @@
 """The trainer's update levers, side by side in one process: the training step (forward,
-backward, AdamW) with ``train.share_prefix``, ``train.compile``, ``train.autocast=bf16`` and,
-with micro-batches of 4 sequences, ``train.bucket_by_length``, against the default HF fp32
+backward, AdamW) with ``train.share_prefix``, ``train.compile``, ``optim.fused`` (AdamW as one
+fused kernel), ``train.autocast=bf16`` and, with micro-batches of 4 sequences, ``train.bucket_by_length``, against the default HF fp32
 forward on the whole batch, on two shapes:
 
 * ``vs_trl``: the 0.54M-parameter Llama of ``benchmarks/vs_trl.py`` (hidden 128, 2 layers),
@@ -38,15 +38,17 @@ SHAPES = {  # model (hidden, layers, heads, mlp, vocab), batch (P, G, prompt, mi
     "vs_trl": ((128, 2, 4, 512, 100), (4, 8, 6, 20, 32)),
     "gsm8k": ((256, 4, 8, 768, 1000), (2, 8, 128, 48, 96)),
 }
-SETTINGS = {  # name: (share_prefix, compile, autocast, micro_batch_size, bucket_by_length)
-    "default (HF fp32)": (False, False, "none", 0, False),
-    "share_prefix": (True, False, "none", 0, False),
-    "compile": (False, True, "none", 0, False),
-    "share_prefix + compile": (True, True, "none", 0, False),
-    "autocast=bf16": (False, False, "bf16", 0, False),
-    "autocast=bf16 + share_prefix": (True, False, "bf16", 0, False),
-    "micro_batch_size=4": (False, False, "none", 4, False),
-    "micro_batch_size=4 + bucket_by_length": (False, False, "none", 4, True),
+SETTINGS = {  # name: (share_prefix, compile, autocast, micro_batch_size, bucket_by_length, fused AdamW)
+    "default (HF fp32)": (False, False, "none", 0, False, False),
+    "share_prefix": (True, False, "none", 0, False, False),
+    "compile": (False, True, "none", 0, False, False),
+    "share_prefix + compile": (True, True, "none", 0, False, False),
+    "optim.fused": (False, False, "none", 0, False, True),
+    "share_prefix + compile + optim.fused": (True, True, "none", 0, False, True),
+    "autocast=bf16": (False, False, "bf16", 0, False, False),
+    "autocast=bf16 + share_prefix": (True, False, "bf16", 0, False, False),
+    "micro_batch_size=4": (False, False, "none", 4, False, False),
+    "micro_batch_size=4 + bucket_by_length": (False, False, "none", 4, True, False),
 }
 
 
@@ -82,9 +84,10 @@ def batches(shape: str, n: int, seed: int = 0):
 
 
 class Side:
-    def __init__(self, model, share: bool, compiled: bool, autocast: str, micro: int, bucket: bool) -> None:
+    def __init__(self, model, share: bool, compiled: bool, autocast: str, micro: int, bucket: bool,
+                 fused: bool) -> None:
         self.model = copy.deepcopy(model)
-        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, **({"fused": True} if fused else {}))
         self.share, self.compiled, self.autocast, self.micro, self.bucket = share, compiled, autocast, micro, bucket
 
     def forward(self, tokens, attn, W):
@@ -179,7 +182,7 @@ def main() -> None:
         body += lines
     bf16 = "yes" if "amx_bf16" in open("/proc/cpuinfo").read() or "avx512_bf16" in open("/proc/cpuinfo").read() else "no"
     text = "\n".join([
-        "# Update levers: train.share_prefix, train.compile, train.autocast=bf16, train.bucket_by_length", "",
+        "# Update levers: train.share_prefix, train.compile, optim.fused, train.autocast=bf16, train.bucket_by_length", "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), bf16 instructions (AVX-512 BF16/AMX): {bf16}, "
         f"torch {torch.__version__}, {args.threads} threads. Command: "
         f"`{' '.join(['python', 'benchmarks/levers.py', *sys.argv[1:]])}`. 1-minute load average {load_before:.2f} "

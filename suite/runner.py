@@ -19,7 +19,7 @@ from typing import Callable, Optional
 
 import torch
 
-from suite.config import LATER_TRAIN_DEFAULTS, RunSpec
+from suite.config import LATER_DEFAULTS, RunSpec
 from suite.errors import BadInput
 from suite.runfolder import RunFolder, atomic_write_json, env_info, is_stale, read_json
 
@@ -60,9 +60,11 @@ def _semantic(d: dict) -> dict:
     d["train"].pop("world_size", None)  # a run may resume with another world size (same run)
     if d["rollout"].get("rng", "batch") == "batch":
         d["rollout"].pop("rng", None)  # the default, absent from older spec.json files
-    for k, default in LATER_TRAIN_DEFAULTS.items():
-        if d["train"].get(k, default) == default:
-            d["train"].pop(k, None)  # likewise for train settings added later
+    for sec, later in LATER_DEFAULTS.items():
+        d[sec] = dict(d.get(sec, {}))  # a copy: the caller's document stays as it was
+        for k, default in later.items():
+            if d[sec].get(k, default) == default:
+                d[sec].pop(k, None)  # likewise for settings added later
     return d
 
 

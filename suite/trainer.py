@@ -123,7 +123,8 @@ class Trainer:
         if self.critic is not None:
             groups.append({"params": list(self.critic.parameters()), "lr": spec.optim.critic_lr})
         o = spec.optim
-        self.opt = torch.optim.AdamW(groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay)
+        self.opt = torch.optim.AdamW(groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay,
+                                     **({"fused": True} if o.fused else {}))
         self.base_lrs = [g["lr"] for g in self.opt.param_groups]
         self.P = non_embedding_params(self.model)
         self.P_critic = self.critic.n_params() if self.critic is not None else 0

@@ -1,5 +1,5 @@
 """The trainer's opt-in speed levers: ``train.share_prefix``, ``train.compile``, ``train.autocast``,
-``train.bucket_by_length``.
+``train.bucket_by_length``, ``optim.fused``.
 
 * share_prefix: the FLOP accounting charges the positions computed (each group's prompt once),
   by hand; the first update equals the default run's to float rounding (same samples, same
@@ -11,6 +11,7 @@
 * an algorithm that needs a field the functional forward does not compute is refused with one
   message naming the lever and the field;
 * train.compile on a CPU without a C++ compiler is refused before anything is written;
+* optim.fused builds torch's fused AdamW, whose update equals the default's to float rounding;
 * (slow) train.compile runs a short training and its first update equals the default's.
 """
 
@@ -70,10 +71,31 @@ def test_autocast_scores_pi_old_in_the_training_precision(tmp_path, capsys):
 def test_levers_enter_the_run_id_only_when_set():
     base = resolve("arith", "grpo", "tiny", 0)
     assert resolve("arith", "grpo", "tiny", 0, sets=[("train.autocast", "none"), ("train.share_prefix", False),
-                                                      ("train.compile", False)]).run_id == base.run_id
+                                                      ("train.compile", False), ("optim.fused", False)]).run_id == base.run_id
     ids = {resolve("arith", "grpo", "tiny", 0, sets=[(k, v)]).run_id
-           for k, v in (("train.autocast", "bf16"), ("train.share_prefix", True), ("train.compile", True))}
-    assert len(ids) == 3 and base.run_id not in ids
+           for k, v in (("train.autocast", "bf16"), ("train.share_prefix", True), ("train.compile", True),
+                        ("optim.fused", True))}
+    assert len(ids) == 4 and base.run_id not in ids
+
+
+def test_fused_adamw_takes_the_default_update_to_float_rounding(tmp_path, capsys, monkeypatch):
+    made = []
+    adamw = torch.optim.AdamW
+
+    def spy(*a, **kw):
+        made.append(kw.get("fused"))
+        return adamw(*a, **kw)
+
+    monkeypatch.setattr(torch.optim, "AdamW", spy)
+    base = ["--algo", "grpo", "--budget", "updates=2", "--set", "rollout.old_logp=behaviour", "--set", "algo.kl_coef=0",
+            "--set", "optim.lr=1e-3"]
+    rows, spec = _run(tmp_path / "fused", capsys, *base, "--set", "optim.fused=true")
+    ref, _ = _run(tmp_path / "plain", capsys, *base)
+    assert spec["optim"]["fused"] is True and made == [True, None]  # fused only where set
+    # the first update is the same AdamW step: the second rollout samples with the same weights
+    # (to ~1e-8), so its samples and loss agree
+    assert rows[1]["reward/mean"] == ref[1]["reward/mean"]
+    assert rows[1]["loss/policy"] == pytest.approx(ref[1]["loss/policy"], abs=1e-5)
 
 
 def test_a_field_the_fast_forward_cannot_compute_is_refused(tmp_path, capsys):
@@ -151,19 +173,22 @@ def test_micro_batch_plan_orders_rows_longest_first():
 
 
 def test_a_run_folder_from_before_the_levers_resumes(tmp_path):
-    """spec.json files written before the four settings existed lack them: same run, not a clash."""
-    from suite.config import LATER_TRAIN_DEFAULTS
+    """spec.json files written before the later settings existed lack them: same run, not a clash."""
+    from suite.config import LATER_DEFAULTS
     from suite.runner import check_existing
 
     spec = resolve("arith", "grpo", "tiny", 0)
     old = spec.to_dict() | {"run_id": spec.run_id}
-    for k in LATER_TRAIN_DEFAULTS:
-        del old["train"][k]
+    for sec, later in LATER_DEFAULTS.items():
+        for k in later:
+            del old[sec][k]
     (tmp_path / "spec.json").write_text(json.dumps(old))
     (tmp_path / "status.json").write_text(json.dumps({"state": "interrupted", "attempt": 1}))
     assert check_existing(tmp_path, spec) == (None, 2)
     with pytest.raises(Exception, match="different spec"):
         check_existing(tmp_path, resolve("arith", "grpo", "tiny", 0, sets=[("train.share_prefix", True)]))
+    with pytest.raises(Exception, match="different spec"):
+        check_existing(tmp_path, resolve("arith", "grpo", "tiny", 0, sets=[("optim.fused", True)]))
 
 
 def test_compile_without_a_compiler_is_refused(tmp_path, capsys, monkeypatch):
