@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from suite.errors import BadInput
-from suite.sampler import KVSampler
+from suite.sampler import KV_ARCHITECTURES, KVSampler
 
 SOURCE = Path(__file__).with_name("native") / "kv_decode.cpp"
 ACTIVATIONS = {"silu": 0, "swish": 0, "gelu": 1, "gelu_pytorch_tanh": 2, "gelu_new": 2, "relu": 3}
@@ -60,9 +60,13 @@ def load_extension():
     global _EXT
     if _EXT is not None:
         return _EXT
-    if not (os.environ.get("CXX") or any(shutil.which(c) for c in ("g++", "clang++", "c++"))):
+    # torch.utils.cpp_extension builds with $CXX, else `c++`: point $CXX at g++/clang++ where
+    # only those exist
+    cxx = os.environ.get("CXX") or next((c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
+    if cxx is None:
         raise BadInput("rollout.engine=native compiles its decode step with a C++ compiler (g++, clang++ or $CXX), "
                        "and none was found; install one or use rollout.engine=kv")
+    os.environ.setdefault("CXX", cxx)
     nj = _ninja()
     if nj is None:
         raise BadInput("rollout.engine=native builds its decode step with ninja, which was not found "
@@ -74,14 +78,19 @@ def load_extension():
     digest = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode()).hexdigest()[:12]
     try:
         _EXT = load(name=f"rlsuite_kv_decode_{digest}", sources=[str(SOURCE)], extra_cflags=["-O3", "-fopenmp-simd"], verbose=False)
-    except Exception as e:  # a failed build: name it once, with the way out
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise BadInput(f"rollout.engine=native could not build {SOURCE.name}: {first}; use rollout.engine=kv") from e
+    except Exception as e:  # a failed build: the compiler's own error lines, and the way out
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        errors = [ln for ln in lines if ": error" in ln or ": fatal error" in ln] or lines[-3:] or [type(e).__name__]
+        raise BadInput(f"rollout.engine=native could not build {SOURCE.name}: {' | '.join(errors[:5])}; "
+                       f"use rollout.engine=kv") from e
     return _EXT
 
 
 def supported(model) -> Optional[str]:
     """Why the native step cannot serve ``model`` (None when it can)."""
+    arch = getattr(model.config, "model_type", None)
+    if arch not in KV_ARCHITECTURES:
+        return f"'{arch}' models (it supports {', '.join(KV_ARCHITECTURES)}; use rollout.engine=hf or auto)"
     p = next(model.parameters())
     if p.device.type != "cpu":
         return f"a model on {p.device.type} (the native decode step is for the CPU; use rollout.engine=kv)"

@@ -20,17 +20,15 @@ enum Act : int64_t { SILU = 0, GELU = 1, GELU_TANH = 2, RELU = 3 };
 
 // out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w   (HF's RMSNorm in fp32)   x, out: [rows, n]
 void rmsnorm(const float* x, const float* w, float* out, int64_t rows, int64_t n, double eps) {
-  at::parallel_for(0, rows, std::max<int64_t>(1, 32768 / n), [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* xr = x + r * n;
-      float* o = out + r * n;
-      float ss = 0.0f;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    float* o = out + r * n;
+    float ss = 0.0f;
 #pragma omp simd reduction(+ : ss)
-      for (int64_t i = 0; i < n; ++i) ss += xr[i] * xr[i];
-      const float inv = 1.0f / std::sqrt(ss / float(n) + float(eps));
-      for (int64_t i = 0; i < n; ++i) o[i] = (xr[i] * inv) * w[i];
-    }
-  });
+    for (int64_t i = 0; i < n; ++i) ss += xr[i] * xr[i];
+    const float inv = 1.0f / std::sqrt(ss / float(n) + float(eps));
+    for (int64_t i = 0; i < n; ++i) o[i] = (xr[i] * inv) * w[i];
+  }
 }
 
 // the MLP activation of the gate, by ATen's vectorized kernels (the eager step's own functions)
@@ -55,13 +53,35 @@ inline Tensor maybe(const Tensor& t) { return t.numel() ? t : Tensor(); }
 Tensor decode(Tensor ids, Tensor pos, Tensor mask, int64_t start, std::vector<Tensor> caches,
               std::vector<Tensor> layers, Tensor embed, Tensor norm_w, Tensor head, Tensor cos_t, Tensor sin_t,
               int64_t nh, int64_t nkv, int64_t hd, double eps, int64_t act) {
-  TORCH_CHECK(embed.scalar_type() == at::kFloat && embed.device().is_cpu(), "native decode: fp32 CPU weights only");
+  TORCH_CHECK(embed.scalar_type() == at::kFloat && embed.device().is_cpu() && embed.is_contiguous() &&
+              norm_w.is_contiguous() && head.is_contiguous(), "native decode: contiguous fp32 CPU weights only");
   ids = ids.reshape({-1}).contiguous();
   pos = pos.reshape({-1}).contiguous();
-  TORCH_CHECK(mask.dim() == 2 && mask.stride(1) == 1 && mask.scalar_type() == at::kBool, "native decode: mask [B, keys] bool");
-  const int64_t B = ids.size(0), H = embed.size(1), end = start + 1, rep = nh / nkv, half = hd / 2;
+  const int64_t B = ids.size(0), H = embed.size(1), end = start + 1, half = hd / 2;
+  TORCH_CHECK(nkv > 0 && nh % nkv == 0 && hd % 2 == 0, "native decode: heads ", nh, "/", nkv, ", head dim ", hd);
+  const int64_t rep = nh / nkv;
+  TORCH_CHECK(pos.size(0) == B && ids.scalar_type() == at::kLong && pos.scalar_type() == at::kLong,
+              "native decode: ids and pos int64 [B]");
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t i = ids.data_ptr<int64_t>()[b], p = pos.data_ptr<int64_t>()[b];
+    TORCH_CHECK(i >= 0 && i < embed.size(0), "native decode: token id ", i, " outside the vocabulary (", embed.size(0), ")");
+    TORCH_CHECK(p >= 0 && p < cos_t.size(0), "native decode: position ", p, " outside the RoPE table (", cos_t.size(0), ")");
+  }
+  TORCH_CHECK(cos_t.is_contiguous() && sin_t.is_contiguous() && cos_t.size(1) == hd && sin_t.size(1) == hd,
+              "native decode: RoPE tables [positions, head dim]");
+  TORCH_CHECK(mask.dim() == 2 && mask.stride(1) == 1 && mask.scalar_type() == at::kBool && mask.size(0) == B &&
+              mask.size(1) >= end, "native decode: mask bool [B, >= start + 1]");
   const int64_t nl = int64_t(layers.size()) / 10;
-  TORCH_CHECK(int64_t(caches.size()) == 2 * nl, "native decode: two caches per layer");
+  TORCH_CHECK(int64_t(layers.size()) == 10 * nl && int64_t(caches.size()) == 2 * nl,
+              "native decode: ten tensors and two caches per layer");
+  for (const auto& c : caches)
+    TORCH_CHECK(c.is_contiguous() && c.scalar_type() == at::kFloat && c.dim() == 4 && c.size(0) == B &&
+                c.size(1) == nkv && c.size(2) >= end && c.size(3) == hd,
+                "native decode: caches contiguous fp32 [B, nkv, >= start + 1, head dim]");
+  for (int64_t l = 0; l < nl; ++l)
+    TORCH_CHECK(layers[10 * l].is_contiguous() && layers[10 * l + 5].is_contiguous() &&
+                layers[10 * l].numel() == H && layers[10 * l + 5].numel() == H &&
+                layers[10 * l + 1].size(0) == (nh + 2 * nkv) * hd, "native decode: layer ", l, " weights");
   const int64_t qdim = nh * hd, kdim = nkv * hd;
   const float scale = 1.0f / std::sqrt(float(hd));
   auto opts = embed.options();
@@ -79,9 +99,7 @@ Tensor decode(Tensor ids, Tensor pos, Tensor mask, int64_t start, std::vector<Te
     const Tensor* L = layers.data() + 10 * l;
     Tensor& kc = caches[2 * l];
     Tensor& vc = caches[2 * l + 1];
-    TORCH_CHECK(kc.is_contiguous() && vc.is_contiguous(), "native decode: caches must be contiguous");
     const int64_t total = kc.size(2);
-    TORCH_CHECK(end <= total, "native decode: cache too short");
     rmsnorm(xp, L[0].data_ptr<float>(), h.data_ptr<float>(), B, H, eps);
     Tensor qkv = at::linear(h, L[1], maybe(L[2]));  // [B, qdim + 2 kdim]
     float* qp = qkv.data_ptr<float>();
@@ -131,7 +149,8 @@ Tensor decode(Tensor ids, Tensor pos, Tensor mask, int64_t start, std::vector<Te
         }
       }
     });
-    at::_softmax_out(scores, scores, 1, false);
+    scores = at::_softmax(scores, 1, false);
+    scp = scores.data_ptr<float>();
     at::parallel_for(0, B * nh, grain, [&](int64_t p0, int64_t p1) {
       for (int64_t p = p0; p < p1; ++p) {
         const int64_t b = p / nh, g = (p % nh) / rep;
@@ -160,5 +179,6 @@ Tensor decode(Tensor ids, Tensor pos, Tensor mask, int64_t start, std::vector<Te
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("decode", &decode, "One fp32 decode step of a Llama-style model (see suite/native_decode.py)");
+  m.def("decode", &decode, "One fp32 decode step of a Llama-style model (see suite/native_decode.py)",
+        py::call_guard<py::gil_scoped_release>());
 }

@@ -7,8 +7,11 @@
   per-row token caps (finished rows dropped mid-rollout) it samples what the kv sampler does;
 * the same generator gives the same tokens as the kv sampler (and the row-invariant noise
   ``rollout.rng=row`` works through it); the attention statistic goes through the eager step;
+* one-token prompts (the prefill itself through the C++ step, an empty prompt included) and
+  rows of 300 keys whose attention splits across threads sample what the kv sampler does;
 * refusals, each one message and exit 2 before anything is written: non-fp32 weights, an
-  activation it does not implement, no C++ compiler;
+  activation it does not implement, no C++ compiler; no ninja and a failed build name the
+  cause (the compiler's error lines);
 * a training run with ``rollout.engine=native`` completes, in its own run id.
 """
 
@@ -113,6 +116,45 @@ def test_same_tokens_as_the_kv_sampler_and_row_noise():
     a = eager.generate(prompts[:4], params, torch.Generator().manual_seed(1), want_attn=True)
     b = nat.generate(prompts[:4], params, torch.Generator().manual_seed(1), want_attn=True)
     assert a.ids == b.ids and a.attn_stat == b.attn_stat
+
+
+def test_one_token_prompts_and_long_rows_split_across_threads():
+    """A one-token prompt width sends the prefill itself through the C++ step (slot 0, an empty
+    prompt sees only itself); rows of 300+ keys make the attention loop split across threads."""
+    model, tok, _ = load_model(ModelConfig())
+    params = SamplingParams(max_new_tokens=6, temperature=1.0)
+    eager, nat = KVSampler(model, tok), native.NativeKVSampler(model, tok)
+    short = [[5], [9], [], [17]]
+    a = eager.generate(short, params, torch.Generator().manual_seed(0))
+    b = nat.generate(short, params, torch.Generator().manual_seed(0))
+    assert a.ids == b.ids and max(abs(x - y) for r, q in zip(a.logp, b.logp) for x, y in zip(r, q)) < 1e-5
+    model, tok = tiny_variant("llama-gqa")  # 4 query heads: 16 rows → 64 (row, head) pairs
+    text = tok.encode("12+34=46. " * 31, add_special_tokens=False)[:300]
+    prompts = [text[: 300 - 7 * (i % 3)] for i in range(16)]  # left padding too
+    eager, nat = KVSampler(model, tok), native.NativeKVSampler(model, tok)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        a = eager.generate(prompts, params, torch.Generator().manual_seed(1))
+        b = nat.generate(prompts, params, torch.Generator().manual_seed(1))
+    finally:
+        torch.set_num_threads(threads)
+    assert a.ids == b.ids and max(abs(x - y) for r, q in zip(a.logp, b.logp) for x, y in zip(r, q)) < 1e-5
+
+
+def test_build_failures_name_the_cause(monkeypatch, tmp_path):
+    monkeypatch.setattr(native, "_EXT", None)
+    monkeypatch.setattr(native, "_ninja", lambda: None)
+    with pytest.raises(BadInput, match=r"builds its decode step with ninja.*pip install ninja.*rollout.engine=kv"):
+        native.load_extension()
+    monkeypatch.undo()
+    broken = tmp_path / "kv_decode.cpp"
+    broken.write_text("#include <ATen/ATen.h>\nint decode( { this is not C++ }\n")
+    monkeypatch.setattr(native, "_EXT", None)
+    monkeypatch.setattr(native, "SOURCE", broken)
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    with pytest.raises(BadInput, match=r"could not build kv_decode.cpp: .*error.*; use rollout.engine=kv"):
+        native.load_extension()
 
 
 def test_unsupported_models_are_refused():
