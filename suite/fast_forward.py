@@ -131,10 +131,16 @@ def _compiled_stack():
     """``_stack`` through ``torch.compile`` with dynamic shapes. Calls always pass a mask (so
     the graph does not depend on padding) and run with duck sizing off (so a batch size that
     happens to equal another dimension does not specialise the graph): the variants compiled
-    are grad/no-grad × with/without a shared prefix, four in all, within dynamo's
-    recompile limit."""
+    are grad/no-grad × with/without a shared prefix, four per model and precision (the
+    recompile limit is raised to 64 so that a process with several stays compiled)."""
     global _compiled
     if _compiled is None:
+        # four graphs per model and precision; a process that trains several models or
+        # precisions (a local sweep, benchmarks/levers.py) needs more than dynamo's default
+        # of 8, past which it would silently run the stack eagerly
+        import torch._dynamo
+
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
         compiled = torch.compile(_stack, dynamic=True)
 
         def call(*args):

@@ -209,3 +209,8 @@ def test_compiled_stack_equals_the_eager_one():
         scale = max(float(x.abs().max()) for x in g_eager)
         for a, b in zip(g, g_eager):
             assert float((a - b).abs().max()) <= 1e-4 * scale
+    # several models or precisions in one process (a local sweep) stay compiled: dynamo's
+    # default of 8 graphs per function would silently fall back to eager
+    import torch._dynamo as dynamo
+
+    assert dynamo.config.recompile_limit >= 64
