@@ -133,9 +133,9 @@ class OptimConfig:
     """Decay after warm-up, over the binding budget's progress."""
     fused: bool = False
     """AdamW as one fused kernel over all parameters (torch's ``fused=True``; the default of HF
-    Trainer and TRL, ``adamw_torch_fused``): the same update to float rounding (~1e-8), about
-    3× faster on CPU than the default per-parameter loop. Off by default so earlier runs replay
-    bit for bit; in the run id only when on."""
+    Trainer and TRL, ``adamw_torch_fused``): the same update to float rounding (~1e-8); a faster
+    optimizer step, a small share of a whole update (``benchmarks/results/levers.md``). Off by
+    default so earlier runs replay bit for bit; in the run id only when on."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -226,10 +226,20 @@ class EvalConfig:
     """Sequences per eval generation call."""
 
 
-LATER_DEFAULTS = {"train": {"autocast": "none", "share_prefix": False, "compile": False, "bucket_by_length": False},
+LATER_DEFAULTS = {"rollout": {"rng": "batch"},
+                  "train": {"autocast": "none", "share_prefix": False, "compile": False, "bucket_by_length": False},
                   "optim": {"fused": False}}
-"""Settings (by section) added after runs existed: at their defaults they stay out of the run id."""
-LATER_TRAIN_DEFAULTS = LATER_DEFAULTS["train"]
+"""Settings (by section) added after runs existed: at their defaults they stay out of the run id
+(and a spec.json written before them, which lacks them, matches a spec at the defaults)."""
+
+
+def drop_later_defaults(d: dict) -> dict:
+    """A spec document without the :data:`LATER_DEFAULTS` settings that are at their defaults
+    (those sections are copied; the caller's document is left as it was)."""
+    d = dict(d)
+    for sec, later in LATER_DEFAULTS.items():
+        d[sec] = {k: v for k, v in d.get(sec, {}).items() if not (k in later and v == later[k])}
+    return d
 
 
 @dataclass(frozen=True)
@@ -265,12 +275,7 @@ class RunSpec:
             d.pop(k)  # a named variant is part of the identity: two arms never share a folder
         d["train"].pop("checkpoint_every")
         d["train"].pop("world_size")  # the same run by construction (suite/distributed.py), elastic resume
-        if d["rollout"]["rng"] == "batch":
-            d["rollout"].pop("rng")  # the default keeps the run ids from before the setting existed
-        for sec, later in LATER_DEFAULTS.items():
-            for k, default in later.items():
-                if d[sec][k] == default:
-                    d[sec].pop(k)  # likewise for settings added later
+        d = drop_later_defaults(d)  # the defaults keep the run ids from before those settings existed
         d["rollout"].pop("vllm_gpu_memory")  # a resource setting (and absent from older spec.json files)
         blob = json.dumps(d, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:8]

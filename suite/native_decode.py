@@ -55,6 +55,12 @@ def _ninja() -> Optional[str]:
         return None
 
 
+def cxx_compiler() -> Optional[str]:
+    """The C++ compiler torch's builders can use: ``$CXX``, else ``c++``, ``g++`` or ``clang++``
+    from PATH (None when there is none)."""
+    return os.environ.get("CXX") or next((c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
+
+
 def load_extension():
     """The compiled module (built once per process; cached on disk by source hash)."""
     global _EXT
@@ -62,7 +68,7 @@ def load_extension():
         return _EXT
     # torch.utils.cpp_extension builds with $CXX, else `c++`: point $CXX at g++/clang++ where
     # only those exist
-    cxx = os.environ.get("CXX") or next((c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
+    cxx = cxx_compiler()
     if cxx is None:
         raise BadInput("rollout.engine=native compiles its decode step with a C++ compiler (g++, clang++ or $CXX), "
                        "and none was found; install one or use rollout.engine=kv")

@@ -19,7 +19,7 @@ from typing import Callable, Optional
 
 import torch
 
-from suite.config import LATER_DEFAULTS, RunSpec
+from suite.config import RunSpec, drop_later_defaults
 from suite.errors import BadInput
 from suite.runfolder import RunFolder, atomic_write_json, env_info, is_stale, read_json
 
@@ -58,14 +58,7 @@ def _semantic(d: dict) -> dict:
     d["train"] = {k: v for k, v in d.get("train", {}).items() if k != "checkpoint_every"}
     d["rollout"] = {k: v for k, v in d.get("rollout", {}).items() if k != "vllm_gpu_memory"}
     d["train"].pop("world_size", None)  # a run may resume with another world size (same run)
-    if d["rollout"].get("rng", "batch") == "batch":
-        d["rollout"].pop("rng", None)  # the default, absent from older spec.json files
-    for sec, later in LATER_DEFAULTS.items():
-        d[sec] = dict(d.get(sec, {}))  # a copy: the caller's document stays as it was
-        for k, default in later.items():
-            if d[sec].get(k, default) == default:
-                d[sec].pop(k, None)  # likewise for settings added later
-    return d
+    return drop_later_defaults(d)  # settings at their defaults, absent from older spec.json files
 
 
 def _check_existing_ranked(run_dir: Path, spec: RunSpec, world) -> tuple[Optional[int], int]:

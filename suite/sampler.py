@@ -375,36 +375,33 @@ class KVSampler:
         w, layers = self.w, []
         for i in range(self.n_layers):
             p = f"layers.{i}."
-            qkv_w = torch.cat([w[p + n + ".weight"] for n in self._QKV])
-            parts = [w[p + n + ".weight"].shape[0] for n in self._QKV]
-            qkv_b = None
-            if any(p + n + ".bias" in w for n in self._QKV):
-                qkv_b = torch.cat([w[p + n + ".bias"] if p + n + ".bias" in w
-                                   else torch.zeros(r, dtype=qkv_w.dtype, device=qkv_w.device)
-                                   for n, r in zip(self._QKV, parts)])
-            gu_w = torch.cat([w[p + n + ".weight"] for n in self._GATE_UP])
-            gu_b = None  # Llama with mlp_bias=True; like q/k/v, the fused bias's halves stay per-name views
-            if any(p + n + ".bias" in w for n in self._GATE_UP):
-                gu_b = torch.cat([w[p + n + ".bias"] if p + n + ".bias" in w
-                                  else torch.zeros(w[p + n + ".weight"].shape[0], dtype=gu_w.dtype, device=gu_w.device)
-                                  for n in self._GATE_UP])
-            off = 0
-            for n, r in zip(self._QKV, parts):
-                w[p + n + ".weight"] = qkv_w[off:off + r]
-                if qkv_b is not None and p + n + ".bias" in w:
-                    w[p + n + ".bias"] = qkv_b[off:off + r]
-                off += r
-            inter = w[p + "mlp.gate_proj.weight"].shape[0]
-            w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"] = gu_w[:inter], gu_w[inter:]
-            if gu_b is not None:
-                for n, part in zip(self._GATE_UP, (gu_b[:inter], gu_b[inter:])):
-                    if p + n + ".bias" in w:
-                        w[p + n + ".bias"] = part
+            qkv_w, qkv_b = self._fuse_rows(p, self._QKV)
+            gu_w, gu_b = self._fuse_rows(p, self._GATE_UP)  # gu_b: Llama with mlp_bias=True
             # o_proj / down_proj biases: Llama with attention_bias=True / mlp_bias=True (None otherwise)
             layers.append((w[p + "input_layernorm.weight"], qkv_w, qkv_b, w[p + "self_attn.o_proj.weight"],
                            w.get(p + "self_attn.o_proj.bias"), w[p + "post_attention_layernorm.weight"], gu_w, gu_b,
                            w[p + "mlp.down_proj.weight"], w.get(p + "mlp.down_proj.bias")))
         self._layers = layers
+
+    def _fuse_rows(self, p: str, names: Sequence[str]) -> tuple[Tensor, Optional[Tensor]]:
+        """The weights of projections ``names`` of layer ``p`` stacked by rows, and their biases
+        (zeros for a projection without one; None when none has one); each per-name entry of
+        ``w`` becomes its row slice of the fused tensors."""
+        w = self.w
+        parts = [w[p + n + ".weight"] for n in names]
+        fused_w = torch.cat(parts)
+        fused_b = None
+        if any(p + n + ".bias" in w for n in names):
+            fused_b = torch.cat([w[p + n + ".bias"] if p + n + ".bias" in w else fused_w.new_zeros(x.shape[0])
+                                 for n, x in zip(names, parts)])
+        off = 0
+        for n, x in zip(names, parts):
+            r = x.shape[0]
+            w[p + n + ".weight"] = fused_w[off:off + r]
+            if fused_b is not None and p + n + ".bias" in w:
+                w[p + n + ".bias"] = fused_b[off:off + r]
+            off += r
+        return fused_w, fused_b
 
     def state(self) -> dict[str, Tensor]:
         return {k: v.clone() for k, v in self.w.items()}

@@ -32,7 +32,6 @@ import dataclasses
 import hashlib
 import math
 import os
-import shutil
 import signal
 import socket
 import time
@@ -50,6 +49,7 @@ from suite.errors import BadInput, Diverged, Interrupted
 from suite.evaluate import evaluate
 from suite.fast_forward import shared_positions, unsupported
 from suite.models import Critic, non_embedding_params
+from suite.native_decode import cxx_compiler
 from suite.ops import kl_estimate, masked_mean
 from suite.policy import capabilities, policy_forward
 from suite.rollout import collect
@@ -166,17 +166,9 @@ class Trainer:
                 raise BadInput(f"{' and '.join(levers)} {'use' if len(levers) > 1 else 'uses'} the functional forward of suite/fast_forward.py, which does not "
                                f"serve {why}" + (f" (needed by algorithm '{self.algo.cfg.name}')" if why.startswith("fields") else "")
                                + f"; turn {' and '.join(levers)} off for this run")
-        if t.compile and self.device.type == "cpu" and not (os.environ.get("CXX") or any(
-                shutil.which(c) for c in ("g++", "clang++", "c++"))):
+        if t.compile and self.device.type == "cpu" and cxx_compiler() is None:
             raise BadInput("train.compile on a CPU needs a C++ compiler for torch.compile's kernels (g++, clang++ "
                            "or $CXX); install one or set train.compile=false")
-        if self.spec.rollout.engine == "native":
-            from suite.native_decode import load_extension, supported
-
-            why = supported(self.model)
-            if why is not None:
-                raise BadInput(f"rollout.engine=native cannot serve {why}")
-            load_extension()  # built (or loaded from its cache) before anything is written
         if self.spec.rollout.rng == "row" and not (kv and self.spec.rollout.engine != "s3r"):
             raise BadInput(f"rollout.rng=row (and train.world_size > 1) needs the kv sampler, which supports "
                            f"{', '.join(KV_ARCHITECTURES)} models, not '{arch}'; valid rollout.rng for it: batch")

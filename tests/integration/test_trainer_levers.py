@@ -193,7 +193,7 @@ def test_a_run_folder_from_before_the_levers_resumes(tmp_path):
 
 def test_compile_without_a_compiler_is_refused(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("CXX", raising=False)
-    monkeypatch.setattr("suite.trainer.shutil.which", lambda name: None)
+    monkeypatch.setattr("shutil.which", lambda name: None)
     code = main(["run", *SMALL, "--algo", "grpo", "--budget", "updates=1", "--set", "train.compile=true",
                  "--out", str(tmp_path)])
     err = capsys.readouterr().err
