@@ -6,13 +6,17 @@ each), not arithmetic: the eager step of the vs_trl model (hidden 128, batch 32)
 1.2 ms for 34 MFLOP. :class:`NativeKVSampler` keeps everything of :class:`~suite.sampler.KVSampler`
 (prefill, shared-prompt prefill, sampling, stop handling, row compaction, weight sync) and
 replaces only the one-token forward by ``suite/native/kv_decode.cpp``: RMSNorm, RoPE, the cache
-write, attention over the cached keys and the MLP activation are plain loops, and the
-matmuls stay ``at::linear`` (MKL/oneDNN, the torch thread count).
+write, attention over the cached keys and the SwiGLU activation are loops (AVX-512 where the CPU
+has it, checked at run time; plain loops and ATen's kernels elsewhere), and the matmuls are
+MKL/oneDNN GEMMs on weights transposed once per weight sync (``[in, out]``: 172 vs 287 µs for
+the step's matmuls on the vs_trl shape at 2 threads, against ``at::linear`` on ``[out, in]``).
+The transposed copies double the engine's weight memory.
 
 Numerics: fp32 throughout like the eager step, but not bit-identical to it (other summation
-orders in the norms and the attention softmax; differences of order 1e-6 in the logits,
+orders in the norms, the attention softmax and the GEMMs; differences of order 1e-6 in the logits,
 tested against the HF forward), so it is its own engine value and its runs have their own
-run ids. Calls that need the attention statistic (``behav_attn_stat``) and prefills go
+run ids. The AVX-512 and the plain loops differ at the same order (the exp, the summation
+order), so a run's numbers depend on the CPU as MKL's already do. Calls that need the attention statistic (``behav_attn_stat``) and prefills go
 through the eager forward.
 
 Built on first use with ``torch.utils.cpp_extension`` (a C++ compiler and ninja; about 30 s
@@ -119,14 +123,22 @@ class NativeKVSampler(KVSampler):
         self._act_code = ACTIVATIONS[getattr(model.config, "hidden_act", "silu")]
         super().__init__(model, tokenizer)
 
+    simd = True
+    """Run the AVX-512 loops where the CPU has them (False: the plain loops and ATen's kernels,
+    which every CPU runs; the tests run both)."""
+
     def _fuse(self) -> None:
         super()._fuse()
         empty = torch.empty(0)
         flat = []
         for layer in self._layers:  # (ln1, qkv_w, qkv_b, o_w, o_b, ln2, gu_w, gu_b, down_w, down_b)
-            flat += [empty if t is None else t.contiguous() for t in layer]
-        self._flat = flat
-        self._head = self.w["lm_head.weight"].contiguous()
+            ln1, qkv_w, qkv_b, o_w, o_b, ln2, gu_w, gu_b, down_w, down_b = layer
+            # the projections transposed once per weight sync: [in, out] is the layout the
+            # step's GEMMs run fastest on (see kv_decode.cpp)
+            flat += [ln1.contiguous(), qkv_w.t().contiguous(), qkv_b, o_w.t().contiguous(), o_b, ln2.contiguous(),
+                     gu_w.t().contiguous(), gu_b, down_w.t().contiguous(), down_b]
+        self._flat = [empty if t is None else t.contiguous() for t in flat]
+        self._head_t = self.w["lm_head.weight"].t().contiguous()
 
     def _forward(self, ids: Tensor, pos: Tensor, cache: list[list[Tensor]], start: int, allowed: Tensor,
                  key_mask: Tensor, want_attn: bool = False) -> tuple[Tensor, Optional[Tensor]]:
@@ -134,7 +146,7 @@ class NativeKVSampler(KVSampler):
             return super()._forward(ids, pos, cache, start, allowed, key_mask, want_attn)
         cos_t, sin_t = self._rope_table
         logits = self._ext.decode(ids, pos, allowed[:, 0, 0], start, [c for layer in cache for c in layer],
-                                  self._flat, self.w["embed_tokens.weight"], self.w["norm.weight"], self._head,
+                                  self._flat, self.w["embed_tokens.weight"], self.w["norm.weight"], self._head_t,
                                   cos_t, sin_t, self.n_heads, self.n_kv, self.head_dim, float(self.eps),
-                                  self._act_code)
+                                  self._act_code, self.simd)
         return logits, None

@@ -8,7 +8,8 @@
 * the same generator gives the same tokens as the kv sampler (and the row-invariant noise
   ``rollout.rng=row`` works through it); the attention statistic goes through the eager step;
 * one-token prompts (the prefill itself through the C++ step, an empty prompt included) and
-  rows of 300 keys whose attention splits across threads sample what the kv sampler does;
+  rows of 300 keys sample what the kv sampler does;
+* each of these with the AVX-512 loops (where the CPU has them) and with the plain loops;
 * refusals, each one message and exit 2 before anything is written: non-fp32 weights, an
   activation it does not implement, no C++ compiler; no ninja and a failed build name the
   cause (the compiler's error lines);
@@ -56,9 +57,18 @@ def model_tok(request):
     return tiny_variant(request.param)
 
 
-def test_one_decode_step_equals_the_eager_step(model_tok):
+@pytest.fixture(params=["simd", "generic"])
+def simd(request):
+    """The AVX-512 loops (where the CPU has them) and the plain loops every CPU runs."""
+    if request.param == "simd" and not native.load_extension().has_avx512():
+        pytest.skip("this CPU has no AVX-512: the simd loops are not used here")
+    return request.param == "simd"
+
+
+def test_one_decode_step_equals_the_eager_step(model_tok, simd):
     model, tok = model_tok
     eager, nat = KVSampler(model, tok), native.NativeKVSampler(model, tok)
+    nat.simd = simd
     prompts = [tok.encode(p, add_special_tokens=False) for p in PROMPTS]
     ids, mask = left_pad(prompts, tok.pad_token_id or 0, "cpu")
     B, W = ids.shape
@@ -81,11 +91,12 @@ def test_one_decode_step_equals_the_eager_step(model_tok):
         assert torch.allclose(a[0], b[0], atol=1e-6) and torch.allclose(a[1], b[1], atol=1e-6)
 
 
-def test_rollout_logprobs_equal_the_training_forward(model_tok):
+def test_rollout_logprobs_equal_the_training_forward(model_tok, simd):
     model, tok = model_tok
     prompts = [tok.encode(p, add_special_tokens=False) for p in PROMPTS] * 2
     params = SamplingParams(max_new_tokens=10, temperature=0.8, stop_ids=(tok.eos_token_id,), topk=4)
     eng = native.NativeKVSampler(model, tok)
+    eng.simd = simd
     rec, _ = collect(eng, tok, prompts, params, torch.Generator().manual_seed(0))
     with torch.no_grad():
         fwd = policy_forward(model, rec.tokens, rec.attn_mask, 0.8)
@@ -118,12 +129,14 @@ def test_same_tokens_as_the_kv_sampler_and_row_noise():
     assert a.ids == b.ids and a.attn_stat == b.attn_stat
 
 
-def test_one_token_prompts_and_long_rows_split_across_threads():
+def test_one_token_prompts_and_long_rows(simd):
     """A one-token prompt width sends the prefill itself through the C++ step (slot 0, an empty
-    prompt sees only itself); rows of 300+ keys make the attention loop split across threads."""
+    prompt sees only itself); rows of 300+ keys (the softmax's vector loop over many blocks of
+    16 keys, a tail included) at 2 threads (the GEMMs split across threads)."""
     model, tok, _ = load_model(ModelConfig())
     params = SamplingParams(max_new_tokens=6, temperature=1.0)
     eager, nat = KVSampler(model, tok), native.NativeKVSampler(model, tok)
+    nat.simd = simd
     short = [[5], [9], [], [17]]
     a = eager.generate(short, params, torch.Generator().manual_seed(0))
     b = nat.generate(short, params, torch.Generator().manual_seed(0))
@@ -132,6 +145,7 @@ def test_one_token_prompts_and_long_rows_split_across_threads():
     text = tok.encode("12+34=46. " * 31, add_special_tokens=False)[:300]
     prompts = [text[: 300 - 7 * (i % 3)] for i in range(16)]  # left padding too
     eager, nat = KVSampler(model, tok), native.NativeKVSampler(model, tok)
+    nat.simd = simd
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
