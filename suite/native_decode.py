@@ -38,7 +38,7 @@ import torch
 from torch import Tensor
 
 from suite.errors import BadInput
-from suite.sampler import KV_ARCHITECTURES, KVSampler
+from suite.sampler import KV_ARCHITECTURES, GenOutput, KVSampler, SamplingParams, _TensorTracker
 
 SOURCE = Path(__file__).with_name("native") / "kv_decode.cpp"
 ACTIVATIONS = {"silu": 0, "swish": 0, "gelu": 1, "gelu_pytorch_tanh": 2, "gelu_new": 2, "relu": 3}
@@ -139,6 +139,33 @@ class NativeKVSampler(KVSampler):
                      gu_w.t().contiguous(), gu_b, down_w.t().contiguous(), down_b]
         self._flat = [empty if t is None else t.contiguous() for t in flat]
         self._head_t = self.w["lm_head.weight"].t().contiguous()
+
+    native_loop = True
+    """Run the token loop in C++ where it can (False: always the Python loop; the tests compare
+    the two)."""
+
+    def _decode(self, params: SamplingParams, generator, want_attn: bool, limits: list[int], cache: list[list[Tensor]],
+                logits: Tensor, attn: Optional[Tensor], key_mask: Tensor, next_pos: Tensor, W: int) -> GenOutput:
+        """The token loop in C++ (``generate_loop``: sampling, stop bookkeeping, row compaction
+        and the decode step in one call, no Python per token) where it has the Python loop's
+        exact semantics: noise from a ``torch.Generator`` (or greedy), no top-p/top-k, no stop
+        strings, no top-K outputs, no attention statistic. Anything else: the Python loop."""
+        plain = (self.native_loop and not want_attn and not params.stop_strings and not params.topk and params.top_p >= 1.0
+                 and not (params.top_k and params.top_k < logits.shape[-1])
+                 and (isinstance(generator, torch.Generator) or (generator is None and params.temperature == 0)))
+        if not plain:
+            return super()._decode(params, generator, want_attn, limits, cache, logits, attn, key_mask, next_pos, W)
+        cos_t, sin_t = self._rope_table
+        stop = torch.tensor(sorted(set(params.stop_ids)), dtype=torch.long)
+        toks, lps, count, eos = self._ext.generate_loop(
+            logits, next_pos, key_mask.bool().contiguous(), W, max(limits) if limits else 0,
+            torch.tensor(limits, dtype=torch.long), stop, float(params.temperature), generator, float(self.compact_frac),
+            [c for layer in cache for c in layer], self._flat, self.w["embed_tokens.weight"], self.w["norm.weight"],
+            self._head_t, cos_t, sin_t, self.n_heads, self.n_kv, self.head_dim, float(self.eps), self._act_code,
+            self.simd)
+        track = _TensorTracker(len(limits), params, limits, self.device)
+        track.count, track.eos, track.toks, track.lps, track.tlps = count, eos, toks, lps, lps
+        return track.output(False)
 
     def _forward(self, ids: Tensor, pos: Tensor, cache: list[list[Tensor]], start: int, allowed: Tensor,
                  key_mask: Tensor, want_attn: bool = False) -> tuple[Tensor, Optional[Tensor]]:

@@ -269,10 +269,11 @@ class _TensorTracker:
         lengths = self.count.tolist()
         reason = ["eos" if e else "length" for e in self.eos.tolist()]
 
-        def rows(xs: list[Tensor]) -> list[list]:
-            if not xs:
+        def rows(xs) -> list[list]:
+            if not len(xs):
                 return [[] for _ in range(n)]
-            return [r[:k] for r, k in zip(torch.stack(xs, 1).tolist(), lengths)]
+            full = xs if isinstance(xs, Tensor) else torch.stack(xs, 1)
+            return [r[:k] for r, k in zip(full.tolist(), lengths)]
 
         def per_row(xs: list[Tensor], dtype) -> list[Tensor]:
             if not xs:
@@ -526,9 +527,16 @@ class KVSampler:
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         self._rope_rows(total)
         cache, logits, attn = self._shared_prefill(prompts, ids, pos, key_mask, total, want_attn)
+        return self._decode(params, generator, want_attn, limits, cache, logits, attn, key_mask, pos[:, -1:] + 1, W)
+
+    def _decode(self, params: SamplingParams, generator, want_attn: bool, limits: list[int], cache: list[list[Tensor]],
+                logits: Tensor, attn: Optional[Tensor], key_mask: Tensor, next_pos: Tensor, W: int) -> GenOutput:
+        """The token loop of :meth:`generate` after the prefill: ``logits [B, V]`` of the last
+        prompt position, ``cache`` filled up to slot W, ``key_mask [B, W + max(limits)]``,
+        ``next_pos [B, 1]`` the position of the first new token."""
+        B, n_new = key_mask.shape[0], max(limits) if limits else 0
         # generated slots are real keys, so a decode step's mask is the key mask itself
         allowed = key_mask.bool()[:, None, None, :]
-        next_pos = pos[:, -1:] + 1
         track = _StopTracker(B, params, self.tok, limits) if params.stop_strings \
             else _TensorTracker(B, params, limits, self.device)
         rows: Optional[Tensor] = None  # the rows the forward computes (None: all B)

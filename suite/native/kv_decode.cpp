@@ -213,9 +213,10 @@ bool has_avx512() { return false; }
 // weights transposed ([in, out], contiguous) and absent biases as empty tensors; head_t
 // [H, V]; cos, sin_signed: [positions, hd] (sin negated on the first half). simd: use the
 // AVX-512 loops where the CPU has them. Returns the logits [B, V] of the new token.
-Tensor decode(Tensor ids, Tensor pos, Tensor mask, int64_t start, std::vector<Tensor> caches,
-              std::vector<Tensor> layers, Tensor embed, Tensor norm_w, Tensor head_t, Tensor cos_t, Tensor sin_t,
-              int64_t nh, int64_t nkv, int64_t hd, double eps, int64_t act, bool simd) {
+Tensor decode_impl(Tensor ids, Tensor pos, const Tensor& mask, int64_t start, std::vector<Tensor>& caches,
+                   const std::vector<Tensor>& layers, const Tensor& embed, const Tensor& norm_w, const Tensor& head_t,
+                   const Tensor& cos_t, const Tensor& sin_t, int64_t nh, int64_t nkv, int64_t hd, double eps,
+                   int64_t act, bool simd) {
   TORCH_CHECK(embed.scalar_type() == at::kFloat && embed.device().is_cpu() && embed.is_contiguous() &&
               norm_w.is_contiguous() && head_t.is_contiguous(), "native decode: contiguous fp32 CPU weights only");
   ids = ids.reshape({-1}).contiguous();
@@ -319,7 +320,104 @@ Tensor decode(Tensor ids, Tensor pos, Tensor mask, int64_t start, std::vector<Te
   return at::mm(h, head_t);
 }
 
+Tensor decode(Tensor ids, Tensor pos, Tensor mask, int64_t start, std::vector<Tensor> caches,
+              std::vector<Tensor> layers, Tensor embed, Tensor norm_w, Tensor head_t, Tensor cos_t, Tensor sin_t,
+              int64_t nh, int64_t nkv, int64_t hd, double eps, int64_t act, bool simd) {
+  return decode_impl(ids, pos, mask, start, caches, layers, embed, norm_w, head_t, cos_t, sin_t, nh, nkv, hd, eps,
+                     act, simd);
+}
+
+// The token loop of KVSampler._decode for the common case (noise from a torch.Generator or
+// greedy, no top-p/top-k truncation, no stop strings, no top-K outputs, no attention
+// statistic), the same ATen ops in the same order as sample_step and _TensorTracker, so it
+// samples exactly what the Python loop over this decode step samples. logits [B, V] of the
+// last prompt position; next_pos [B, 1]; mask bool [B, W + n_new] (1 = a real key); limits
+// int64 [B]; stop int64 [S]. Returns (tokens int64 [B, n_new], logp float [B, n_new], count
+// int64 [B], eos bool [B]): row b's tokens are the first count[b] entries.
+std::vector<Tensor> generate_loop(Tensor logits, Tensor next_pos, Tensor mask, int64_t W, int64_t n_new,
+                                  Tensor limits, Tensor stop, double temperature, c10::optional<at::Generator> gen,
+                                  double compact_frac, std::vector<Tensor> caches, std::vector<Tensor> layers,
+                                  Tensor embed, Tensor norm_w, Tensor head_t, Tensor cos_t, Tensor sin_t, int64_t nh,
+                                  int64_t nkv, int64_t hd, double eps, int64_t act, bool simd) {
+  const int64_t B = logits.size(0);
+  TORCH_CHECK(logits.dim() == 2 && limits.numel() == B && next_pos.numel() == B && mask.size(0) == B &&
+              mask.size(1) >= W + n_new && mask.scalar_type() == at::kBool && mask.is_contiguous(),
+              "native generate: logits [B, V], next_pos [B, 1], limits [B], mask bool [B, W + n_new]");
+  limits = limits.to(at::kLong).contiguous();
+  stop = stop.to(at::kLong).contiguous();
+  Tensor toks = at::zeros({B, std::max<int64_t>(n_new, 0)}, limits.options());
+  Tensor lps = at::zeros({B, std::max<int64_t>(n_new, 0)}, logits.options().dtype(at::kFloat));
+  Tensor count = at::zeros({B}, limits.options());
+  Tensor eos = at::zeros({B}, limits.options().dtype(at::kBool));
+  std::vector<char> done(B);
+  const int64_t* lim = limits.data_ptr<int64_t>();
+  const int64_t* st = stop.data_ptr<int64_t>();
+  const int64_t ns = stop.numel();
+  for (int64_t b = 0; b < B; ++b) done[b] = lim[b] <= 0;
+  int64_t* cnt = count.data_ptr<int64_t>();
+  bool* eo = eos.data_ptr<bool>();
+  Tensor rows;  // the rows the decode computes (undefined: all B)
+  for (int64_t i = 0; i < n_new; ++i) {
+    // sample_step
+    Tensor tok, lp;
+    if (temperature == 0) {
+      Tensor logp_all = at::log_softmax(logits.to(at::kFloat), -1);
+      tok = logits.argmax(-1);
+      lp = logp_all.gather(-1, tok.unsqueeze(1)).squeeze(-1);
+    } else {
+      Tensor scaled = logits.to(at::kFloat);
+      if (temperature != 1.0) scaled = scaled / temperature;
+      Tensor logp_all = at::log_softmax(scaled, -1);
+      Tensor u = at::rand(logp_all.sizes(), gen, logp_all.options());
+      tok = (logp_all - u.clamp_(1e-20, 1.0).log_().neg_().log_()).argmax(-1);
+      lp = logp_all.gather(-1, tok.unsqueeze(1)).squeeze(-1);
+    }
+    tok = tok.contiguous();
+    lp = lp.contiguous();
+    // _TensorTracker.add
+    const int64_t* tp = tok.data_ptr<int64_t>();
+    const float* lpp = lp.data_ptr<float>();
+    int64_t* tt = toks.data_ptr<int64_t>();
+    float* ll = lps.data_ptr<float>();
+    int64_t n_live = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      tt[b * n_new + i] = tp[b];
+      ll[b * n_new + i] = lpp[b];
+      if (done[b]) continue;
+      cnt[b] += 1;
+      bool hit = false;
+      for (int64_t j = 0; j < ns; ++j) hit = hit || tp[b] == st[j];
+      if (hit) eo[b] = true;
+      done[b] = hit || cnt[b] >= lim[b];
+      n_live += !done[b];
+    }
+    if (i == n_new - 1 || n_live == 0) break;
+    const int64_t n_rows = rows.defined() ? rows.numel() : B;
+    if (n_rows - n_live >= std::max<int64_t>(1, int64_t(compact_frac * double(n_rows)))) {  // drop finished rows
+      std::vector<int64_t> keep;
+      for (int64_t r = 0; r < n_rows; ++r) {
+        const int64_t b = rows.defined() ? rows.data_ptr<int64_t>()[r] : r;
+        if (!done[b]) keep.push_back(r);
+      }
+      Tensor k = at::tensor(keep, limits.options());
+      rows = rows.defined() ? rows.index_select(0, k) : k;
+      for (auto& c : caches) c = c.index_select(0, k);
+      mask = mask.index_select(0, k);
+      next_pos = next_pos.index_select(0, k);
+    }
+    Tensor step_ids = rows.defined() ? tok.index_select(0, rows) : tok;
+    Tensor out = decode_impl(step_ids, next_pos, mask, W + i, caches, layers, embed, norm_w, head_t, cos_t, sin_t,
+                             nh, nkv, hd, eps, act, simd);
+    // finished rows keep stale logits: sampled, never recorded
+    logits = rows.defined() ? logits.index_copy(0, rows, out) : out;
+    next_pos = next_pos + 1;
+  }
+  return {toks, lps, count, eos};
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("generate_loop", &generate_loop, "The token loop of a rollout (see suite/native_decode.py)",
+        py::call_guard<py::gil_scoped_release>());
   m.def("decode", &decode, "One fp32 decode step of a Llama-style model (see suite/native_decode.py)",
         py::call_guard<py::gil_scoped_release>());
   m.def("has_avx512", &has_avx512, "Whether this CPU runs the AVX-512 loops");
