@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -87,7 +88,11 @@ def load_extension():
 
     digest = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode()).hexdigest()[:12]
     try:
-        _EXT = load(name=f"rlsuite_kv_decode_{digest}", sources=[str(SOURCE)], extra_cflags=["-O3", "-fopenmp-simd"], verbose=False)
+        # OpenMP on Linux (g++/clang++ with libgomp/libomp; the extension then shares torch's
+        # OpenMP runtime, as inductor's compiled kernels do); elsewhere only the simd pragmas
+        omp = ["-fopenmp"] if sys.platform.startswith("linux") else ["-fopenmp-simd"]
+        _EXT = load(name=f"rlsuite_kv_decode_{digest}", sources=[str(SOURCE)], extra_cflags=["-O3", *omp],
+                    extra_ldflags=omp if omp == ["-fopenmp"] else [], verbose=False)
     except Exception as e:  # a failed build: the compiler's own error lines, and the way out
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
         errors = [ln for ln in lines if ": error" in ln or ": fatal error" in ln] or lines[-3:] or [type(e).__name__]

@@ -13,11 +13,14 @@
 // build serves every x86 CPU) the attention, the softmax and the SwiGLU activation are
 // AVX-512 loops with their own exp (Cephes' expf polynomial, about 1 ulp); elsewhere (or with
 // simd=false) they are plain loops, ATen's softmax and ATen's activation kernels. The
-// attention runs on the calling thread (at::parallel_for is serial in an extension built
-// without OpenMP): at decode sizes it is a few percent of the step.
+// attention splits its (row, head) pairs across torch's threads (at::parallel_for: the
+// extension is built with -fopenmp on Linux and shares torch's OpenMP runtime; elsewhere
+// at::parallel_for runs serially): it reads the whole KV cache each step, which at these
+// sizes lives in L3, so two cores' caches and bandwidth halve it.
 //
 // Shapes: B rows, H hidden, nh query heads, nkv key/value heads, hd head dim, I MLP width.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <algorithm>
@@ -29,6 +32,10 @@
 #include <immintrin.h>
 #define RLS_X86 1
 #define AVX512 __attribute__((target("avx512f")))
+// plain loops compiled twice, for AVX-512 and for any x86, picked at load time (ifunc)
+#define CLONES __attribute__((target_clones("avx512f", "default")))
+#else
+#define CLONES
 #endif
 
 using at::Tensor;
@@ -38,7 +45,7 @@ namespace {
 enum Act : int64_t { SILU = 0, GELU = 1, GELU_TANH = 2, RELU = 3 };
 
 // out[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w   (HF's RMSNorm in fp32)   x, out: [rows, n]
-void rmsnorm(const float* x, const float* w, float* out, int64_t rows, int64_t n, double eps) {
+CLONES void rmsnorm(const float* x, const float* w, float* out, int64_t rows, int64_t n, double eps) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * n;
     float* o = out + r * n;
@@ -48,6 +55,32 @@ void rmsnorm(const float* x, const float* w, float* out, int64_t rows, int64_t n
     const float inv = 1.0f / std::sqrt(ss / float(n) + float(eps));
 #pragma omp simd
     for (int64_t i = 0; i < n; ++i) o[i] = (xr[i] * inv) * w[i];
+  }
+}
+
+// RoPE on the q and k heads of each row of qkv [B, w3] (x·cos + roll(x, hd/2)·sin_signed, the
+// tables' rows at the row's position), then its k and v heads into the caches at slot `start`
+CLONES void rope_and_cache(float* qp, int64_t w3, const float* cs, const float* sn, const int64_t* ps, int64_t B,
+                           int64_t nh, int64_t nkv, int64_t hd, int64_t total, int64_t start, float* kcp, float* vcp) {
+  const int64_t half = hd / 2, qdim = nh * hd, kdim = nkv * hd;
+  for (int64_t b = 0; b < B; ++b) {
+    const float* c = cs + ps[b] * hd;
+    const float* s = sn + ps[b] * hd;
+    float* row = qp + b * w3;
+    for (int64_t j = 0; j < nh + nkv; ++j) {
+      float* v = row + j * hd;
+#pragma omp simd
+      for (int64_t d = 0; d < half; ++d) {
+        const float p0 = v[d], p1 = v[d + half];
+        v[d] = p0 * c[d] + p1 * s[d];
+        v[d + half] = p1 * c[d + half] + p0 * s[d + half];
+      }
+    }
+    for (int64_t g = 0; g < nkv; ++g) {
+      const int64_t slot = ((b * nkv + g) * total + start) * hd;
+      std::copy(row + qdim + g * hd, row + qdim + (g + 1) * hd, kcp + slot);
+      std::copy(row + qdim + kdim + g * hd, row + qdim + kdim + (g + 1) * hd, vcp + slot);
+    }
   }
 }
 
@@ -70,6 +103,10 @@ void matmul(Tensor& y, const Tensor& x, const Tensor& wt, const Tensor& bias, bo
   if (bias.numel()) y.add_(bias);
 }
 
+// (row, head) pairs per thread chunk: about 16k multiply-adds of q·k and p·v, so that a small
+// step's attention stays on one thread (a parallel region costs a few µs)
+inline int64_t attention_grain(int64_t end, int64_t hd) { return std::max<int64_t>(1, 8192 / (end * hd)); }
+
 // Attention of one new query per (row, head) over the real keys [0, end) of its row, plain
 // loops and ATen's softmax. qp: [B, w3] (q heads first), caches [B, nkv, total, hd], out [B, nh*hd].
 void attend_generic(const float* qp, int64_t w3, const float* kcp, const float* vcp, const bool* mk,
@@ -79,7 +116,9 @@ void attend_generic(const float* qp, int64_t w3, const float* kcp, const float* 
   const float ninf = -std::numeric_limits<float>::infinity();
   Tensor scores = at::empty({B * nh, end}, opts);
   float* scp = scores.data_ptr<float>();
-  for (int64_t p = 0; p < B * nh; ++p) {
+  const int64_t grain = attention_grain(end, hd);
+  at::parallel_for(0, B * nh, grain, [&](int64_t p0, int64_t p1) {
+  for (int64_t p = p0; p < p1; ++p) {
     const int64_t b = p / nh, g = (p % nh) / rep;
     const float* q = qp + b * w3 + (p % nh) * hd;
     const float* kb = kcp + (b * nkv + g) * total * hd;
@@ -94,9 +133,11 @@ void attend_generic(const float* qp, int64_t w3, const float* kcp, const float* 
       sc[t] = acc * scale;
     }
   }
+  });
   scores = at::_softmax(scores, 1, false);
   scp = scores.data_ptr<float>();
-  for (int64_t p = 0; p < B * nh; ++p) {
+  at::parallel_for(0, B * nh, grain, [&](int64_t p0, int64_t p1) {
+  for (int64_t p = p0; p < p1; ++p) {
     const int64_t b = p / nh, g = (p % nh) / rep;
     const float* vb = vcp + (b * nkv + g) * total * hd;
     const float* pw = scp + p * end;
@@ -110,6 +151,7 @@ void attend_generic(const float* qp, int64_t w3, const float* kcp, const float* 
       for (int64_t d = 0; d < hd; ++d) out[d] += w * v[d];
     }
   }
+  });
 }
 
 #ifdef RLS_X86
@@ -139,21 +181,46 @@ AVX512 inline __m512 exp16(__m512 x) {
   return _mm512_maskz_mov_ps(__mmask16(~tiny), _mm512_scalef_ps(p, n));
 }
 
-// attend_generic with AVX-512: dot products over the head dim, the softmax (max, exp, sum)
-// over the keys, the weighted sum of values over the head dim. scratch: >= end floats.
-AVX512 void attend_avx512(const float* qp, int64_t w3, const float* kcp, const float* vcp, const bool* mk,
-                          int64_t mstride, int64_t B, int64_t nh, int64_t rep, int64_t nkv, int64_t total,
-                          int64_t start, int64_t hd, float scale, float* op, float* sc) {
+AVX512 inline __m256 halves(__m512 a) {  // lanes i + lanes 8 + i
+  return _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+}
+
+// the sums of four vectors' lanes: [Σa0, Σa1, Σa2, Σa3]
+AVX512 inline __m128 sum4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(halves(a0), halves(a1)), _mm256_hadd_ps(halves(a2), halves(a3)));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+// attend_generic with AVX-512 for the (row, head) pairs [p0, p1): dot products over the head
+// dim, the softmax (max, exp, sum) over the keys, the weighted sum of values over the head dim
+AVX512 void attend_pairs_avx512(int64_t p0, int64_t p1, const float* qp, int64_t w3, const float* kcp,
+                                const float* vcp, const bool* mk, int64_t mstride, int64_t nh, int64_t rep,
+                                int64_t nkv, int64_t total, int64_t start, int64_t hd, float scale, float* op) {
   const int64_t end = start + 1, qdim = nh * hd;
   const float ninf = -std::numeric_limits<float>::infinity();
-  for (int64_t p = 0; p < B * nh; ++p) {
+  std::vector<float> scratch(end + 16);
+  float* sc = scratch.data();
+  for (int64_t p = p0; p < p1; ++p) {
     const int64_t b = p / nh, g = (p % nh) / rep;
     const float* q = qp + b * w3 + (p % nh) * hd;
     const float* kb = kcp + (b * nkv + g) * total * hd;
     const bool* m = mk + b * mstride;
-    float mx = ninf;
-    for (int64_t t = 0; t < end; ++t) {
-      if (!m[t] && t != start) { sc[t] = ninf; continue; }
+    // q·k for four keys at a time (one horizontal sum for the four), then the rest one by one
+    int64_t t = 0;
+    for (; t + 4 <= end; t += 4) {
+      const float* k = kb + t * hd;
+      __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      for (int64_t d = 0; d < hd; d += 16) {
+        const __mmask16 dm = tail_mask(hd - d);
+        const __m512 qv = _mm512_maskz_loadu_ps(dm, q + d);
+        a0 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(dm, k + d), a0);
+        a1 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(dm, k + hd + d), a1);
+        a2 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(dm, k + 2 * hd + d), a2);
+        a3 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(dm, k + 3 * hd + d), a3);
+      }
+      _mm_storeu_ps(sc + t, _mm_mul_ps(sum4(a0, a1, a2, a3), _mm_set1_ps(scale)));
+    }
+    for (; t < end; ++t) {
       const float* k = kb + t * hd;
       __m512 acc = _mm512_setzero_ps();
       for (int64_t d = 0; d < hd; d += 16) {
@@ -161,6 +228,10 @@ AVX512 void attend_avx512(const float* qp, int64_t w3, const float* kcp, const f
         acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(dm, q + d), _mm512_maskz_loadu_ps(dm, k + d), acc);
       }
       sc[t] = _mm512_reduce_add_ps(acc) * scale;
+    }
+    float mx = ninf;
+    for (t = 0; t < end; ++t) {
+      if (!m[t] && t != start) sc[t] = ninf;  // padding: computed, then masked
       mx = std::max(mx, sc[t]);
     }
     const __m512 vmx = _mm512_set1_ps(mx);
@@ -184,6 +255,15 @@ AVX512 void attend_avx512(const float* qp, int64_t w3, const float* kcp, const f
       _mm512_mask_storeu_ps(out + d, dm, _mm512_mul_ps(acc, inv));
     }
   }
+}
+
+// attend_generic with AVX-512, the (row, head) pairs split across torch's threads
+void attend_avx512(const float* qp, int64_t w3, const float* kcp, const float* vcp, const bool* mk, int64_t mstride,
+                   int64_t B, int64_t nh, int64_t rep, int64_t nkv, int64_t total, int64_t start, int64_t hd,
+                   float scale, float* op) {
+  at::parallel_for(0, B * nh, attention_grain(start + 1, hd), [&](int64_t p0, int64_t p1) {
+    attend_pairs_avx512(p0, p1, qp, w3, kcp, vcp, mk, mstride, nh, rep, nkv, total, start, hd, scale, op);
+  });
 }
 
 // a[r, i] = silu(gu[r, i]) * gu[r, I + i]   gu [B, 2I] (gate then up), a [B, I]
@@ -221,7 +301,7 @@ Tensor decode_impl(Tensor ids, Tensor pos, const Tensor& mask, int64_t start, st
               norm_w.is_contiguous() && head_t.is_contiguous(), "native decode: contiguous fp32 CPU weights only");
   ids = ids.reshape({-1}).contiguous();
   pos = pos.reshape({-1}).contiguous();
-  const int64_t B = ids.size(0), H = embed.size(1), end = start + 1, half = hd / 2;
+  const int64_t B = ids.size(0), H = embed.size(1), end = start + 1;
   TORCH_CHECK(nkv > 0 && nh % nkv == 0 && hd % 2 == 0, "native decode: heads ", nh, "/", nkv, ", head dim ", hd);
   const int64_t rep = nh / nkv;
   TORCH_CHECK(pos.size(0) == B && ids.scalar_type() == at::kLong && pos.scalar_type() == at::kLong,
@@ -257,7 +337,6 @@ Tensor decode_impl(Tensor ids, Tensor pos, const Tensor& mask, int64_t start, st
   auto opts = embed.options();
   Tensor x = at::empty({B, H}, opts), h = at::empty({B, H}, opts), o = at::empty({B, qdim}, opts);
   Tensor qkv = at::empty({B, w3}, opts), gu = at::empty({B, I2}, opts), a = at::empty({B, I2 / 2}, opts);
-  Tensor scratch = at::empty({end + 16}, opts);
   const int64_t* id = ids.data_ptr<int64_t>();
   const int64_t* ps = pos.data_ptr<int64_t>();
   const bool* mk = mask.data_ptr<bool>();
@@ -277,30 +356,10 @@ Tensor decode_impl(Tensor ids, Tensor pos, const Tensor& mask, int64_t start, st
     matmul(qkv, h, L[1], L[2], false);  // [B, qdim + 2 kdim]
     float* kcp = kc.data_ptr<float>();
     float* vcp = vc.data_ptr<float>();
-    // RoPE on the q and k heads (x·cos + roll(x, hd/2)·sin_signed), then k and v into the cache
-    for (int64_t b = 0; b < B; ++b) {
-      const float* c = cs + ps[b] * hd;
-      const float* s = sn + ps[b] * hd;
-      float* row = qp + b * w3;
-      for (int64_t j = 0; j < nh + nkv; ++j) {
-        float* v = row + j * hd;
-#pragma omp simd
-        for (int64_t d = 0; d < half; ++d) {
-          const float p0 = v[d], p1 = v[d + half];
-          v[d] = p0 * c[d] + p1 * s[d];
-          v[d + half] = p1 * c[d + half] + p0 * s[d + half];
-        }
-      }
-      for (int64_t g = 0; g < nkv; ++g) {
-        const int64_t slot = ((b * nkv + g) * total + start) * hd;
-        std::copy(row + qdim + g * hd, row + qdim + (g + 1) * hd, kcp + slot);
-        std::copy(row + qdim + kdim + g * hd, row + qdim + kdim + (g + 1) * hd, vcp + slot);
-      }
-    }
+    rope_and_cache(qp, w3, cs, sn, ps, B, nh, nkv, hd, total, start, kcp, vcp);
 #ifdef RLS_X86
     if (vec)
-      attend_avx512(qp, w3, kcp, vcp, mk, mstride, B, nh, rep, nkv, total, start, hd, scale, o.data_ptr<float>(),
-                    scratch.data_ptr<float>());
+      attend_avx512(qp, w3, kcp, vcp, mk, mstride, B, nh, rep, nkv, total, start, hd, scale, o.data_ptr<float>());
     else
 #endif
       attend_generic(qp, w3, kcp, vcp, mk, mstride, B, nh, rep, nkv, total, start, hd, scale, o.data_ptr<float>(), opts);

@@ -159,8 +159,8 @@ def test_the_cpp_token_loop_samples_what_the_python_loop_samples(temperature):
 
 def test_one_token_prompts_and_long_rows(simd):
     """A one-token prompt width sends the prefill itself through the C++ step (slot 0, an empty
-    prompt sees only itself); rows of 300+ keys (the softmax's vector loop over many blocks of
-    16 keys, a tail included) at 2 threads (the GEMMs split across threads)."""
+    prompt sees only itself); rows of 300+ keys at 2 threads: the attention's (row, head) pairs
+    split across the threads, the softmax's vector loop runs many blocks of 16 keys and a tail."""
     model, tok, _ = load_model(ModelConfig())
     params = SamplingParams(max_new_tokens=6, temperature=1.0)
     eager, nat = KVSampler(model, tok), native.NativeKVSampler(model, tok)
