@@ -4,12 +4,21 @@ At the sizes of the embedded default and the CPU benchmarks a decode step is a f
 small tensor ops whose cost is the per-op round trip (Python, the dispatcher, a temporary
 each), not arithmetic: the eager step of the vs_trl model (hidden 128, batch 32) takes about
 1.2 ms for 34 MFLOP. :class:`NativeKVSampler` keeps everything of :class:`~suite.sampler.KVSampler`
-(prefill, shared-prompt prefill, sampling, stop handling, row compaction, weight sync) and
-replaces only the one-token forward by ``suite/native/kv_decode.cpp``: RMSNorm, RoPE, the cache
-write, attention over the cached keys and the SwiGLU activation are loops (AVX-512 where the CPU
-has it, checked at run time; plain loops and ATen's kernels elsewhere), and the matmuls are
-MKL/oneDNN GEMMs on weights transposed once per weight sync (``[in, out]``: 172 vs 287 µs for
-the step's matmuls on the vs_trl shape at 2 threads, against ``at::linear`` on ``[out, in]``).
+(prefill, shared-prompt prefill, the sampling rules, stop handling, row compaction, weight sync)
+and moves two things to ``suite/native/kv_decode.cpp``:
+
+* the one-token forward: RMSNorm, RoPE, the cache write, attention over the cached keys (its
+  (row, head) pairs across torch's threads) and the SwiGLU activation are loops (AVX-512 where
+  the CPU has it, checked at run time; plain loops and ATen's kernels elsewhere), and the
+  matmuls are MKL/oneDNN GEMMs on weights transposed once per weight sync (``[in, out]``: 172
+  vs 287 µs for the step's matmuls on the vs_trl shape at 2 threads, against ``at::linear`` on
+  ``[out, in]``);
+* the token loop (``generate_loop``) in the common case — noise from a ``torch.Generator`` or
+  greedy, no top-p/top-k, no stop strings, no top-K outputs, no attention statistic: the same
+  ATen ops on the same generator as :func:`~suite.sampler.sample_step` and the tracker, so it
+  samples exactly what the Python loop over the same step samples (tested bit for bit), with
+  no Python per token. Other settings run the Python loop over the C++ step.
+
 The transposed copies double the engine's weight memory.
 
 Numerics: fp32 throughout like the eager step, but not bit-identical to it (other summation
@@ -86,13 +95,14 @@ def load_extension():
         os.environ["PATH"] = os.path.dirname(nj) + os.pathsep + os.environ.get("PATH", "")
     from torch.utils.cpp_extension import load
 
-    digest = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode()).hexdigest()[:12]
+    # OpenMP on Linux (the extension then shares torch's OpenMP runtime, as inductor's compiled
+    # kernels do); elsewhere only the simd pragmas
+    cflags = ["-O3", "-fopenmp" if sys.platform.startswith("linux") else "-fopenmp-simd"]
+    ldflags = ["-fopenmp"] if "-fopenmp" in cflags else []
+    digest = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + " ".join(cflags).encode()).hexdigest()[:12]
     try:
-        # OpenMP on Linux (g++/clang++ with libgomp/libomp; the extension then shares torch's
-        # OpenMP runtime, as inductor's compiled kernels do); elsewhere only the simd pragmas
-        omp = ["-fopenmp"] if sys.platform.startswith("linux") else ["-fopenmp-simd"]
-        _EXT = load(name=f"rlsuite_kv_decode_{digest}", sources=[str(SOURCE)], extra_cflags=["-O3", *omp],
-                    extra_ldflags=omp if omp == ["-fopenmp"] else [], verbose=False)
+        _EXT = load(name=f"rlsuite_kv_decode_{digest}", sources=[str(SOURCE)], extra_cflags=cflags,
+                    extra_ldflags=ldflags, verbose=False)
     except Exception as e:  # a failed build: the compiler's own error lines, and the way out
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
         errors = [ln for ln in lines if ": error" in ln or ": fatal error" in ln] or lines[-3:] or [type(e).__name__]
@@ -132,18 +142,31 @@ class NativeKVSampler(KVSampler):
     """Run the AVX-512 loops where the CPU has them (False: the plain loops and ATen's kernels,
     which every CPU runs; the tests run both)."""
 
+    def _sources(self) -> list[Optional[Tensor]]:
+        """The tensors of ``_flat`` before transposing: per layer (ln1, qkv_w, qkv_b, o_w, o_b,
+        ln2, gu_w, gu_b, down_w, down_b), then the LM head."""
+        return [t for layer in self._layers for t in layer] + [self.w["lm_head.weight"]]
+
+    _TRANSPOSED = (1, 3, 6, 8)
+    """Positions within a layer's ten tensors that the C++ step takes transposed ([in, out]:
+    the layout its GEMMs run fastest on, see kv_decode.cpp)."""
+
+    def _transposed(self, i: int) -> bool:
+        return i % 10 in self._TRANSPOSED or i == len(self._layers) * 10  # the LM head too
+
     def _fuse(self) -> None:
         super()._fuse()
         empty = torch.empty(0)
-        flat = []
-        for layer in self._layers:  # (ln1, qkv_w, qkv_b, o_w, o_b, ln2, gu_w, gu_b, down_w, down_b)
-            ln1, qkv_w, qkv_b, o_w, o_b, ln2, gu_w, gu_b, down_w, down_b = layer
-            # the projections transposed once per weight sync: [in, out] is the layout the
-            # step's GEMMs run fastest on (see kv_decode.cpp)
-            flat += [ln1.contiguous(), qkv_w.t().contiguous(), qkv_b, o_w.t().contiguous(), o_b, ln2.contiguous(),
-                     gu_w.t().contiguous(), gu_b, down_w.t().contiguous(), down_b]
-        self._flat = [empty if t is None else t.contiguous() for t in flat]
-        self._head_t = self.w["lm_head.weight"].t().contiguous()
+        flat = [empty if t is None else t.t().contiguous() if self._transposed(i) else t.contiguous()
+                for i, t in enumerate(self._sources())]
+        self._flat, self._head_t = flat[:-1], flat[-1]
+
+    def _refresh(self) -> None:
+        """An in-place weight load: the transposed copies are refreshed in place (the other
+        entries are the engine's own tensors, already updated)."""
+        for i, (t, dst) in enumerate(zip(self._sources(), self._flat + [self._head_t])):
+            if t is not None and dst.data_ptr() != t.data_ptr():
+                dst.copy_(t.t() if self._transposed(i) else t)
 
     native_loop = True
     """Run the token loop in C++ where it can (False: always the Python loop; the tests compare

@@ -361,14 +361,29 @@ class KVSampler:
     _GATE_UP = ("mlp.gate_proj", "mlp.up_proj")
 
     def load_weights(self, state: dict[str, Tensor], version: int) -> None:
-        """Copy ``state`` (a full or partial policy state dict) into the engine's own weights."""
+        """Copy ``state`` (a full or partial policy state dict) into the engine's own weights.
+        Weights it already holds with the same shape and dtype are overwritten in place (the
+        fused tensors they are views of included), so a step's sync is one copy per tensor."""
+        new = False
         for k, v in state.items():
             key = k[len("model."):] if k.startswith("model.") else k
-            self.w[key] = v.detach().to(self.device).clone()
+            cur = self.w.get(key)
+            if cur is not None and cur.shape == v.shape and cur.dtype == v.dtype:
+                cur.copy_(v.detach())
+            else:
+                self.w[key] = v.detach().to(self.device).clone()
+                new = True
         if "lm_head.weight" not in self.w:
             self.w["lm_head.weight"] = self.w["embed_tokens.weight"]  # tied embeddings
-        self._fuse()
+        if new:
+            self._fuse()
+        else:
+            self._refresh()
         self.version = version
+
+    def _refresh(self) -> None:
+        """After an in-place weight load: update whatever is derived from the weights (the fused
+        tensors are views-sharing already; subclasses with copies of their own override this)."""
 
     def _fuse(self) -> None:
         """Concatenate q/k/v (and their biases) and gate/up per layer; the per-name entries of

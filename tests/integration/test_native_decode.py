@@ -2,7 +2,7 @@
 
 * one decode step's logits and cache writes equal the eager step's (1e-5) on left-padded rows,
   for the tiny model, a Llama with GQA, a Llama with a bias on every projection, a Qwen2-style
-  model and a GELU MLP;
+  model, a GELU MLP and sizes off the vector width (head dim 24, MLP width 100);
 * μ's log-probs of a whole rollout equal the HF training forward's (2e-5), with top-K; with
   per-row token caps (finished rows dropped mid-rollout) it samples what the kv sampler does;
 * the same generator gives the same tokens as the kv sampler (and the row-invariant noise
@@ -49,13 +49,27 @@ def _gelu_llama():
                                         eos_token_id=2)), tok
 
 
-@pytest.fixture(params=["tiny", "llama-gqa", "llama-bias", "qwen2", "gelu"])
+def _odd_llama():
+    """Sizes off the 16-float vector width: head dim 24, MLP width 100, three query heads per
+    key/value head — the vector loops' tails."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    tok = char_tokenizer()
+    return LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=72, intermediate_size=100, num_hidden_layers=2,
+                                        num_attention_heads=3, num_key_value_heads=1, pad_token_id=0,
+                                        eos_token_id=2)), tok
+
+
+@pytest.fixture(params=["tiny", "llama-gqa", "llama-bias", "qwen2", "gelu", "odd-sizes"])
 def model_tok(request):
     if request.param == "tiny":
         m, t, _ = load_model(ModelConfig())
         return m, t
     if request.param == "gelu":
         return _gelu_llama()
+    if request.param == "odd-sizes":
+        return _odd_llama()
     return tiny_variant(request.param)
 
 
@@ -238,3 +252,25 @@ def test_no_compiler_is_refused_before_anything_is_written(tmp_path, capsys, mon
     err = capsys.readouterr().err
     assert code == 2 and "rollout.engine=native" in err and "C++ compiler" in err and "rollout.engine=kv" in err
     assert not list(tmp_path.rglob("metrics.jsonl"))
+
+
+def test_a_weight_sync_in_place_reaches_every_copy():
+    """A step's weight sync overwrites the engine's tensors in place (the fused q/k/v and
+    gate/up, and the native engine's transposed copies): afterwards both engines sample what
+    fresh engines built from the new weights sample."""
+    model, tok, _ = load_model(ModelConfig())
+    prompts = [tok.encode(p, add_special_tokens=False) for p in PROMPTS for _ in range(2)]
+    params = SamplingParams(max_new_tokens=8, temperature=1.0)
+    engines = [KVSampler(model, tok), native.NativeKVSampler(model, tok)]
+    fused = [e._layers[0][1] for e in engines]
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    for e in engines:
+        e.load_weights(model.state_dict(), 1)
+    assert all(e._layers[0][1] is f for e, f in zip(engines, fused))  # in place, no new tensors
+    for old, fresh in zip(engines, [KVSampler(model, tok), native.NativeKVSampler(model, tok)]):
+        a = old.generate(prompts, params, torch.Generator().manual_seed(2))
+        b = fresh.generate(prompts, params, torch.Generator().manual_seed(2))
+        assert a.ids == b.ids and a.logp == b.logp
+        assert all(torch.equal(x, y) for x, y in zip(old.state().values(), fresh.state().values()))
