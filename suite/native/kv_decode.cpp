@@ -58,15 +58,18 @@ CLONES void rmsnorm(const float* x, const float* w, float* out, int64_t rows, in
   }
 }
 
-// RoPE on the q and k heads of each row of qkv [B, w3] (x·cos + roll(x, hd/2)·sin_signed, the
-// tables' rows at the row's position), then its k and v heads into the caches at slot `start`
+// RoPE on the q and k heads of each row r = (b, i) of qkv [B·S, w3] (x·cos + roll(x, hd/2)·
+// sin_signed, the tables' rows at the row's position), then its k and v heads into the caches
+// of sequence b at slot start + i
 CLONES void rope_and_cache(float* qp, int64_t w3, const float* cs, const float* sn, const int64_t* ps, int64_t B,
-                           int64_t nh, int64_t nkv, int64_t hd, int64_t total, int64_t start, float* kcp, float* vcp) {
+                           int64_t S, int64_t nh, int64_t nkv, int64_t hd, int64_t total, int64_t start, float* kcp,
+                           float* vcp) {
   const int64_t half = hd / 2, qdim = nh * hd, kdim = nkv * hd;
-  for (int64_t b = 0; b < B; ++b) {
-    const float* c = cs + ps[b] * hd;
-    const float* s = sn + ps[b] * hd;
-    float* row = qp + b * w3;
+  for (int64_t r = 0; r < B * S; ++r) {
+    const int64_t b = r / S, slot0 = start + r % S;
+    const float* c = cs + ps[r] * hd;
+    const float* s = sn + ps[r] * hd;
+    float* row = qp + r * w3;
     for (int64_t j = 0; j < nh + nkv; ++j) {
       float* v = row + j * hd;
 #pragma omp simd
@@ -77,7 +80,7 @@ CLONES void rope_and_cache(float* qp, int64_t w3, const float* cs, const float* 
       }
     }
     for (int64_t g = 0; g < nkv; ++g) {
-      const int64_t slot = ((b * nkv + g) * total + start) * hd;
+      const int64_t slot = ((b * nkv + g) * total + slot0) * hd;
       std::copy(row + qdim + g * hd, row + qdim + (g + 1) * hd, kcp + slot);
       std::copy(row + qdim + kdim + g * hd, row + qdim + kdim + (g + 1) * hd, vcp + slot);
     }
@@ -107,25 +110,26 @@ void matmul(Tensor& y, const Tensor& x, const Tensor& wt, const Tensor& bias, bo
 // step's attention stays on one thread (a parallel region costs a few µs)
 inline int64_t attention_grain(int64_t end, int64_t hd) { return std::max<int64_t>(1, 8192 / (end * hd)); }
 
-// Attention of one new query per (row, head) over the real keys [0, end) of its row, plain
-// loops and ATen's softmax. qp: [B, w3] (q heads first), caches [B, nkv, total, hd], out [B, nh*hd].
+// Attention of the query of row r = (b, i) (slot start + i of sequence b), per head, over the
+// keys [0, start + i] of its sequence that are real (mask) or its own: plain loops and ATen's
+// softmax. qp: [B·S, w3] (q heads first), caches [B, nkv, total, hd], out [B·S, nh·hd].
 void attend_generic(const float* qp, int64_t w3, const float* kcp, const float* vcp, const bool* mk,
-                    int64_t mstride, int64_t B, int64_t nh, int64_t rep, int64_t nkv, int64_t total,
+                    int64_t mstride, int64_t B, int64_t S, int64_t nh, int64_t rep, int64_t nkv, int64_t total,
                     int64_t start, int64_t hd, float scale, float* op, const at::TensorOptions& opts) {
-  const int64_t end = start + 1, qdim = nh * hd;
+  const int64_t width = start + S, qdim = nh * hd;
   const float ninf = -std::numeric_limits<float>::infinity();
-  Tensor scores = at::empty({B * nh, end}, opts);
+  Tensor scores = at::full({B * S * nh, width}, ninf, opts);  // keys past a query's own: -inf
   float* scp = scores.data_ptr<float>();
-  const int64_t grain = attention_grain(end, hd);
-  at::parallel_for(0, B * nh, grain, [&](int64_t p0, int64_t p1) {
+  const int64_t grain = attention_grain(width, hd);
+  at::parallel_for(0, B * S * nh, grain, [&](int64_t p0, int64_t p1) {
   for (int64_t p = p0; p < p1; ++p) {
-    const int64_t b = p / nh, g = (p % nh) / rep;
-    const float* q = qp + b * w3 + (p % nh) * hd;
+    const int64_t r = p / nh, b = r / S, self = start + r % S, g = (p % nh) / rep;
+    const float* q = qp + r * w3 + (p % nh) * hd;
     const float* kb = kcp + (b * nkv + g) * total * hd;
     const bool* m = mk + b * mstride;
-    float* sc = scp + p * end;
-    for (int64_t t = 0; t < end; ++t) {
-      if (!m[t] && t != start) { sc[t] = ninf; continue; }
+    float* sc = scp + p * width;
+    for (int64_t t = 0; t <= self; ++t) {
+      if (!m[t] && t != self) { sc[t] = ninf; continue; }
       const float* k = kb + t * hd;
       float acc = 0.0f;
 #pragma omp simd reduction(+ : acc)
@@ -136,14 +140,14 @@ void attend_generic(const float* qp, int64_t w3, const float* kcp, const float* 
   });
   scores = at::_softmax(scores, 1, false);
   scp = scores.data_ptr<float>();
-  at::parallel_for(0, B * nh, grain, [&](int64_t p0, int64_t p1) {
+  at::parallel_for(0, B * S * nh, grain, [&](int64_t p0, int64_t p1) {
   for (int64_t p = p0; p < p1; ++p) {
-    const int64_t b = p / nh, g = (p % nh) / rep;
+    const int64_t r = p / nh, b = r / S, self = start + r % S, g = (p % nh) / rep;
     const float* vb = vcp + (b * nkv + g) * total * hd;
-    const float* pw = scp + p * end;
-    float* out = op + b * qdim + (p % nh) * hd;
+    const float* pw = scp + p * width;
+    float* out = op + r * qdim + (p % nh) * hd;
     std::fill(out, out + hd, 0.0f);
-    for (int64_t t = 0; t < end; ++t) {
+    for (int64_t t = 0; t <= self; ++t) {
       if (pw[t] == 0.0f) continue;
       const float* v = vb + t * hd;
       const float w = pw[t];
@@ -194,15 +198,15 @@ AVX512 inline __m128 sum4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
 // attend_generic with AVX-512 for the (row, head) pairs [p0, p1): dot products over the head
 // dim, the softmax (max, exp, sum) over the keys, the weighted sum of values over the head dim
 AVX512 void attend_pairs_avx512(int64_t p0, int64_t p1, const float* qp, int64_t w3, const float* kcp,
-                                const float* vcp, const bool* mk, int64_t mstride, int64_t nh, int64_t rep,
+                                const float* vcp, const bool* mk, int64_t mstride, int64_t S, int64_t nh, int64_t rep,
                                 int64_t nkv, int64_t total, int64_t start, int64_t hd, float scale, float* op) {
-  const int64_t end = start + 1, qdim = nh * hd;
+  const int64_t qdim = nh * hd;
   const float ninf = -std::numeric_limits<float>::infinity();
-  std::vector<float> scratch(end + 16);
+  std::vector<float> scratch(start + S + 16);
   float* sc = scratch.data();
   for (int64_t p = p0; p < p1; ++p) {
-    const int64_t b = p / nh, g = (p % nh) / rep;
-    const float* q = qp + b * w3 + (p % nh) * hd;
+    const int64_t r = p / nh, b = r / S, self = start + r % S, end = self + 1, g = (p % nh) / rep;
+    const float* q = qp + r * w3 + (p % nh) * hd;
     const float* kb = kcp + (b * nkv + g) * total * hd;
     const bool* m = mk + b * mstride;
     // q·k for four keys at a time (one horizontal sum for the four), then the rest one by one
@@ -231,7 +235,7 @@ AVX512 void attend_pairs_avx512(int64_t p0, int64_t p1, const float* qp, int64_t
     }
     float mx = ninf;
     for (t = 0; t < end; ++t) {
-      if (!m[t] && t != start) sc[t] = ninf;  // padding: computed, then masked
+      if (!m[t] && t != self) sc[t] = ninf;  // padding: computed, then masked
       mx = std::max(mx, sc[t]);
     }
     const __m512 vmx = _mm512_set1_ps(mx);
@@ -244,7 +248,7 @@ AVX512 void attend_pairs_avx512(int64_t p0, int64_t p1, const float* qp, int64_t
     }
     const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
     const float* vb = vcp + (b * nkv + g) * total * hd;
-    float* out = op + b * qdim + (p % nh) * hd;
+    float* out = op + r * qdim + (p % nh) * hd;
     for (int64_t d = 0; d < hd; d += 16) {
       const __mmask16 dm = tail_mask(hd - d);
       __m512 acc = _mm512_setzero_ps();
@@ -259,10 +263,10 @@ AVX512 void attend_pairs_avx512(int64_t p0, int64_t p1, const float* qp, int64_t
 
 // attend_generic with AVX-512, the (row, head) pairs split across torch's threads
 void attend_avx512(const float* qp, int64_t w3, const float* kcp, const float* vcp, const bool* mk, int64_t mstride,
-                   int64_t B, int64_t nh, int64_t rep, int64_t nkv, int64_t total, int64_t start, int64_t hd,
-                   float scale, float* op) {
-  at::parallel_for(0, B * nh, attention_grain(start + 1, hd), [&](int64_t p0, int64_t p1) {
-    attend_pairs_avx512(p0, p1, qp, w3, kcp, vcp, mk, mstride, nh, rep, nkv, total, start, hd, scale, op);
+                   int64_t B, int64_t S, int64_t nh, int64_t rep, int64_t nkv, int64_t total, int64_t start,
+                   int64_t hd, float scale, float* op) {
+  at::parallel_for(0, B * S * nh, attention_grain(start + S, hd), [&](int64_t p0, int64_t p1) {
+    attend_pairs_avx512(p0, p1, qp, w3, kcp, vcp, mk, mstride, S, nh, rep, nkv, total, start, hd, scale, op);
   });
 }
 
@@ -287,26 +291,28 @@ bool has_avx512() { return false; }
 
 }  // namespace
 
-// ids, pos: int64 [B] (or [B, 1]); mask: bool [B, >= start+1] (1 = a real key); caches: per
-// layer k then v, each contiguous fp32 [B, nkv, total, hd], written at slot `start`; layers:
+// ids, pos: int64 [B, S] (or [B]: S = 1), the tokens of slots start..start+S-1; mask: bool
+// [B, >= start+S] (1 = a real key; a query always sees itself and never a later slot); caches:
+// per layer k then v, each contiguous fp32 [B, nkv, total, hd], written at those slots; layers:
 // per layer (ln1, qkv_t, qkv_b, o_t, o_b, ln2, gu_t, gu_b, down_t, down_b) with the projection
 // weights transposed ([in, out], contiguous) and absent biases as empty tensors; head_t
 // [H, V]; cos, sin_signed: [positions, hd] (sin negated on the first half). simd: use the
-// AVX-512 loops where the CPU has them. Returns the logits [B, V] of the new token.
+// AVX-512 loops where the CPU has them. Returns the logits [B, V] of the last of the S tokens.
 Tensor decode_impl(Tensor ids, Tensor pos, const Tensor& mask, int64_t start, std::vector<Tensor>& caches,
                    const std::vector<Tensor>& layers, const Tensor& embed, const Tensor& norm_w, const Tensor& head_t,
                    const Tensor& cos_t, const Tensor& sin_t, int64_t nh, int64_t nkv, int64_t hd, double eps,
                    int64_t act, bool simd) {
   TORCH_CHECK(embed.scalar_type() == at::kFloat && embed.device().is_cpu() && embed.is_contiguous() &&
               norm_w.is_contiguous() && head_t.is_contiguous(), "native decode: contiguous fp32 CPU weights only");
+  if (ids.dim() == 1) ids = ids.unsqueeze(1);
+  TORCH_CHECK(ids.dim() == 2 && ids.scalar_type() == at::kLong && pos.scalar_type() == at::kLong &&
+              pos.numel() == ids.numel(), "native decode: ids and pos int64 [B, S]");
+  const int64_t B = ids.size(0), S = ids.size(1), R = B * S, H = embed.size(1), end = start + S;
   ids = ids.reshape({-1}).contiguous();
   pos = pos.reshape({-1}).contiguous();
-  const int64_t B = ids.size(0), H = embed.size(1), end = start + 1;
   TORCH_CHECK(nkv > 0 && nh % nkv == 0 && hd % 2 == 0, "native decode: heads ", nh, "/", nkv, ", head dim ", hd);
   const int64_t rep = nh / nkv;
-  TORCH_CHECK(pos.size(0) == B && ids.scalar_type() == at::kLong && pos.scalar_type() == at::kLong,
-              "native decode: ids and pos int64 [B]");
-  for (int64_t b = 0; b < B; ++b) {
+  for (int64_t b = 0; b < R; ++b) {
     const int64_t i = ids.data_ptr<int64_t>()[b], p = pos.data_ptr<int64_t>()[b];
     TORCH_CHECK(i >= 0 && i < embed.size(0), "native decode: token id ", i, " outside the vocabulary (", embed.size(0), ")");
     TORCH_CHECK(p >= 0 && p < cos_t.size(0), "native decode: position ", p, " outside the RoPE table (", cos_t.size(0), ")");
@@ -314,14 +320,14 @@ Tensor decode_impl(Tensor ids, Tensor pos, const Tensor& mask, int64_t start, st
   TORCH_CHECK(cos_t.is_contiguous() && sin_t.is_contiguous() && cos_t.size(1) == hd && sin_t.size(1) == hd,
               "native decode: RoPE tables [positions, head dim]");
   TORCH_CHECK(mask.dim() == 2 && mask.stride(1) == 1 && mask.scalar_type() == at::kBool && mask.size(0) == B &&
-              mask.size(1) >= end, "native decode: mask bool [B, >= start + 1]");
+              mask.size(1) >= end, "native decode: mask bool [B, >= start + S]");
   const int64_t nl = int64_t(layers.size()) / 10;
   TORCH_CHECK(int64_t(layers.size()) == 10 * nl && int64_t(caches.size()) == 2 * nl,
               "native decode: ten tensors and two caches per layer");
   for (const auto& c : caches)
     TORCH_CHECK(c.is_contiguous() && c.scalar_type() == at::kFloat && c.dim() == 4 && c.size(0) == B &&
                 c.size(1) == nkv && c.size(2) >= end && c.size(3) == hd,
-                "native decode: caches contiguous fp32 [B, nkv, >= start + 1, head dim]");
+                "native decode: caches contiguous fp32 [B, nkv, >= start + S, head dim]");
   const int64_t qdim = nh * hd, kdim = nkv * hd, w3 = qdim + 2 * kdim;
   const int64_t I2 = nl ? layers[6].size(1) : 0;
   for (int64_t l = 0; l < nl; ++l) {
@@ -335,8 +341,8 @@ Tensor decode_impl(Tensor ids, Tensor pos, const Tensor& mask, int64_t start, st
   const bool vec = simd && has_avx512();
   const float scale = 1.0f / std::sqrt(float(hd));
   auto opts = embed.options();
-  Tensor x = at::empty({B, H}, opts), h = at::empty({B, H}, opts), o = at::empty({B, qdim}, opts);
-  Tensor qkv = at::empty({B, w3}, opts), gu = at::empty({B, I2}, opts), a = at::empty({B, I2 / 2}, opts);
+  Tensor x = at::empty({R, H}, opts), h = at::empty({R, H}, opts), o = at::empty({R, qdim}, opts);
+  Tensor qkv = at::empty({R, w3}, opts), gu = at::empty({R, I2}, opts), a = at::empty({R, I2 / 2}, opts);
   const int64_t* id = ids.data_ptr<int64_t>();
   const int64_t* ps = pos.data_ptr<int64_t>();
   const bool* mk = mask.data_ptr<bool>();
@@ -346,37 +352,41 @@ Tensor decode_impl(Tensor ids, Tensor pos, const Tensor& mask, int64_t start, st
   float* xp = x.data_ptr<float>();
   float* qp = qkv.data_ptr<float>();
   const float* ep = embed.data_ptr<float>();
-  for (int64_t b = 0; b < B; ++b) std::copy(ep + id[b] * H, ep + (id[b] + 1) * H, xp + b * H);
+  for (int64_t r = 0; r < R; ++r) std::copy(ep + id[r] * H, ep + (id[r] + 1) * H, xp + r * H);
   for (int64_t l = 0; l < nl; ++l) {
     const Tensor* L = layers.data() + 10 * l;
     Tensor& kc = caches[2 * l];
     Tensor& vc = caches[2 * l + 1];
     const int64_t total = kc.size(2);
-    rmsnorm(xp, L[0].data_ptr<float>(), h.data_ptr<float>(), B, H, eps);
+    rmsnorm(xp, L[0].data_ptr<float>(), h.data_ptr<float>(), R, H, eps);
     matmul(qkv, h, L[1], L[2], false);  // [B, qdim + 2 kdim]
     float* kcp = kc.data_ptr<float>();
     float* vcp = vc.data_ptr<float>();
-    rope_and_cache(qp, w3, cs, sn, ps, B, nh, nkv, hd, total, start, kcp, vcp);
+    rope_and_cache(qp, w3, cs, sn, ps, B, S, nh, nkv, hd, total, start, kcp, vcp);
 #ifdef RLS_X86
     if (vec)
-      attend_avx512(qp, w3, kcp, vcp, mk, mstride, B, nh, rep, nkv, total, start, hd, scale, o.data_ptr<float>());
+      attend_avx512(qp, w3, kcp, vcp, mk, mstride, B, S, nh, rep, nkv, total, start, hd, scale, o.data_ptr<float>());
     else
 #endif
-      attend_generic(qp, w3, kcp, vcp, mk, mstride, B, nh, rep, nkv, total, start, hd, scale, o.data_ptr<float>(), opts);
+      attend_generic(qp, w3, kcp, vcp, mk, mstride, B, S, nh, rep, nkv, total, start, hd, scale, o.data_ptr<float>(),
+                     opts);
     matmul(x, o, L[3], L[4], true);  // x += o @ o_t (+ bias)
-    rmsnorm(xp, L[5].data_ptr<float>(), h.data_ptr<float>(), B, H, eps);
+    rmsnorm(xp, L[5].data_ptr<float>(), h.data_ptr<float>(), R, H, eps);
     matmul(gu, h, L[6], L[7], false);  // [B, 2I]: gate then up
     const int64_t I = I2 / 2;
 #ifdef RLS_X86
     if (vec && act == SILU)
-      swiglu_avx512(gu.data_ptr<float>(), B, I, a.data_ptr<float>());
+      swiglu_avx512(gu.data_ptr<float>(), R, I, a.data_ptr<float>());
     else
 #endif
       at::mul_out(a, activate(gu.narrow(1, 0, I), act), gu.narrow(1, I, I));
     matmul(x, a, L[8], L[9], true);  // x += a @ down_t (+ bias)
   }
-  rmsnorm(xp, norm_w.data_ptr<float>(), h.data_ptr<float>(), B, H, eps);
-  return at::mm(h, head_t);
+  // the last token of each sequence: rows S-1, 2S-1, ...
+  Tensor last = S == 1 ? x : x.view({B, S, H}).select(1, S - 1).contiguous();
+  Tensor hl = at::empty({B, H}, opts);
+  rmsnorm(last.data_ptr<float>(), norm_w.data_ptr<float>(), hl.data_ptr<float>(), B, H, eps);
+  return at::mm(hl, head_t);
 }
 
 Tensor decode(Tensor ids, Tensor pos, Tensor mask, int64_t start, std::vector<Tensor> caches,

@@ -1,6 +1,7 @@
 """``rollout.engine=native``: the kv sampler with its one-token decode step in C++.
 
-* one decode step's logits and cache writes equal the eager step's (1e-5) on left-padded rows,
+* a prefill (several tokens a row) and one decode step: logits and cache writes equal the eager
+  forward's (1e-5) on left-padded rows,
   for the tiny model, a Llama with GQA, a Llama with a bias on every projection, a Qwen2-style
   model, a GELU MLP and sizes off the vector width (head dim 24, MLP width 100);
 * μ's log-probs of a whole rollout equal the HF training forward's (2e-5), with top-K; with
@@ -91,12 +92,16 @@ def test_one_decode_step_equals_the_eager_step(model_tok, simd):
     total = W + 3
     key_mask = torch.cat([mask, torch.ones(B, 3, dtype=torch.long)], 1)
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    caches = []
+    caches, prefill = [], []
     for eng in (eager, nat):
         eng._rope_rows(total)
         cache = [[torch.zeros(B, eng.n_kv, total, eng.head_dim) for _ in range(2)] for _ in range(eng.n_layers)]
-        eng.forward(ids, pos, cache, 0, key_mask)  # the prefill (eager in both)
+        prefill.append(eng.forward(ids, pos, cache, 0, key_mask)[0])  # the prompts, W tokens a row at once
         caches.append(cache)
+    # the prefill: the last prompt position's logits, and every prompt slot's key and value
+    assert torch.allclose(prefill[1], prefill[0], atol=1e-5), (prefill[1] - prefill[0]).abs().max()
+    for a, b in zip(caches[0], caches[1]):
+        assert torch.allclose(a[0], b[0], atol=1e-5) and torch.allclose(a[1], b[1], atol=1e-5)
     step = torch.tensor([[5], [9], [17], [2]])
     allowed = key_mask.bool()[:, None, None, :W + 1]
     ref, _ = eager._forward(step, pos[:, -1:] + 1, caches[0], W, allowed, key_mask)
