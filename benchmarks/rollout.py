@@ -1,4 +1,4 @@
-"""Rollout speed: the hand-written KV-cached sampler (and its C++ decode step,
+"""Rollout speed: the hand-written KV-cached sampler (and its C++ version,
 ``rollout.engine=native``) vs HF `generate`, side by side.
 
 Same model, prompts, sampling settings (temperature 1, no truncation, fixed length: EOS is
@@ -47,7 +47,7 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--no-native", action="store_true", help="skip rollout.engine=native (its C++ decode step)")
+    ap.add_argument("--no-native", action="store_true", help="skip rollout.engine=native (the kv sampler in C++)")
     ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results" / "rollout.md")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -111,7 +111,7 @@ def main() -> None:
     lines += ["", f"1-minute load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after, "
               f"{os.cpu_count()} cores shared with other jobs: timings are noisy (the two engines alternate, so both "
               "see the same load; the peak is measured once, under the same load). native: `rollout.engine=native`, the kv "
-              "sampler with its decode step in C++ (`suite/native_decode.py`)."]
+              "sampler with its forward and token loop in C++ (`suite/native_decode.py`)."]
     text = "\n".join(lines) + "\n"
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(text)

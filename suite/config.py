@@ -71,8 +71,9 @@ class RolloutConfig:
     required by ``train.world_size`` > 1; ``kv`` engine only. In the run id only when ``row``."""
     engine: Literal["auto", "kv", "native", "hf", "s3r", "vllm"] = "auto"
     """``kv``: the hand-written KV-cached sampler (Llama-style models); ``native``: the kv sampler
-    with its one-token decode step in C++ (CPU, fp32; built on first use with the system's C++
-    compiler and ninja; same sampling, logits within ~1e-6 of ``kv``: ``suite/native_decode.py``);
+    with its forward (prefill and decode) and its token loop in C++ (CPU, fp32; built on first
+    use with the system's C++ compiler and ninja; same sampling rules, logits within ~1e-6 of
+    ``kv``: ``suite/native_decode.py``);
     ``hf``: HF ``generate``;
     ``s3r``: self-sparse speculative rollouts on the KV sampler (exactly the dense distribution);
     ``vllm``: vLLM on a CUDA GPU (the ``vllm`` extra; untested in this project's CI, see

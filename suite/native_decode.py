@@ -1,4 +1,4 @@
-"""``rollout.engine=native``: the kv sampler with its decode step in C++ (CPU, fp32).
+"""``rollout.engine=native``: the kv sampler with its forward and token loop in C++ (CPU, fp32).
 
 At the sizes of the embedded default and the CPU benchmarks a decode step is a few dozen
 small tensor ops whose cost is the per-op round trip (Python, the dispatcher, a temporary

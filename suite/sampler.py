@@ -15,7 +15,7 @@ pass). Randomness comes only from ``generator``.
 embeddings from the model's own ``inv_freq``, grouped-query attention, SwiGLU, optional
 q/k/v, output and MLP biases); its logits equal the HF forward's (tested). ``HFGenerateEngine`` works for any
 causal LM. ``rollout.engine=native`` is :class:`suite.native_decode.NativeKVSampler` (the
-KVSampler with its one-token decode step in C++; CPU, fp32). ``rollout.engine=vllm`` is
+KVSampler with its forward and token loop in C++; CPU, fp32). ``rollout.engine=vllm`` is
 :class:`suite.vllm_engine.VLLMEngine` (CUDA, the ``vllm`` extra; untested here).
 """
 
