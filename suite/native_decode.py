@@ -188,7 +188,8 @@ class NativeKVSampler(KVSampler):
         strings, no top-K outputs, no attention statistic. Anything else: the Python loop."""
         plain = (self.native_loop and not want_attn and not params.stop_strings and not params.topk and params.top_p >= 1.0
                  and not (params.top_k and params.top_k < logits.shape[-1])
-                 and (isinstance(generator, torch.Generator) or (generator is None and params.temperature == 0)))
+                 and (isinstance(generator, torch.Generator) or (generator is None and params.temperature == 0))
+                 and torch.get_default_dtype() == torch.float32)  # sample_step's torch.rand draws in it
         if not plain:
             return super()._decode(params, generator, want_attn, limits, cache, logits, attn, key_mask, next_pos, W)
         cos_t, sin_t = self._rope_table

@@ -368,7 +368,8 @@ class KVSampler:
         for k, v in state.items():
             key = k[len("model."):] if k.startswith("model.") else k
             cur = self.w.get(key)
-            if cur is not None and cur.shape == v.shape and cur.dtype == v.dtype:
+            tied = key == "lm_head.weight" and cur is not None and cur is self.w.get("embed_tokens.weight")
+            if cur is not None and not tied and cur.shape == v.shape and cur.dtype == v.dtype:
                 cur.copy_(v.detach())
             else:
                 self.w[key] = v.detach().to(self.device).clone()

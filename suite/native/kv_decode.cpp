@@ -28,7 +28,7 @@
 #include <limits>
 #include <vector>
 
-#if defined(__GNUC__) && defined(__x86_64__)
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__)  // target_clones needs ELF's ifunc
 #include <immintrin.h>
 #define RLS_X86 1
 #define AVX512 __attribute__((target("avx512f")))
@@ -167,9 +167,13 @@ bool has_avx512() {
 inline __mmask16 tail_mask(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1); }
 
 // e^x for 16 floats: Cephes' expf (range reduction by ln 2, degree-6 polynomial, about 1 ulp);
-// exactly 0 below e^-87.3 (so a masked key, -inf, gets weight 0 as in the softmax)
+// exactly 0 below e^-87.3 (so a masked key, -inf, gets weight 0 as in the softmax), +inf above
+// e^88.4, NaN stays NaN (a diverged run shows as NaN logits, as in the eager step)
 AVX512 inline __m512 exp16(__m512 x) {
   const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.33654f), _CMP_LT_OQ);
+  const __mmask16 huge = _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.37626f), _CMP_GT_OQ);
+  const __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+  const __m512 in = x;
   x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(88.37626f)), _mm512_set1_ps(-87.33654f));
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -182,7 +186,9 @@ AVX512 inline __m512 exp16(__m512 x) {
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
   p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
   p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  return _mm512_maskz_mov_ps(__mmask16(~tiny), _mm512_scalef_ps(p, n));
+  __m512 e = _mm512_maskz_mov_ps(__mmask16(~tiny), _mm512_scalef_ps(p, n));
+  e = _mm512_mask_mov_ps(e, huge, _mm512_set1_ps(std::numeric_limits<float>::infinity()));
+  return _mm512_mask_mov_ps(e, nan, in);
 }
 
 AVX512 inline __m256 halves(__m512 a) {  // lanes i + lanes 8 + i
@@ -236,7 +242,7 @@ AVX512 void attend_pairs_avx512(int64_t p0, int64_t p1, const float* qp, int64_t
     float mx = ninf;
     for (t = 0; t < end; ++t) {
       if (!m[t] && t != self) sc[t] = ninf;  // padding: computed, then masked
-      mx = std::max(mx, sc[t]);
+      mx = std::isnan(sc[t]) ? sc[t] : std::max(mx, sc[t]);
     }
     const __m512 vmx = _mm512_set1_ps(mx);
     __m512 vsum = _mm512_setzero_ps();
@@ -317,8 +323,10 @@ Tensor decode_impl(Tensor ids, Tensor pos, const Tensor& mask, int64_t start, st
     TORCH_CHECK(i >= 0 && i < embed.size(0), "native decode: token id ", i, " outside the vocabulary (", embed.size(0), ")");
     TORCH_CHECK(p >= 0 && p < cos_t.size(0), "native decode: position ", p, " outside the RoPE table (", cos_t.size(0), ")");
   }
-  TORCH_CHECK(cos_t.is_contiguous() && sin_t.is_contiguous() && cos_t.size(1) == hd && sin_t.size(1) == hd,
-              "native decode: RoPE tables [positions, head dim]");
+  TORCH_CHECK(cos_t.is_contiguous() && sin_t.is_contiguous() && cos_t.scalar_type() == at::kFloat &&
+              sin_t.scalar_type() == at::kFloat && cos_t.size(1) == hd && sin_t.size(1) == hd &&
+              sin_t.size(0) == cos_t.size(0), "native decode: RoPE tables fp32 [positions, head dim]");
+  TORCH_CHECK(norm_w.numel() == H && norm_w.scalar_type() == at::kFloat, "native decode: final norm [hidden]");
   TORCH_CHECK(mask.dim() == 2 && mask.stride(1) == 1 && mask.scalar_type() == at::kBool && mask.size(0) == B &&
               mask.size(1) >= end, "native decode: mask bool [B, >= start + S]");
   const int64_t nl = int64_t(layers.size()) / 10;
@@ -336,6 +344,12 @@ Tensor decode_impl(Tensor ids, Tensor pos, const Tensor& mask, int64_t start, st
                 L[1].sizes() == at::IntArrayRef({H, w3}) && L[3].sizes() == at::IntArrayRef({qdim, H}) &&
                 L[6].sizes() == at::IntArrayRef({H, I2}) && L[8].sizes() == at::IntArrayRef({I2 / 2, H}) &&
                 I2 % 2 == 0, "native decode: layer ", l, " weights ([in, out])");
+    const int64_t widths[] = {w3, H, I2, H};  // the biases of qkv, o, gate/up, down: empty or [out]
+    const int64_t at_[] = {2, 4, 7, 9};
+    for (int j = 0; j < 4; ++j)
+      TORCH_CHECK(L[at_[j]].numel() == 0 || (L[at_[j]].numel() == widths[j] && L[at_[j]].scalar_type() == at::kFloat),
+                  "native decode: layer ", l, " bias ", at_[j], " of ", L[at_[j]].numel(), " values (want 0 or ",
+                  widths[j], ")");
   }
   TORCH_CHECK(head_t.dim() == 2 && head_t.size(0) == H, "native decode: head [hidden, vocabulary]");
   const bool vec = simd && has_avx512();

@@ -16,6 +16,8 @@
   cause (the compiler's error lines);
 * the C++ token loop samples exactly what the Python loop over the same step samples
   (temperatures 1, 0.7 and greedy; caps, EOS, compaction; the generator's state after);
+* a NaN in a real cache slot gives NaN logits on every path, as in the eager step; under
+  another default dtype the Python loop runs (sample_step draws in it);
 * a training run with ``rollout.engine=native`` completes, in its own run id.
 """
 
@@ -279,3 +281,62 @@ def test_a_weight_sync_in_place_reaches_every_copy():
         b = fresh.generate(prompts, params, torch.Generator().manual_seed(2))
         assert a.ids == b.ids and a.logp == b.logp
         assert all(torch.equal(x, y) for x, y in zip(old.state().values(), fresh.state().values()))
+
+
+def test_a_nan_in_the_cache_gives_nan_logits_as_the_eager_step(simd):
+    """A diverged run must show: a NaN key or value of a real slot makes that row's logits NaN
+    on every path (the AVX-512 exp keeps NaN, the softmax max does not skip it)."""
+    model, tok, _ = load_model(ModelConfig())
+    eager, nat = KVSampler(model, tok), native.NativeKVSampler(model, tok)
+    nat.simd = simd
+    prompts = [tok.encode(p, add_special_tokens=False) for p in PROMPTS]
+    ids, mask = left_pad(prompts, tok.pad_token_id or 0, "cpu")
+    B, W = ids.shape
+    key_mask = torch.cat([mask, torch.ones(B, 1, dtype=torch.long)], 1)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    step = torch.tensor([[5], [9], [17], [2]])
+    out = []
+    for eng in (eager, nat):
+        eng._rope_rows(W + 1)
+        cache = [[torch.zeros(B, eng.n_kv, W + 1, eng.head_dim) for _ in range(2)] for _ in range(eng.n_layers)]
+        eng.forward(ids, pos, cache, 0, key_mask)
+        cache[0][0][1, 0, W - 1, 0] = float("nan")  # row 1's last prompt key (a real one)
+        out.append(eng._forward(step, pos[:, -1:] + 1, cache, W, key_mask.bool()[:, None, None, :], key_mask)[0])
+    for logits in out:
+        assert torch.isnan(logits[1]).all() and torch.isfinite(logits[[0, 2, 3]]).all()
+
+
+def test_another_default_dtype_takes_the_python_loop():
+    """sample_step draws its noise in torch's default dtype; under float64 the C++ loop (which
+    draws fp32) steps aside, so both loops still sample the same."""
+    model, tok, _ = load_model(ModelConfig())
+    prompts = [tok.encode(p, add_special_tokens=False) for p in PROMPTS]
+    params = SamplingParams(max_new_tokens=6, temperature=1.0)
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        outs = []
+        for loop in (True, False):
+            nat = native.NativeKVSampler(model, tok)
+            nat.native_loop = loop
+            outs.append(nat.generate(prompts, params, torch.Generator().manual_seed(4)).ids)
+    finally:
+        torch.set_default_dtype(before)
+    assert outs[0] == outs[1]
+
+
+def test_an_in_place_sync_keeps_a_tied_head_apart_from_the_embedding():
+    """An engine whose head aliases its embedding (loaded from a state without ``lm_head``) that
+    then receives a separate ``lm_head.weight`` takes it as its own tensor: the embedding stays."""
+    model, tok, _ = load_model(ModelConfig())
+    for cls in (KVSampler, native.NativeKVSampler):
+        eng = cls(model, tok)
+        state = {k: v for k, v in model.state_dict().items() if k != "lm_head.weight"}
+        eng.load_weights(state, 1)
+        eng.w.pop("lm_head.weight")
+        eng.load_weights(state, 1)  # no lm_head in the state: the head is the embedding
+        assert eng.w["lm_head.weight"] is eng.w["embed_tokens.weight"]
+        emb = eng.w["embed_tokens.weight"].clone()
+        head = torch.randn_like(emb)
+        eng.load_weights({"lm_head.weight": head}, 2)
+        assert torch.equal(eng.w["embed_tokens.weight"], emb) and torch.equal(eng.w["lm_head.weight"], head)
