@@ -7,9 +7,10 @@ each), not arithmetic: the eager step of the vs_trl model (hidden 128, batch 32)
 (prefill, shared-prompt prefill, the sampling rules, stop handling, row compaction, weight sync)
 and moves two things to ``suite/native/kv_decode.cpp``:
 
-* the forward of new tokens (one per row in decoding, the prompt in a prefill): RMSNorm, RoPE, the cache write, attention over the cached keys (its
-  (row, head) pairs across torch's threads) and the SwiGLU activation are loops (AVX-512 where
-  the CPU has it, checked at run time; plain loops and ATen's kernels elsewhere), and the
+* the forward of new tokens (one per row in decoding, the prompt in a prefill): RMSNorm, RoPE,
+  the cache write, attention over the cached keys (its (row, head) pairs across torch's
+  threads) and the SwiGLU activation are loops (AVX-512 where the CPU has it, checked at run
+  time; plain loops and ATen's kernels elsewhere), and the
   matmuls are MKL/oneDNN GEMMs on weights transposed once per weight sync (``[in, out]``: 172
   vs 287 µs for the step's matmuls on the vs_trl shape at 2 threads, against ``at::linear`` on
   ``[out, in]``);
@@ -30,9 +31,11 @@ order), so a run's numbers depend on the CPU as MKL's already do. Prompts (prefi
 longer ones, and calls that need the attention statistic (``behav_attn_stat``), go through the
 eager forward.
 
-Built on first use with ``torch.utils.cpp_extension`` (a C++ compiler and ninja; about 30 s
-once, then cached under ``$TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``);
-compiled with ``-O3`` and no ``-march``, so a cache shared across machines stays valid.
+Built on first use with ``torch.utils.cpp_extension`` (a C++ compiler and ninja; about 16 s
+once, then cached under ``$TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``, by
+source, torch version and flags); compiled with ``-O3`` (and ``-fopenmp`` on Linux, sharing
+torch's OpenMP runtime) and no ``-march`` — the AVX-512 code sits in functions picked at run
+time — so a cache shared across machines stays valid.
 Refused with one message where it cannot serve: a CUDA device or non-fp32 weights (use
 ``rollout.engine=kv``), an activation other than SiLU/GELU/ReLU, or no compiler / ninja.
 """
@@ -78,7 +81,8 @@ def cxx_compiler() -> Optional[str]:
 
 
 def load_extension():
-    """The compiled module (built once per process; cached on disk by source hash)."""
+    """The compiled module (built once per process; cached on disk by source, torch version and
+    build flags)."""
     global _EXT
     if _EXT is not None:
         return _EXT
@@ -130,7 +134,8 @@ def supported(model) -> Optional[str]:
 
 
 class NativeKVSampler(KVSampler):
-    """:class:`~suite.sampler.KVSampler` whose one-token decode forward runs in C++."""
+    """:class:`~suite.sampler.KVSampler` whose forward (prefills up to ``long_prefill`` slots,
+    decode steps) and token loop run in C++ (see the module docstring)."""
 
     def __init__(self, model, tokenizer) -> None:
         why = supported(model)
@@ -192,27 +197,26 @@ class NativeKVSampler(KVSampler):
                  and torch.get_default_dtype() == torch.float32)  # sample_step's torch.rand draws in it
         if not plain:
             return super()._decode(params, generator, want_attn, limits, cache, logits, attn, key_mask, next_pos, W)
-        cos_t, sin_t = self._rope_table
         stop = torch.tensor(sorted(set(params.stop_ids)), dtype=torch.long)
         toks, lps, count, eos = self._ext.generate_loop(
             logits, next_pos, key_mask.bool().contiguous(), W, max(limits) if limits else 0,
             torch.tensor(limits, dtype=torch.long), stop, float(params.temperature), generator, float(self.compact_frac),
-            [c for layer in cache for c in layer], self._flat, self.w["embed_tokens.weight"], self.w["norm.weight"],
-            self._head_t, cos_t, sin_t, self.n_heads, self.n_kv, self.head_dim, float(self.eps), self._act_code,
-            self.simd)
-        track = _TensorTracker(len(limits), params, limits, self.device)
-        track.count, track.eos, track.toks, track.lps, track.tlps = count, eos, toks, lps, lps
-        return track.output(False)
+            [c for layer in cache for c in layer], *self._model_args())
+        return _TensorTracker.assemble(params, count, eos, toks, lps, lps)  # no truncation: trunc_logp = logp
+
+    def _model_args(self) -> tuple:
+        """The C++ functions' model arguments: (layers, embedding, final norm, head [in, out],
+        RoPE cos, signed sin, heads, key/value heads, head dim, eps, activation code, simd)."""
+        cos_t, sin_t = self._rope_table
+        return (self._flat, self.w["embed_tokens.weight"], self.w["norm.weight"], self._head_t, cos_t, sin_t,
+                self.n_heads, self.n_kv, self.head_dim, float(self.eps), self._act_code, self.simd)
 
     def _forward(self, ids: Tensor, pos: Tensor, cache: list[list[Tensor]], start: int, allowed: Tensor,
                  key_mask: Tensor, want_attn: bool = False) -> tuple[Tensor, Optional[Tensor]]:
         if want_attn or (ids.shape[1] > 1 and start + ids.shape[1] > self.long_prefill):
             return super()._forward(ids, pos, cache, start, allowed, key_mask, want_attn)
-        cos_t, sin_t = self._rope_table
         # the key mask itself: the C++ step applies the causal rule and lets a query see itself,
         # which is what `allowed` encodes
         logits = self._ext.decode(ids, pos, key_mask.bool().contiguous(), start, [c for layer in cache for c in layer],
-                                  self._flat, self.w["embed_tokens.weight"], self.w["norm.weight"], self._head_t,
-                                  cos_t, sin_t, self.n_heads, self.n_kv, self.head_dim, float(self.eps),
-                                  self._act_code, self.simd)
+                                  *self._model_args())
         return logits, None

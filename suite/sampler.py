@@ -265,9 +265,19 @@ class _TensorTracker:
         return self.done
 
     def output(self, want_attn: bool) -> GenOutput:
-        n = self.count.shape[0]
-        lengths = self.count.tolist()
-        reason = ["eos" if e else "length" for e in self.eos.tolist()]
+        return self.assemble(self.params, self.count, self.eos, self.toks, self.lps, self.tlps,
+                             self.attn if want_attn else None, self.topk_ids, self.topk_lp)
+
+    @staticmethod
+    def assemble(params: SamplingParams, count: Tensor, eos: Tensor, toks, lps, tlps, attn=None, topk_ids=(),
+                 topk_lp=()) -> GenOutput:
+        """The :class:`GenOutput` of a token loop: ``count [B]`` tokens recorded per row, ``eos
+        [B]`` rows stopped by a stop id; ``toks``, ``lps``, ``tlps`` (and ``attn``, the statistic
+        when wanted) per step, as lists of ``[B]`` tensors or as ``[B, steps]`` tensors (the
+        native engine's C++ loop); ``topk_ids`` / ``topk_lp`` lists of ``[B, K]`` per step."""
+        n = count.shape[0]
+        lengths = count.tolist()
+        reason = ["eos" if e else "length" for e in eos.tolist()]
 
         def rows(xs) -> list[list]:
             if not len(xs):
@@ -275,19 +285,19 @@ class _TensorTracker:
             full = xs if isinstance(xs, Tensor) else torch.stack(xs, 1)
             return [r[:k] for r, k in zip(full.tolist(), lengths)]
 
-        def per_row(xs: list[Tensor], dtype) -> list[Tensor]:
+        def per_row(xs: Sequence[Tensor], dtype) -> list[Tensor]:
             if not xs:
-                return [torch.zeros(0, self.params.topk, dtype=dtype) for _ in range(n)]
-            full = torch.stack(xs, 1).cpu()  # [B, steps, K]
+                return [torch.zeros(0, params.topk, dtype=dtype) for _ in range(n)]
+            full = torch.stack(list(xs), 1).cpu()  # [B, steps, K]
             return [full[b, :k].clone() for b, k in enumerate(lengths)]
 
-        topk = bool(self.params.topk)
+        topk = bool(params.topk)
         return GenOutput(
-            ids=rows(self.toks), logp=rows(self.lps), trunc_logp=rows(self.tlps),
+            ids=rows(toks), logp=rows(lps), trunc_logp=rows(tlps),
             stopped=[r != "length" for r in reason], stop_reason=reason,
-            topk_ids=per_row(self.topk_ids, torch.long) if topk else None,
-            topk_logp=per_row(self.topk_lp, torch.float) if topk else None,
-            attn_stat=rows(self.attn) if want_attn else None,
+            topk_ids=per_row(topk_ids, torch.long) if topk else None,
+            topk_logp=per_row(topk_lp, torch.float) if topk else None,
+            attn_stat=rows(attn) if attn is not None else None,
         )
 
 

@@ -1,7 +1,8 @@
-// One decode step of a Llama-style causal LM (Llama, Mistral, Qwen2) on the CPU in fp32:
-// the kv sampler's `_forward` for one new token per row, with every op but the matmuls as a
-// plain loop (no dispatcher round-trips, no temporaries per op). Built on first use by
-// suite/native_decode.py (torch.utils.cpp_extension).
+// The forward of a Llama-style causal LM (Llama, Mistral, Qwen2) on the CPU in fp32 for S new
+// tokens per row over a KV cache (the kv sampler's `_forward`: S = 1 when decoding, the prompt
+// in a prefill), with every op but the matmuls as a plain loop (no dispatcher round-trips, no
+// temporaries per op), and the token loop of a rollout around it (`generate_loop`). Built on
+// first use by suite/native_decode.py (torch.utils.cpp_extension).
 //
 // The matmuls are MKL/oneDNN through at::mm_out / at::addmm_ on weights stored transposed
 // ([in, out], packed once per weight sync by the Python side) into buffers allocated once per
@@ -18,7 +19,8 @@
 // at::parallel_for runs serially): it reads the whole KV cache each step, which at these
 // sizes lives in L3, so two cores' caches and bandwidth halve it.
 //
-// Shapes: B rows, H hidden, nh query heads, nkv key/value heads, hd head dim, I MLP width.
+// Shapes: B sequences, S new tokens each, R = B·S rows, H hidden, nh query heads, nkv key/value
+// heads, hd head dim, I MLP width.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/utils/pybind.h>
@@ -97,7 +99,7 @@ Tensor activate(const Tensor& g, int64_t act) {
   }
 }
 
-// y = x @ wt (+ bias); y += x @ wt (+ bias) when `accumulate`   x [B, in], wt [in, out]
+// y = x @ wt (+ bias); y += x @ wt (+ bias) when `accumulate`   x [R, in], wt [in, out]
 void matmul(Tensor& y, const Tensor& x, const Tensor& wt, const Tensor& bias, bool accumulate) {
   if (accumulate)
     y.addmm_(x, wt);
@@ -276,10 +278,10 @@ void attend_avx512(const float* qp, int64_t w3, const float* kcp, const float* v
   });
 }
 
-// a[r, i] = silu(gu[r, i]) * gu[r, I + i]   gu [B, 2I] (gate then up), a [B, I]
-AVX512 void swiglu_avx512(const float* gu, int64_t B, int64_t I, float* a) {
+// a[r, i] = silu(gu[r, i]) * gu[r, I + i]   gu [R, 2I] (gate then up), a [R, I]
+AVX512 void swiglu_avx512(const float* gu, int64_t R, int64_t I, float* a) {
   const __m512 one = _mm512_set1_ps(1.0f);
-  for (int64_t r = 0; r < B; ++r) {
+  for (int64_t r = 0; r < R; ++r) {
     const float* g = gu + r * 2 * I;
     const float* u = g + I;
     float* o = a + r * I;
@@ -373,7 +375,7 @@ Tensor decode_impl(Tensor ids, Tensor pos, const Tensor& mask, int64_t start, st
     Tensor& vc = caches[2 * l + 1];
     const int64_t total = kc.size(2);
     rmsnorm(xp, L[0].data_ptr<float>(), h.data_ptr<float>(), R, H, eps);
-    matmul(qkv, h, L[1], L[2], false);  // [B, qdim + 2 kdim]
+    matmul(qkv, h, L[1], L[2], false);  // [R, qdim + 2 kdim]
     float* kcp = kc.data_ptr<float>();
     float* vcp = vc.data_ptr<float>();
     rope_and_cache(qp, w3, cs, sn, ps, B, S, nh, nkv, hd, total, start, kcp, vcp);
@@ -386,7 +388,7 @@ Tensor decode_impl(Tensor ids, Tensor pos, const Tensor& mask, int64_t start, st
                      opts);
     matmul(x, o, L[3], L[4], true);  // x += o @ o_t (+ bias)
     rmsnorm(xp, L[5].data_ptr<float>(), h.data_ptr<float>(), R, H, eps);
-    matmul(gu, h, L[6], L[7], false);  // [B, 2I]: gate then up
+    matmul(gu, h, L[6], L[7], false);  // [R, 2I]: gate then up
     const int64_t I = I2 / 2;
 #ifdef RLS_X86
     if (vec && act == SILU)
@@ -501,7 +503,7 @@ std::vector<Tensor> generate_loop(Tensor logits, Tensor next_pos, Tensor mask, i
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("generate_loop", &generate_loop, "The token loop of a rollout (see suite/native_decode.py)",
         py::call_guard<py::gil_scoped_release>());
-  m.def("decode", &decode, "One fp32 decode step of a Llama-style model (see suite/native_decode.py)",
+  m.def("decode", &decode, "The fp32 forward of S new tokens a row of a Llama-style model (see suite/native_decode.py)",
         py::call_guard<py::gil_scoped_release>());
   m.def("has_avx512", &has_avx512, "Whether this CPU runs the AVX-512 loops");
 }

@@ -84,33 +84,37 @@ def simd(request):
     return request.param == "simd"
 
 
+STEP = torch.tensor([[5], [9], [17], [2]])  # one new token for each of PROMPTS
+
+
+def _prefilled(eng, tok, room: int):
+    """PROMPTS left-padded and prefilled into a new cache of ``room`` slots past the prompt:
+    (prefill logits, cache, key mask [B, W + room], positions [B, W], prompt width W)."""
+    ids, mask = left_pad([tok.encode(p, add_special_tokens=False) for p in PROMPTS], tok.pad_token_id or 0, "cpu")
+    B, W = ids.shape
+    key_mask = torch.cat([mask, torch.ones(B, room, dtype=torch.long)], 1)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    eng._rope_rows(W + room)
+    cache = [[torch.zeros(B, eng.n_kv, W + room, eng.head_dim) for _ in range(2)] for _ in range(eng.n_layers)]
+    logits, _ = eng.forward(ids, pos, cache, 0, key_mask)  # the prompts, W tokens a row at once
+    return logits, cache, key_mask, pos, W
+
+
 def test_one_decode_step_equals_the_eager_step(model_tok, simd):
     model, tok = model_tok
     eager, nat = KVSampler(model, tok), native.NativeKVSampler(model, tok)
     nat.simd = simd
-    prompts = [tok.encode(p, add_special_tokens=False) for p in PROMPTS]
-    ids, mask = left_pad(prompts, tok.pad_token_id or 0, "cpu")
-    B, W = ids.shape
-    total = W + 3
-    key_mask = torch.cat([mask, torch.ones(B, 3, dtype=torch.long)], 1)
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    caches, prefill = [], []
-    for eng in (eager, nat):
-        eng._rope_rows(total)
-        cache = [[torch.zeros(B, eng.n_kv, total, eng.head_dim) for _ in range(2)] for _ in range(eng.n_layers)]
-        prefill.append(eng.forward(ids, pos, cache, 0, key_mask)[0])  # the prompts, W tokens a row at once
-        caches.append(cache)
+    (ref_pre, ref_cache, key_mask, pos, W), (got_pre, got_cache, *_) = _prefilled(eager, tok, 3), _prefilled(nat, tok, 3)
     # the prefill: the last prompt position's logits, and every prompt slot's key and value
-    assert torch.allclose(prefill[1], prefill[0], atol=1e-5), (prefill[1] - prefill[0]).abs().max()
-    for a, b in zip(caches[0], caches[1]):
+    assert torch.allclose(got_pre, ref_pre, atol=1e-5), (got_pre - ref_pre).abs().max()
+    for a, b in zip(ref_cache, got_cache):
         assert torch.allclose(a[0], b[0], atol=1e-5) and torch.allclose(a[1], b[1], atol=1e-5)
-    step = torch.tensor([[5], [9], [17], [2]])
     allowed = key_mask.bool()[:, None, None, :W + 1]
-    ref, _ = eager._forward(step, pos[:, -1:] + 1, caches[0], W, allowed, key_mask)
-    got, stat = nat._forward(step, pos[:, -1:] + 1, caches[1], W, allowed, key_mask)
+    ref, _ = eager._forward(STEP, pos[:, -1:] + 1, ref_cache, W, allowed, key_mask)
+    got, stat = nat._forward(STEP, pos[:, -1:] + 1, got_cache, W, allowed, key_mask)
     assert stat is None and got.shape == ref.shape
     assert torch.allclose(got, ref, atol=1e-5), (got - ref).abs().max()
-    for a, b in zip(caches[0], caches[1]):  # the new key (after RoPE) and value written at slot W
+    for a, b in zip(ref_cache, got_cache):  # the new key (after RoPE) and value written at slot W
         assert torch.allclose(a[0], b[0], atol=1e-6) and torch.allclose(a[1], b[1], atol=1e-6)
 
 
@@ -289,19 +293,11 @@ def test_a_nan_in_the_cache_gives_nan_logits_as_the_eager_step(simd):
     model, tok, _ = load_model(ModelConfig())
     eager, nat = KVSampler(model, tok), native.NativeKVSampler(model, tok)
     nat.simd = simd
-    prompts = [tok.encode(p, add_special_tokens=False) for p in PROMPTS]
-    ids, mask = left_pad(prompts, tok.pad_token_id or 0, "cpu")
-    B, W = ids.shape
-    key_mask = torch.cat([mask, torch.ones(B, 1, dtype=torch.long)], 1)
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    step = torch.tensor([[5], [9], [17], [2]])
     out = []
     for eng in (eager, nat):
-        eng._rope_rows(W + 1)
-        cache = [[torch.zeros(B, eng.n_kv, W + 1, eng.head_dim) for _ in range(2)] for _ in range(eng.n_layers)]
-        eng.forward(ids, pos, cache, 0, key_mask)
+        _, cache, key_mask, pos, W = _prefilled(eng, tok, 1)
         cache[0][0][1, 0, W - 1, 0] = float("nan")  # row 1's last prompt key (a real one)
-        out.append(eng._forward(step, pos[:, -1:] + 1, cache, W, key_mask.bool()[:, None, None, :], key_mask)[0])
+        out.append(eng._forward(STEP, pos[:, -1:] + 1, cache, W, key_mask.bool()[:, None, None, :], key_mask)[0])
     for logits in out:
         assert torch.isnan(logits[1]).all() and torch.isfinite(logits[[0, 2, 3]]).all()
 
