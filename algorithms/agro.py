@@ -1,5 +1,5 @@
 """AGRO — "RL-finetuning LLMs from on- and off-policy data with a single algorithm" (Tang,
-Cohen, Zhang, Valko, Munos et al., arXiv 2503.19612, AISTATS 2026); algorithms.md §11.
+Cohen, Zhang, Valko, Munos et al., arXiv 2503.19612, AISTATS 2026).
 
 Generation consistency (Theorem 1): at the optimum of ``E[R] − β·KL(π‖π_ref)`` the KL-adjusted
 sequence reward ``U(y) = R(y) − β·log(π_θ(y|x)/π_ref(y|x))`` equals ``β·log Z(x)`` for every y.

@@ -5,11 +5,13 @@ Objective (token-mean over the batch, Eq. 4):
 
 Differs from GRPO/PPO by: 1. the clip acts on a *stop-gradient* importance weight multiplying
 log π, so every token keeps its gradient (no token is dropped by the clip); 2. one-sided in
-the paper: no lower bound (``eps_is_low: null``; verl emulates it with clip_ratio_low = 10);
+the paper: no lower bound (``eps_is_low: null``; verl 0.9.1's ``cispo`` loss always clamps to
+[1 − clip_ratio_low, 1 + clip_ratio_high], so any clip_ratio_low ≥ 1 removes the lower bound);
 3. token-mean, no KL. ``stats/clip_frac`` = share of tokens whose weight was truncated.
 
-Fidelity: ``code`` — verl's CISPO loss; ms-swift docs. ε^IS_high is tuned in the paper; the
-default 0.2 (cap 1.2) is verl's canonical script.
+Fidelity: ``code`` — verl 0.9.1's ``compute_policy_loss_cispo`` (the same per-token
+``−sg(clip(r))·Â·log π``); ms-swift docs. ε^IS_high is tuned in the paper; the default 0.2
+(cap 1.2) equals verl 0.9.1's default ``clip_ratio_high``.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ class CISPOConfig(AlgoConfig):
     eps_is_low: Optional[float] = None
     """Lower IS truncation 1 − ε_low (null = none, the paper's setting)."""
     eps_is_high: float = 0.2
-    """Upper IS truncation 1 + ε_high (tuned in the paper; verl canonical 0.2)."""
+    """Upper IS truncation 1 + ε_high (tuned in the paper; 0.2 = verl 0.9.1's default clip_ratio_high)."""
     scale_by_std: bool = True
     """GRPO z-score advantage (False: mean only)."""
     aggregation: AggMode = "token-mean"

@@ -1,5 +1,5 @@
 """COPC — Coupled Off-Policy Correction for asynchronous LLM RL (Hu, Zhou, Zhang, Liu, Chen,
-Li et al., arXiv 2610.09597); reconstruction of algorithms.md §9.
+Li et al., arXiv 2610.09597); a reconstruction (fidelity labels: algorithms/README.md).
 
 PPO with a critic on rollouts from a stale behaviour policy μ = π_{θ−k}. The ratio splits as
 ``π_θ/μ = (π_old/μ)·(π_θ/π_old)``; the staleness/mismatch part ``ρ_t = π_old(y_t)/μ(y_t)``

@@ -13,12 +13,13 @@ Differs from GRPO by:
      logs ``filter/kept_frac`` (kept share) and ``filter/rollout_batches`` (refills + 1).
   4. Overlong reward shaping with lengths relative to ``max_new_tokens``: with
      ``L_max = max_new_tokens``, ``L_cache = overlong_buffer · L_max`` and
-     ``L_exp = L_max − L_cache``, add ``min(−(|y| − L_exp)/L_cache · penalty, 0)`` (verl form;
-     −1 at L_max). The ablated alternative ``overlong = filter`` masks truncated samples out of
-     the loss.
+     ``L_exp = L_max − L_cache``, add ``min(−(|y| − L_exp)/L_cache · penalty, 0)`` (the form of
+     verl 0.9.1's DAPO reward manager; −1 at L_max). The ablated alternative
+     ``overlong = filter`` masks truncated samples out of the loss.
 
-Fidelity: ``code`` — paper and verl-recipe/dapo. Paper defaults: L_max 20480 with L_cache 4096
-(``overlong_buffer`` = 0.2), LR 1e-6 with 20-step warm-up (preset), 512 prompts × 16.
+Fidelity: ``code`` — paper; the overlong shaping checked against verl 0.9.1
+(``verl/experimental/reward_loop/reward_manager/dapo.py``). Paper defaults: L_max 20480 with
+L_cache 4096 (``overlong_buffer`` = 0.2), LR 1e-6 with 20-step warm-up (preset), 512 prompts × 16.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """DC-GRPO — discrepancy-constrained GRPO (Liu, Liu, Wan, Liang, Tang, Pan, "Reformulate LLM
 Reinforcement Learning for Efficient Training under Black-box Discrepancy", arXiv 2606.08779);
-reconstruction of algorithms.md §15.
+a reconstruction (fidelity labels: algorithms/README.md).
 
 A constrained MDP over the training–inference gap. Per response token, the probability gap
 between the trainer's π_old and the sampler's μ (bounded, ratio-free):

@@ -17,8 +17,10 @@ weight ``C`` (Stable-RL 10; the paper warns small C biases against rare tokens);
 advantage without std (``scale_by_std = False``); 4. ``seq-mean-token-sum-norm``; no KL.
 ``stats/clip_frac`` is the masked fraction over tokens with A ≠ 0 (as Stable-RL).
 
-Fidelity: ``code`` — sail-sg/Stable-RL (all variants) and verl ``dppo_tv``/``dppo_kl``.
-Defaults: δ_TV 0.15, δ_KL 0.05 (low = high, from the verl example).
+Fidelity: ``code`` — sail-sg/Stable-RL (all variants) and verl 0.9.1 ``dppo_tv``/``dppo_kl``
+(the same direction-aware masks and ``−A·sg(min(r, C))·M·log π``; verl reads δ from
+``clip_ratio_low``/``clip_ratio_high`` and C from ``clip_ratio_c``, anchored at its old
+log-probs). Defaults: δ_TV 0.15, δ_KL 0.05, the same on both sides.
 """
 
 from __future__ import annotations

@@ -6,9 +6,11 @@ Differs from GRPO (``grpo.py``) by:
   1. No division by the group std (Oat's ``remove_std_bias``): ``scale_by_std = False``.
   2. No 1/|y_i| length normalisation (Oat's ``remove_len_bias``): each sequence's token sum is
      divided by the constant ``L = rollout.max_new_tokens`` and averaged over sequences —
-     aggregation ``seq-mean-token-sum-norm`` as in the Dr. GRPO code. (verl's mode of that name
-     omits 1/N and uses the padded width; TRL's ``dr_grpo`` divides by B·max_completion_length,
-     which equals ours.)
+     aggregation ``seq-mean-token-sum-norm`` as in the Dr. GRPO code. (verl 0.9.1's mode of that
+     name divides by the number of non-empty sequences times the padded width of the loss
+     mask, or ``loss_scale_factor`` when set: the same as ours when no row is fully masked and
+     the width is L; TRL 1.16.0's ``dr_grpo`` divides by B·max_completion_length, which equals
+     ours. See ``suite/aggregation.py``.)
   3. No KL and no reference model (β = 0).
   4. Truncated responses (no EOS) get reward 0 (``zero_truncated``), as in the code.
 

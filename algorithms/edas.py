@@ -19,8 +19,9 @@ Fidelity: ``code`` (rule from the authors' README). The error class is the task'
 (``Batch.error_class`` from ``Grade.error_key``: the canonical final answer for math-like tasks,
 the exception type or failure status for code; ``equivalence = parsed`` uses the parsed answer
 instead). [ASSUMPTION]s: unparsable answers (None) share one "no answer" class (``none_class``);
-a rollout is incorrect iff its task score < 1; with base = grpo the loss is verl's GRPO
-(token-mean, no KL — the EDAS code is a verl port); β = 0.3 with DAPO and 0.2 with GRPO when unset.
+a rollout is incorrect iff its task score < 1; with base = grpo the loss is GRPO with verl
+0.9.1's defaults (PPO clip 0.2/0.2, token-mean, no KL loss), assumed to be what the EDAS code
+runs; β = 0.3 with DAPO and 0.2 with GRPO when unset.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ class EDAS(DAPO):
     assumptions = ("error class = the task's Grade.error_key (math: canonical answer; code: exception type)",
                    "unparsable answers share one 'no answer' class (none_class)",
                    "incorrect ⇔ task score < 1",
-                   "base = grpo uses verl's GRPO: PPO clip 0.2/0.2, token-mean, no KL",
+                   "base = grpo uses GRPO with verl 0.9.1's defaults: PPO clip 0.2/0.2, token-mean, no KL",
                    "β = 0.3 with DAPO, 0.2 with GRPO when unset; warm-up measured in training progress")
     switches = ("base", "alpha", "beta", "kappa", "warmup_frac", "none_class", "equivalence")
     inert = {"alpha": "acts only where a group's wrong answers fall into ≥ 2 classes; the contract harness "

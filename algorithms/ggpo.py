@@ -1,4 +1,4 @@
-"""GGPO — Gibbs-Gap Policy Optimization (paper not found; reconstruction of algorithms.md §11).
+"""GGPO — Gibbs-Gap Policy Optimization (paper not found; a reconstruction from a description).
 
 Setup: the KL-regularised objective ``max_π E[R] − β·KL(π‖π_ref)`` has the optimum
 ``π* ∝ π_ref·exp(R/β)``; with the sequence KL-adjusted reward
@@ -37,7 +37,7 @@ import torch
 from algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
 from algorithms.reinforce import policy_gradient_loss
 from suite.aggregation import AggMode
-from suite.ops import broadcast_to_tokens, clipped_surrogate, masked_sum
+from suite.ops import broadcast_to_tokens, clipped_surrogate, group_all_equal, masked_sum
 from suite.types import Batch, Forward
 
 STATE = ("updates", "refreshes", "logged", "seen")
@@ -46,17 +46,21 @@ STATE = ("updates", "refreshes", "logged", "seen")
 def group_contrast(u: torch.Tensor, group_ids: torch.Tensor, beta: float, kind: str) -> torch.Tensor:
     """Per-sample group baseline of U: ``β·log mean_G exp(U/β)`` (``log_mean_exp``) or ``mean_G U``.
 
-    A singleton group's baseline is its own U (zero gap under either contrast).
-    Shapes: u [B], group_ids [B] → [B]. Reference: algorithms.md §11 (GGPO / AGRO).
+    A singleton group's baseline is its own U (zero gap under either contrast); so is the
+    baseline of any group whose U are all equal, exactly (computed in float64, returned in u's dtype).
+    Shapes: u [B], group_ids [B] → [B]. Reference: the module docstring (GGPO) and ``algorithms/agro.py`` (AGRO).
     """
     _, inv, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
-    n = counts.to(u.dtype)
+    u64 = u.to(torch.float64)
+    n = counts.to(u64.dtype)
     if kind == "mean":
-        return (torch.zeros_like(n).index_add_(0, inv, u) / n)[inv]
-    x = u / beta
-    top = torch.full_like(n, -torch.inf).scatter_reduce_(0, inv, x, "amax")  # stabilised logsumexp
-    s = torch.zeros_like(n).index_add_(0, inv, torch.exp(x - top[inv]))
-    return (beta * (top + s.log() - n.log()))[inv]
+        base = (torch.zeros_like(n).index_add_(0, inv, u64) / n)[inv]
+    else:
+        x = u64 / beta
+        top = torch.full_like(n, -torch.inf).scatter_reduce_(0, inv, x, "amax")  # stabilised logsumexp
+        s = torch.zeros_like(n).index_add_(0, inv, torch.exp(x - top[inv]))
+        base = (beta * (top + s.log() - n.log()))[inv]
+    return torch.where(group_all_equal(u, group_ids), u64, base).to(u.dtype)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,7 +87,7 @@ class GGPOConfig(AlgoConfig):
 class GGPO(Algorithm):
     name = "ggpo"
     summary = "Log-mean-exp (Gibbs) contrast of the KL-adjusted sequence reward; reference refreshed every T updates."
-    citation = "Gibbs-Gap Policy Optimization (paper not found; built from a description), algorithms.md §11"
+    citation = "Gibbs-Gap Policy Optimization (paper not found; built from a description; see algorithms/README.md)"
     fidelity = "description"
     assumptions = (
         "U_i = R_i − β·Σ_t(log π_old − log π_ref): the sequence log-ratio uses π_old (the policy at rollout).",

@@ -11,12 +11,12 @@ KL(π_θ‖π_ref) on the sampled token, applied as a *loss* term by the shared 
 Differs from PPO (``algorithms/ppo.py``) by:
   1. No critic: the baseline is the group mean, scaled by the group std (switch
      ``scale_by_std``; off gives the unnormalised arm of std-normalisation studies).
-  2. Aggregation ``seq-mean-token-mean`` (the paper's 1/|y_i| then 1/G); verl defaults to
+  2. Aggregation ``seq-mean-token-mean`` (the paper's 1/|y_i| then 1/G); verl 0.9.1 defaults to
      ``token-mean`` — switch ``aggregation``.
   3. KL to the reference as a k3 loss term with β = 0.04 instead of a KL penalty in the reward.
 
-Fidelity: ``code`` — checked against verl ``compute_grpo_outcome_advantage`` (unbiased std,
-ε 1e-6, singleton group → mean 0, std 1). Paper defaults: ε 0.2, β 0.04, G 64, LR 1e-6;
+Fidelity: ``code`` — checked against verl 0.9.1 ``compute_grpo_outcome_advantage`` (unbiased
+std, ε 1e-6, singleton group → mean 0, std 1). Paper defaults: ε 0.2, β 0.04, G 64, LR 1e-6;
 G/LR/batch come from the task preset here.
 """
 

@@ -7,13 +7,13 @@ z-score: clipping, rewarding and optimisation are all sequence-level. Every toke
 carries the same per-token loss, so ``seq-mean-token-mean`` aggregation yields exactly J.
 
 GSPO-token (``gspo_token``, Eq. 13): ``s_it = sg[s_i]·π_θ(y_it)/sg[π_θ(y_it)]`` — the log-ratio is
-``sg(mean_t log r) + log π − sg(log π)`` (clamped at ≤ 10, as verl), clipped per token; equal
+``sg(mean_t log r) + log π − sg(log π)`` (clamped at ≤ 10, as verl 0.9.1), clipped per token; equal
 to GSPO in value and gradient when Â_it = Â_i, and allows token-level advantages.
 
 Differs from GRPO by: 1. the sequence-level ratio and clip; 2. ε_l = 3e-4, ε_r = 4e-4;
 3. no KL. ``stats/clip_frac`` is the fraction of tokens in clipped sequences (the paper's
 "fraction of clipped tokens", ~100× GRPO's).
-Fidelity: ``code`` — verl ``compute_policy_loss_gspo``; numbers from the HF rl-llm-wiki review.
+Fidelity: ``code`` — verl 0.9.1 ``compute_policy_loss_gspo``; numbers from the HF rl-llm-wiki review.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ import torch
 
 from algorithms.base import AdvOut, Context, register
 from algorithms.grpo import GRPO, GRPOConfig
-from suite.ops import broadcast_to_tokens, group_mean_std, group_normalised_advantage, masked_sum
+from suite.ops import broadcast_to_tokens, group_all_equal, group_mean_std, group_normalised_advantage, masked_sum
 from suite.types import Batch, Forward, Rollout
 
 
@@ -48,14 +48,16 @@ def weighted_group_advantage(rewards: torch.Tensor, group_ids: torch.Tensor, w: 
                              scale_by_std: bool = True, eps: float = 1e-6) -> torch.Tensor:
     """``(R − m_w)/(σ_w + eps)`` with the group's w-weighted mean and std
     (``m_w = Σ wR/Σ w``, ``σ_w² = Σ w(R − m_w)²/Σ w · n/(n−1)``; w ≡ 1 gives GRPO's z-score).
-    Shapes: [B], [B], [B] → [B]."""
+    Computed in float64, returned in the rewards' dtype; a group whose rewards are all equal
+    (a singleton included) gets exactly 0. Shapes: [B], [B], [B] → [B]."""
     _, inv, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
-    n, w = counts.to(rewards.dtype), w.to(rewards.dtype)
+    r, n, w = rewards.to(torch.float64), counts.to(torch.float64), w.to(torch.float64)
     sw = torch.zeros_like(n).index_add_(0, inv, w)
-    m = torch.zeros_like(n).index_add_(0, inv, w * rewards) / sw
-    var = torch.zeros_like(n).index_add_(0, inv, w * (rewards - m[inv]) ** 2) / sw * n / (n - 1).clamp(min=1)
-    centred = rewards - m[inv]
-    return centred / (var.sqrt()[inv] + eps) if scale_by_std else centred
+    m = torch.zeros_like(n).index_add_(0, inv, w * r) / sw
+    var = torch.zeros_like(n).index_add_(0, inv, w * (r - m[inv]) ** 2) / sw * n / (n - 1).clamp(min=1)
+    centred = r - m[inv]
+    adv = centred / (var.sqrt()[inv] + eps) if scale_by_std else centred
+    return torch.where(group_all_equal(rewards, group_ids), torch.zeros_like(adv), adv).to(rewards.dtype)
 
 
 def feature_orthogonality(hidden, adv, mask, group_id) -> Optional[torch.Tensor]:

@@ -11,9 +11,9 @@ reward); ``δ_t = r_t + γV_{t+1} − V_t``, ``Â_t = δ_t + γλÂ_{t+1}``, ``r
 ``½·max((V − R)², (clip(V, V_old ± c_v) − R)²)``, aggregated like the policy loss and added
 with weight ``vf_coef`` (the critic has its own parameter group and learning rate).
 
-Fidelity: ``code`` — verl ``compute_gae_advantage_return``, ``compute_policy_loss_vanilla``,
-``compute_value_loss``. Defaults (verl): ε 0.2 both sides, dual clip c = 3, γ = λ = 1, value
-clip 0.5, token-mean, KL off (if enabled: k1 in the reward).
+Fidelity: ``code`` — verl 0.9.1 ``compute_gae_advantage_return``, ``compute_policy_loss_vanilla``,
+``compute_value_loss``. Defaults (verl 0.9.1's ``ppo_trainer`` config): ε 0.2 both sides, dual
+clip c = 3, γ = λ = 1, value clip 0.5, token-mean, KL off (if enabled: k1 in the reward).
 """
 
 from __future__ import annotations

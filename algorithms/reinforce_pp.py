@@ -12,7 +12,10 @@ then the same global whitening; the KL moves from the reward to a k3 loss term.
 Differs from GRPO by: 1. global batch whitening instead of per-group std; 2. (plain variant)
 no group baseline and a per-token KL reward.
 Fidelity: ``code`` — verl's ``reinforce_plus_plus`` and ``reinforce_plus_plus_baseline``
-estimators; RLinf docs. The official OpenRLHF code was not checked.
+estimators (checked against verl 0.9.1); RLinf docs. OpenRLHF 0.11.2 (``reinforce`` and
+``reinforce_baseline`` in ``openrlhf/trainer/ppo_utils/experience_maker.py``) computes the same
+returns (for γ = 1) and global whitening, except that it whitens with the population variance (verl 0.9.1
+and ``suite.ops.masked_whiten``: Bessel-corrected) and its default KL coefficient is 0.01.
 [ASSUMPTION] baseline variant: KL as a k3 loss term (β 0.001), not confirmed against the v9 text.
 """
 
@@ -32,8 +35,10 @@ def discounted_returns(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: f
     """``G_t = Σ_{k≥t} γ^{k−t} r_k`` over policy tokens (masked tokens skipped). [B, T] → [B, T].
 
     Masked tokens inside a response (tool observations) are skipped and the return carries
-    across them, so the final reward reaches earlier turns; verl's estimator resets the running
-    return at masked tokens instead (identical for single-turn batches).
+    across them, so the final reward reaches earlier turns. verl 0.9.1's REINFORCE++ estimator
+    (``compute_reinforce_plus_plus_outcome_advantage``) behaves the same way: at a masked position
+    it keeps the running return as it is (no reset, no extra discount), so the two agree on
+    multi-turn batches too.
     """
     return gae(token_rewards, torch.zeros_like(token_rewards), mask, gamma, 1.0)[0]
 
@@ -41,7 +46,7 @@ def discounted_returns(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: f
 @dataclass(frozen=True, kw_only=True)
 class ReinforcePPConfig(AlgoConfig):
     clip_eps: float = 0.2
-    """ε of the clipped ratio (OpenRLHF)."""
+    """ε of the clipped ratio (OpenRLHF 0.11.2's ``--actor.eps_clip`` default)."""
     gamma: float = 1.0
     """Discount of the token-reward return."""
     kl_coef: float = 0.001

@@ -5,7 +5,10 @@ token of y_i (needs G ≥ 2). ``R_i`` includes the KL penalty when ``kl_where = 
 
 Two modes (switch ``mode``):
   * ``verl`` (default): RLOO advantage + PPO-clip token loss, token-mean, k1 KL in the reward
-    with β = 0.001 (verl ``compute_rloo_outcome_advantage``).
+    with β = 0.001. The advantage matches verl 0.9.1's ``compute_rloo_outcome_advantage`` (which,
+    unlike ours, leaves a singleton group's reward as its advantage); k1 (``kl_penalty: kl``)
+    and β = 0.001 (``kl_ctrl.kl_coef``) are verl 0.9.1's defaults for the in-reward KL, which
+    verl switches on with ``use_kl_in_reward``.
   * ``paper``: the completion is one action — on-policy REINFORCE ``−Â_i·log π(y_i|x)``, no
     ratio or clip, the token log-probs summed per sequence (aggregation ``seq-mean-token-sum``),
     and the sequence-level KL penalty ``β·Σ_t log(π/π_ref)`` in the reward.
@@ -31,9 +34,10 @@ from suite.types import Batch, Forward
 def leave_one_out_advantage(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
     """``R_i − mean_{j≠i} R_j`` per sample; 0 for a singleton group. Shapes: [B], [B] → [B]."""
     _, inv, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
-    n = counts[inv].to(rewards.dtype)
-    mean = group_mean_std(rewards, group_ids)[0]
-    return torch.where(n > 1, n / (n - 1).clamp(min=1) * (rewards - mean), torch.zeros_like(rewards))
+    r = rewards.to(torch.float64)  # float64 like group_mean_std; an all-equal group gives exactly 0
+    n = counts[inv].to(r.dtype)
+    mean = group_mean_std(r, group_ids)[0]
+    return torch.where(n > 1, n / (n - 1).clamp(min=1) * (r - mean), torch.zeros_like(r)).to(rewards.dtype)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,5 +1,5 @@
 """SP3O — Sparse PPO (Li, Yan, Luo et al. 2026, "Rethinking Critic Learning in PPO: Understanding
-and Mitigating Value Flattening", arXiv 2609.18708); reconstruction of algorithms.md §10.
+and Mitigating Value Flattening", arXiv 2609.18708); a reconstruction (fidelity labels: algorithms/README.md).
 
 Value flattening: dense regression on correlated adjacent states with a terminal-only reward
 makes V nearly constant along a response. SP3O uses K well-separated *anchors* per response

@@ -19,6 +19,32 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def gains_table(root: Path) -> list[str]:
+    """Per algorithm: final greedy test accuracy − the run's own step-0 test accuracy, per seed."""
+    import json
+
+    gains: dict[str, dict[int, float]] = {}
+    for run in sorted(p for p in root.iterdir() if (p / "evals.jsonl").exists()):
+        spec = json.loads((run / "spec.json").read_text())
+        ev = [json.loads(x) for x in open(run / "evals.jsonl")]
+        key = next((k for k in ev[0] if k.startswith("eval/") and k.endswith("/greedy_acc")), None)
+        test = [e for e in ev if e["split"] == "test" and key in e]
+        if len(test) < 2 or test[0]["step"] != 0 or not test[-1].get("final"):
+            continue
+        label = spec["algo"]["name"] + (f":{spec['variant']}" if spec.get("variant") else "")
+        gains.setdefault(label, {})[spec["seed"]] = 100 * (test[-1][key] - test[0][key])
+    seeds = sorted({s for g in gains.values() for s in g})
+    rows = ["| algorithm | " + " | ".join(f"seed {s}" for s in seeds) + " | mean | min |",
+            "|---|" + "---|" * (len(seeds) + 2)]
+    for label, g in sorted(gains.items(), key=lambda kv: -sum(kv[1].values()) / len(kv[1])):
+        vals = [g.get(s) for s in seeds]
+        got = [v for v in vals if v is not None]
+        rows.append(f"| {label} | " + " | ".join("n/a" if v is None else f"{v:+.1f}" for v in vals)
+                    + f" | {sum(got) / len(got):+.1f} | {min(got):+.1f} |")
+    return ["Points of greedy test accuracy over each run's own step-0 test eval (the committed base; "
+            "the same 200 test prompts).", "", *rows]
+
+
 def main(spec: str, results: str, title: str, note: str = "") -> None:
     ap = argparse.ArgumentParser(description=f"run the `{spec}` sweep and write {results}")
     ap.add_argument("--out", type=Path, default=None, help="sweep root (default: a temporary folder)")
@@ -32,6 +58,7 @@ def main(spec: str, results: str, title: str, note: str = "") -> None:
     if res.returncode not in (0, 1):
         sys.exit(f"sweep failed with exit {res.returncode}")
     from reports.build import build_report
+    from suite.warmstart import cpu_model
     from reports.config import ReportConfig
     from sweeps.spec import load
 
@@ -40,9 +67,10 @@ def main(spec: str, results: str, title: str, note: str = "") -> None:
     build_report(out / name, report, ReportConfig(reps=2000))
     parts = [f"# {title}", "", note, "",
              f"Command: `python benchmarks/{Path(sys.argv[0]).name}` (sweep `{spec}`, {args.workers} local workers, "
-             f"1 torch thread each). Machine: {platform.machine()}, {os.cpu_count()} cores (shared with other work "
+             f"1 torch thread each). Machine: {cpu_model()} ({platform.machine()}), {os.cpu_count()} cores (shared with other work "
              f"while it ran). Sweep wall time: {wall / 60:.1f} min. Full report: `rlsuite report <root>/{name}`.", "",
              "Scores: final greedy test accuracy, %.", "", (report / "leaderboard.md").read_text()]
+    parts += ["## Gain over the base per seed", "", *gains_table(out / name), ""]
     if (report / "ablation.md").exists():
         parts += ["## Ablation (each arm vs its base, paired over seeds)", "", (report / "ablation.md").read_text()]
     if (report / "stability_runs.md").exists():

@@ -6,7 +6,7 @@ character tokenizer, random init, saved locally and loaded by both sides), same 
 (4 prompts × 8 completions × at most 32 new tokens, EOS ends a completion on both sides),
 fp32, the same thread count, and matched settings:
 
-* TRL: ``bf16=False``, ``gradient_checkpointing=False`` (TRL's default is True: it would
+* TRL: ``bf16=False``, ``gradient_checkpointing=False`` (TRL 1.16.0's default is True: it would
   recompute activations in the backward, which rlsuite does not), ``use_vllm=False``,
   ``report_to="none"``, ``beta=0``,
   ``num_iterations=1``, ``loss_type="grpo"`` (per-sequence token mean, then the batch mean),
@@ -21,10 +21,10 @@ It first checks that both sides compute the same loss for the same inputs (TRL's
 blocks of steps of the two trainers, prints per-step times and ends with the median ratio
 ``speedup: N.NNx``. A third side, rlsuite with the opt-in levers (all fp32): ``train.compile`` and
 ``train.share_prefix`` (``benchmarks/levers.py``), ``optim.fused`` (the fused AdamW kernel, which is
-what TRL's side runs: HF Trainer's default ``adamw_torch_fused``) and ``rollout.engine=native``
-(the kv sampler's forward and token loop in C++), compiled and built before the timings, alternates with
-the other two and is reported on its own line (``--no-levers`` skips it). Results go to
-``benchmarks/results/vs_trl.md``.
+what TRL's side runs: HF Trainer's default ``adamw_torch_fused`` with torch ≥ 2.8 in
+transformers 5.24) and ``rollout.engine=native`` (the kv sampler's forward and token loop in
+C++), compiled and built before the timings, alternates with the other two and is reported on
+its own line (``--no-levers`` skips it). Results go to ``benchmarks/results/vs_trl.md``.
 
     pip install -e ".[bench]"; python benchmarks/vs_trl.py [--rounds 3] [--steps 6] [--threads 2]
 """

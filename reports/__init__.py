@@ -4,7 +4,7 @@ Reads run folders only (never writes into them). Entry points:
 - `build_report(root, out, config) -> Path` (path of report.html);
 - `reports.cli.add_arguments(parser)` / `reports.cli.main(args) -> int` for `rlsuite report`;
 - `python -m reports ROOT --out DIR` standalone.
-Statistics follow rliable (Agarwal et al. 2021); see reference/metrics-and-eval.md §4.
+Statistics follow rliable (Agarwal et al. 2021); see reports/METRICS.md §4.
 """
 
 from reports.build import build_report

@@ -6,7 +6,7 @@ when the arm does not list that factor, the value of the dotted field in its spe
 (so a base arm with `factors = {}` still gets its levels).
 
 Differences are paired over the seeds the two arms share (bootstrap over seeds); arms with
-no shared seed fall back to an unpaired bootstrap, labelled as such (metrics-and-eval.md §4.4).
+no shared seed fall back to an unpaired bootstrap, labelled as such (reports/METRICS.md §4.4).
 """
 
 from __future__ import annotations

@@ -15,15 +15,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from reports import ablation, scaling, tables, timing
+from reports import ablation, scaling, stability, stats, tables, timing
 from reports.atomic import atomic_write_text
 from reports.config import ReportConfig
 from reports.errors import ReportError
 from reports.figures import Figure, build_figures
 from reports.load import RunSet, load_runs
-from reports.render import Block, render_html, render_markdown, write_table
+from reports.render import Block, render_html, render_markdown, summary_lines, verdict_footer, write_table
 from reports.scores import BASE_LABEL, Scored, config_fingerprint, score_runs
-from reports.stats import UNDER_COVERAGE_NOTE
 from reports.tables import Table
 
 MAX_PROBLEMS_SHOWN = 50
@@ -85,44 +84,80 @@ class Context:
         self.seeds = (f"{counts.min()}" if counts.min() == counts.max() else f"{counts.min()}-{counts.max()}") \
             if len(counts) else "0"
         self.n_tasks = scored.scores["task"].nunique()
+        self.cell_ns = sorted({int(n) for n in counts})
+        per_task = scored.scores.groupby(["algorithm", "task"]).size().groupby("algorithm").min()
+        self.agg_ns = sorted({int(n) for n in per_task})
 
-    def footer(self, method: str, reps: int | None = None, scores: bool = True) -> str:
-        """Table footer: seeds, tasks, resamples, CI method, commits, and the coverage caveat."""
+    def footer(self, method: str, reps: int | None = None, scores: bool = True, coverage: str = "bootstrap") -> str:
+        """Table footer: seeds, tasks, resamples, CI method, commits, and the measured coverage
+        (`coverage`: "cell" / "aggregate" = of the `--ci` intervals at the n present; "bootstrap"
+        = the percentile-bootstrap caveat)."""
         reps = self.cfg.reps if reps is None else reps
         unit = "scores in percentage points; " if self.percent and scores else ""
         return (f"n = {self.seeds} seeds per cell, {self.n_tasks} task(s); {reps} bootstrap resamples "
                 f"(random state {self.cfg.seed}); {self.cfg.confidence:.0%} CI: {method}; {unit}"
-                f"runs at commit {self.commits}; report code {self.code}. {UNDER_COVERAGE_NOTE}")
+                f"runs at commit {self.commits}; report code {self.code}. {self.coverage(coverage)}")
+
+    def coverage(self, kind: str, ns: list[int] | None = None) -> str:
+        """The coverage sentence of a footer (see `footer`)."""
+        cfg = self.cfg
+        if kind == "cell":
+            return stats.coverage_note(cfg.ci, self.cell_ns if ns is None else ns, confidence=cfg.confidence)
+        if kind == "t":
+            return stats.coverage_note("t", self.cell_ns if ns is None else ns, confidence=cfg.confidence)
+        if kind == "aggregate":
+            return stats.aggregate_coverage_note(cfg.ci, self.agg_ns if ns is None else ns, self.n_tasks,
+                                                 cfg.confidence)
+        return stats.UNDER_COVERAGE_NOTE
+
+    def ci_label(self) -> str:
+        """The `--ci` setting in words."""
+        m = self.cfg.ci
+        return "auto (the method with the best measured coverage per n; below)" if m == "auto" else stats.CI_NAMES[m]
 
     def pct(self, *cols: str) -> tuple[str, ...]:
         return cols if self.percent else ()
 
 
 def score_tables(ctx: Context) -> tuple[list[Table], str | None]:
-    """Leaderboard, aggregates, P(improvement), paired differences; and the reference label."""
+    """Leaderboard, aggregates, P(improvement), paired differences, verdicts; and the reference label."""
     cfg, sc = ctx.cfg, ctx.scored
-    ci_name = {"percentile": "percentile", "bca": "BCa"}[cfg.ci]
     lb = tables.leaderboard(sc, cfg)
     agg = tables.aggregate_table(sc, cfg)
     ref = tables.choose_reference(agg, cfg)
+    paired = tables.paired_table(sc, cfg, ref)
+    pfoot = ctx.footer(f"{ctx.ci_label()} of per-seed differences (paired over shared seeds"
+                       + ("; all-tasks rows stratified by task)" if ctx.n_tasks > 1 else ")"), coverage="cell")
+    if ctx.n_tasks > 1:
+        pfoot += " All-tasks rows: " + ctx.coverage("aggregate")
     out = [
-        Table("leaderboard", "Leaderboard", lb, ctx.footer(f"{ci_name} bootstrap over seeds (scipy.stats.bootstrap)"),
+        Table("leaderboard", "Leaderboard", lb, ctx.footer(f"{ctx.ci_label()} over seeds", coverage="cell"),
               f"Score: eval metric `{cfg.metric}`, " + _score_rule(cfg) + ".",
               ctx.pct("mean", "ci_low", "ci_high", "iqm"), tables.LEADERBOARD_EXPLAINED),
-        Table("aggregate", "Aggregates across tasks", agg, ctx.footer("stratified percentile bootstrap (runs "
-              "resampled within each task)"), "Mean (tasks weighted equally) and IQM (middle 50% of all "
-              "run x task scores) per algorithm, rliable-style; raw scores, not normalised per task.",
+        Table("aggregate", "Aggregates across tasks", agg, ctx.footer(f"{ctx.ci_label()}, stratified (runs "
+              "resampled within each task)", coverage="aggregate"), "Mean (tasks weighted equally), IQM (middle "
+              "50% of all run x task scores), median (over tasks of the per-task mean) and optimality gap per "
+              "algorithm, as rliable 1.2.0 defines them; raw scores, not normalised per task.",
               ctx.pct("mean", "mean_ci_low", "mean_ci_high", "iqm", "iqm_ci_low", "iqm_ci_high", "median",
                       "optimality_gap")),
         Table("prob_improvement", "Probability of improvement", tables.poi_table(sc, cfg, ref),
               ctx.footer("independent stratified percentile bootstraps of both algorithms", scores=False),
               "P(X > Y): chance that a run of X beats a run of Y on the same task (ties count 1/2), "
               "averaged over tasks; 0.5 = no difference."),
-        Table("paired_differences", f"Differences from {ref}", tables.paired_table(sc, cfg, ref),
-              ctx.footer("percentile bootstrap of per-seed differences (paired over shared seeds; "
-                         "stratified by task)"),
+        Table("paired_differences", f"Differences from {ref}", paired, pfoot,
               f"Each algorithm minus the reference `{ref}` (chosen: "
-              f"{'--reference' if cfg.reference else 'best aggregate IQM'}).", ctx.pct("diff", "ci_low", "ci_high")),
+              f"{'--reference' if cfg.reference else 'best aggregate IQM'}); unadjusted intervals. `mdd`: minimum "
+              f"detectable difference at the observed spread (80% power, two-sided alpha = {1 - cfg.confidence:.2g}, "
+              "t distribution, paired by seed where the runs are); `seeds_needed`: seeds per arm (and task) at "
+              "which the observed difference would be detectable.",
+              ctx.pct("diff", "ci_low", "ci_high", "mdd")),
+        Table("verdicts", "Verdicts: which differences are distinguishable", tables.verdict_table(sc, cfg),
+              ctx.footer("t intervals (unadjusted and Holm-adjusted)", coverage="t"),
+              "Per task, every pair of algorithms and every algorithm vs the base (step 0): paired t-tests over "
+              "shared seeds (Welch where fewer than 2 are shared), Holm-adjusted over the task's comparisons at "
+              f"family-wise alpha = {1 - cfg.confidence:.2g}. The summary's verdicts come from this table. "
+              + "; ".join(f"`{k}`: {v}" for k, v in tables.VERDICT_EXPLAINED.items()) + ".",
+              ctx.pct("diff", "ci_low", "ci_high", "holm_ci_low", "holm_ci_high", "mdd")),
     ]
     return out, ref
 
@@ -138,9 +173,10 @@ def stability_tables(ctx: Context) -> list[Table]:
     th = ctx.cfg.stability
     desc = "Thresholds: " + ", ".join(f"{f}={getattr(th, f)}" for f in th.__slots__) + \
         ". Unstable runs stay in every aggregate."
-    return [Table("stability_counts", "Stability flags per algorithm", tables.stability_counts(ctx.scored),
-                  "", desc),
-            Table("stability_runs", "Unstable runs", tables.stability_table(ctx.scored), "",
+    return [Table("stability_counts", "Stability per algorithm", stability.stability_summary(ctx.scored.scores),
+                  "", "Runs without any flag out of the runs scored (all tasks), and how many runs each flag "
+                  "fired in. " + desc),
+            Table("stability_runs", "Flagged runs", stability.flagged_runs(ctx.scored.scores), "",
                   "Every run with at least one flag, and why.")]
 
 
@@ -151,7 +187,7 @@ def ablation_tables(ctx: Context) -> list[Table]:
         return []
     inter = ablation.interaction_table(ctx.scored, ctx.runset, ctx.cfg)
     out = [Table("ablation", "Ablations: each variant vs its base arm", abl,
-                 ctx.footer("bootstrap over seeds; differences paired over shared seeds"),
+                 ctx.footer(f"{ctx.ci_label()} over seeds; differences paired over shared seeds", coverage="cell"),
                  "Per sweep group (sweep, task, algorithm): the step-0 row, the base arm, then each variant "
                  "with its difference from the base arm and P(variant > base).",
                  ctx.pct("mean", "ci_low", "ci_high", "diff", "diff_ci_low", "diff_ci_high"))]
@@ -188,9 +224,9 @@ def scaling_tables(ctx: Context) -> list[Table]:
     return [Table("scaling_fits", "Compute-scaling fits", fits,
                   ctx.footer("percentile bootstrap of refits over seeds", reps=ctx.cfg.scaling_reps),
                   f"R(C) - R0 = (A - R0) / (1 + (C_mid / C)^B) fitted to val `{ctx.cfg.metric}` against "
-                  f"`{ctx.cfg.scaling_x}` (first {ctx.cfg.scaling_skip_frac:.0%} of each run dropped); R0 = mean "
-                  "step-0 score. holdout_rmse: fit on the first 60% of compute, error on the rest.",
-                  ctx.pct("R0", "A", "A_ci_low", "A_ci_high", "rmse", "holdout_rmse"))]
+                  f"`{ctx.cfg.scaling_x}` (points below {ctx.cfg.scaling_skip_frac:.1%} of each run's compute "
+                  "dropped, as ScaleRL drops its early compute); " + scaling.COLUMNS_TEXT,
+                  ctx.pct("R0", "A_max", "A", "A_ci_low", "A_ci_high", "rmse", "holdout_rmse"))]
 
 
 def provenance(runset: RunSet, scored: Scored, cfg: ReportConfig, code: str) -> list[str]:
@@ -212,7 +248,8 @@ def provenance(runset: RunSet, scored: Scored, cfg: ReportConfig, code: str) -> 
         f"Seeds: {', '.join(map(str, seeds)) if len(seeds) <= 30 else f'{len(seeds)} distinct'}.",
         f"Matched budget: {', '.join(budgets) or 'not recorded'}.",
         f"Model: {uniq('model')}; tasks: {uniq('task')}.",
-        f"Hardware (device/precision/threads): {', '.join(hw) or 'not recorded'}; hosts: {uniq('host')}.",
+        f"Hardware (device/precision/threads): {', '.join(hw) or 'not recorded'}; hosts: {uniq('host')}; "
+        f"CPU models: {uniq('cpu_model')}; torch: {uniq('torch')}.",
         "Tuning budget (configurations under this root, seeds excluded): " + tuning_budget(runset) + ".",
         f"Report settings: score={cfg.score}{f' (k={cfg.k})' if cfg.score == 'last-k' else ''}, metric={cfg.metric}, "
         f"reps={cfg.reps}, CI={cfg.ci} at {cfg.confidence:.0%}, random state {cfg.seed}, x={cfg.x}; generated "
@@ -235,33 +272,16 @@ def tuning_budget(runset: RunSet) -> str:
     return "; ".join(parts) + (f"; declared in spec.json: {', '.join(sorted(declared))}" if declared else "")
 
 
-def headlines(lb: pd.DataFrame, inter: pd.DataFrame | None, percent: bool, confidence: float = 0.95) -> list[str]:
-    """One sentence per task (best vs runner-up) and per interaction contrast."""
-    f = (lambda v: f"{100 * v:.1f}%" if percent else f"{v:.3g}")  # noqa: E731
+def headlines(lb: pd.DataFrame, inter: pd.DataFrame | None, percent: bool, confidence: float = 0.95,
+              verdicts: pd.DataFrame | None = None) -> list[str]:
+    """One sentence per task (`render.summary_lines`: which algorithms beat the base and which
+    pairs are distinguishable, Holm-adjusted) and per interaction contrast (unadjusted CI)."""
     g = (lambda v: f"{100 * v:+.1f}" if percent else f"{v:+.3g}")  # noqa: E731
-
-    def ci(row, fmt, label=None):
-        if pd.isna(row["ci_low"]):
-            return "(single seed: no CI)"
-        text = f"[{fmt(row['ci_low']).rstrip('%')}, {fmt(row['ci_high']).rstrip('%')}]"
-        return f"({label}{text})" if label else text
-    out = []
-    for task, rows in lb[lb["algorithm"] != BASE_LABEL].groupby("task", sort=True):
-        rows = rows.sort_values("mean", ascending=False)
-        if rows.empty:
-            continue
-        a = rows.iloc[0]
-        text = f"On {task}, {a['algorithm']} reaches {f(a['mean'])} {ci(a, f, f'{confidence:.0%} CI ')}"
-        if len(rows) > 1:
-            b = rows.iloc[1]
-            text += f" vs {f(b['mean'])} {ci(b, f)} for {b['algorithm']}"
-            text += f"; stable in {a['stable_k']}/{a['stable_n']} runs vs {b['stable_k']}/{b['stable_n']}."
-        else:
-            text += f"; stable in {a['stable_k']}/{a['stable_n']} runs."
-        out.append(text)
+    out = summary_lines(verdicts, lb, percent) if verdicts is not None else []
     for row in (inter.itertuples(index=False) if inter is not None else []):
         out.append(f"{row.algo} on {row.task} ({row.sweep}): interaction {row.factor_a} x {row.factor_b} "
-                   f"{g(row.interaction)} [{g(row.ci_low)}, {g(row.ci_high)}] over {row.n_seeds} seed(s).")
+                   f"{g(row.interaction)} [{g(row.ci_low)}, {g(row.ci_high)}] ({confidence:.0%} CI, unadjusted) "
+                   f"over {row.n_seeds} seed(s).")
     return out
 
 
@@ -309,8 +329,14 @@ def build_report(root: Path, out: Path, config: ReportConfig | None = None) -> P
     return atomic_write_text(out / "report.html", render_html(title, blocks))
 
 
+EMPTY_TEXT = {"stability_runs": "No flagged runs: every scored run is stable."}
+"""What the report prints instead of an empty table (the .csv/.md/.tex files are still written)."""
+
+
 def _tables(tabs: list[Table]) -> list[Block]:
-    return [b for t in tabs for b in (Block("h3", t.title), Block("table", t))]
+    return [b for t in tabs for b in (Block("h3", t.title),
+                                      Block("p", EMPTY_TEXT[t.name]) if t.frame.empty and t.name in EMPTY_TEXT
+                                      else Block("table", t))]
 
 
 def compose(ctx: Context, sections: dict[str, list[Table]], figs: list[Figure], written: list[str]) -> list[Block]:
@@ -320,12 +346,17 @@ def compose(ctx: Context, sections: dict[str, list[Table]], figs: list[Figure], 
     lb = score_tabs[0]
     inter = next((t.frame for t in sections["Ablations"] if t.name == "interactions"), None)
     explained = [f"`{c}`: {d}" for c, d in lb.columns_explained.items()]
-    heads = headlines(lb.frame, inter, ctx.percent, ctx.cfg.confidence) or ["No scored runs."]
-    blocks = [Block("h2", "Summary"), Block("list", heads),
-              Block("h2", "What this report summarises"),
-              Block("list", provenance(ctx.runset, ctx.scored, ctx.cfg, ctx.code) + list(ctx.scored.notes)),
-              Block("h2", "Leaderboard"), Block("table", lb),
-              Block("p", "Columns:"), Block("list", explained)]
+    verdicts = next((t.frame for t in score_tabs if t.name == "verdicts"), None)
+    heads = headlines(lb.frame, inter, ctx.percent, ctx.cfg.confidence, verdicts) or ["No scored runs."]
+    blocks = [Block("h2", "Summary"), Block("list", heads)]
+    if verdicts is not None and len(verdicts):
+        blocks.append(Block("note", verdict_footer(verdicts, ctx.cfg.confidence)))
+    if ctx.runset.env_warnings:  # cells pooling different CPU models / torch versions (reports.load)
+        blocks += [Block("h3", "Warnings"), Block("list", [f"Warning: {w}" for w in ctx.runset.env_warnings])]
+    blocks += [Block("h2", "What this report summarises"),
+               Block("list", provenance(ctx.runset, ctx.scored, ctx.cfg, ctx.code) + list(ctx.scored.notes)),
+               Block("h2", "Leaderboard"), Block("table", lb),
+               Block("p", "Columns:"), Block("list", explained)]
     blocks += [Block("h2", "Comparisons")] + _tables(score_tabs[1:])
     for name in ("Stability", "Ablations", "Time to target", "Compute scaling"):
         if sections[name]:

@@ -15,6 +15,7 @@ from reports.build import build_report
 from reports.config import X_AXES, ReportConfig
 from reports.errors import ReportError
 from reports.stability import StabilityThresholds
+from reports.stats import CI_CHOICES
 
 STABILITY_FIELDS = tuple(f.name for f in dataclasses.fields(StabilityThresholds))
 
@@ -31,7 +32,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--target", type=float, default=None,
                         help="time-to-target threshold (default: 80%% of the best mean score per task)")
     parser.add_argument("--reps", type=int, default=d.reps, help="bootstrap resamples (>= 2000 to publish)")
-    parser.add_argument("--ci", choices=["percentile", "bca"], default=d.ci, help="CI method per cell")
+    parser.add_argument("--ci", choices=list(CI_CHOICES), default=d.ci,
+                        help="interval method of means over seeds: auto (default: per n, the method with the best "
+                             "measured coverage), percentile, bca, t (Student-t), studentized (bootstrap-t)")
     parser.add_argument("--confidence", type=float, default=d.confidence, help="interval level")
     parser.add_argument("--seed", type=int, default=d.seed, help="random state of every bootstrap")
     parser.add_argument("--x", default=d.x, choices=X_AXES, help="x-axis of curves and time-to-target")
@@ -41,7 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--scaling-x", default=d.scaling_x, choices=X_AXES, help="compute axis of the sigmoid fit")
     parser.add_argument("--scaling-reps", type=int, default=d.scaling_reps, help="bootstrap refits per fit")
     parser.add_argument("--scaling-skip-frac", type=float, default=d.scaling_skip_frac,
-                        help="fraction of each run's compute range dropped before fitting")
+                        help="fraction of each run's compute range dropped before fitting "
+                             "(default: ScaleRL's 1.5k of ~100k GPU-hours)")
     parser.add_argument("--examples", type=int, default=d.examples_per_algorithm, help="completions per algorithm")
     parser.add_argument("--no-figures", action="store_true", help="tables only")
     parser.add_argument("--stability", action="append", default=[], metavar="FIELD=VALUE",

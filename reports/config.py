@@ -11,11 +11,11 @@ from typing import Literal
 
 from reports.errors import ReportError
 from reports.stability import StabilityThresholds
+from reports.stats import CI_CHOICES, CIMethod
 
 __all__ = ["ReportConfig", "ReportError", "BUDGET_KEYS", "X_AXES"]
 
 ScoreMode = Literal["final", "last-k"]
-CIMethod = Literal["percentile", "bca"]
 
 BUDGET_KEYS = ("prompts", "samples", "gen_tokens", "train_tokens", "updates", "flops", "wall_s")
 """Suffixes of the cumulative `budget/*` counters of the run-folder contract."""
@@ -37,9 +37,13 @@ class ReportConfig:
     """Eval metric (the part after `eval/<task>/`) used for scores, e.g. `pass@1`, `avg@8`."""
     reps: int = 2000
     """Bootstrap resamples for every CI in the tables (>= 2000 for published tables)."""
-    ci: CIMethod = "percentile"
-    """CI method for per-(algorithm, task) CIs: `percentile` or `bca` (both via
-    `scipy.stats.bootstrap`). Stratified/paired bootstraps always use percentile."""
+    ci: CIMethod = "auto"
+    """CI method of every interval of a mean over seeds (leaderboard cells, aggregates, paired
+    differences): `percentile` or `bca` (`scipy.stats.bootstrap`), `t` (Student-t; Welch-
+    Satterthwaite for stratified means), `studentized` (bootstrap-t), or `auto`: per n, the
+    method with the best measured coverage (`reports.stats.CELL_COVERAGE` and
+    `AGGREGATE_COVERAGE`, from benchmarks/results/report_coverage.md). Stratified intervals
+    have no BCa (`bca` gives percentile there); the IQM has no t (`t` gives studentized)."""
     confidence: float = 0.95
     """Confidence level of every interval."""
     seed: int = 0
@@ -58,8 +62,11 @@ class ReportConfig:
     as excluded)."""
     scaling_x: str = "budget/flops"
     """Compute axis of the sigmoid scaling fit."""
-    scaling_skip_frac: float = 0.0
-    """Fraction of each run's compute range dropped from the start before fitting."""
+    scaling_skip_frac: float = 0.015
+    """Fraction of each run's compute range dropped from the start before fitting. Default:
+    ScaleRL's share (Khatri et al. 2025, "The Art of Scaling RL Compute", arXiv 2510.13786),
+    which leaves the noisy first ~1.5k GPU-hours of a ~100k GPU-hour run out of its sigmoid fits;
+    1.5k / 100k = 0.015. The step-0 eval (compute 0) is never fitted: it gives R0."""
     scaling_reps: int = 200
     """Bootstrap resamples over seeds for the fit parameters (each is one curve_fit)."""
     examples_per_algorithm: int = 3
@@ -76,8 +83,8 @@ class ReportConfig:
     def __post_init__(self) -> None:
         if self.score not in ("final", "last-k"):
             raise ReportError(f"unknown score mode {self.score!r}; valid: final, last-k")
-        if self.ci not in ("percentile", "bca"):
-            raise ReportError(f"unknown CI method {self.ci!r}; valid: percentile, bca")
+        if self.ci not in CI_CHOICES:
+            raise ReportError(f"unknown CI method {self.ci!r}; valid: {', '.join(CI_CHOICES)}")
         if self.k < 1:
             raise ReportError(f"k must be >= 1, got {self.k}")
         if self.reps < 10:

@@ -2,7 +2,8 @@
 
 Curves: every run is interpolated onto a common grid of the x-axis (never extrapolated
 beyond its own range), then the mean over seeds is drawn with a percentile bootstrap band
-that resamples whole runs (metrics-and-eval.md §4.4). One figure per task.
+that resamples whole runs (reports/METRICS.md §4.4). One figure per task.
+Scaling figures draw the raw eval points (never interpolated) and only reliable fits.
 Each figure is written as PNG and SVG (atomically); the PNG bytes are kept for embedding.
 """
 
@@ -214,35 +215,59 @@ def profile_figure(scored: Scored, colors: dict, cfg: ReportConfig, out: Path) -
                   "threshold, tasks weighted equally; bands: pointwise stratified-bootstrap CIs.", png, files)
 
 
+def _interval(row, name: str, fmt: str) -> str:
+    """`name=point [low, high]` for the legend ("no CI" without a bootstrap interval)."""
+    point, low, high = (getattr(row, f"{name}{s}") for s in ("", "_ci_low", "_ci_high"))
+    ci = "no CI" if pd.isna(low) or pd.isna(high) else f"[{low:{fmt}}, {high:{fmt}}]"
+    return f"{name}={point:{fmt}} {ci}"
+
+
 def scaling_figure(task: str, scored: Scored, fits: pd.DataFrame, colors: dict, cfg: ReportConfig,
                    out: Path) -> Figure | None:
-    """Mean val score vs compute with the fitted sigmoid per algorithm (one task)."""
-    f = fits[(fits["task"] == task) & (fits["status"].astype(str).str.startswith("ok"))]
-    if f.empty:
-        return None
+    """Raw val evals vs compute with the fitted sigmoid per algorithm (one task).
+
+    Every eval point of every seed is drawn as logged (filled: fitted; hollow: dropped as early
+    compute); the curve and its parameters' bootstrap intervals only for reliable fits.
+    """
+    f = fits[fits["task"] == task]
     label = scored.scores.set_index("run_id")["algorithm"]
     ev = scored.metric_evals
     ev = ev[(ev["split"] == "val") & ev["run_id"].isin(scored.scores.loc[scored.scores["task"] == task, "run_id"])]
-    ev = ev.assign(algorithm=ev["run_id"].map(label))
-    xs = pd.to_numeric(ev[cfg.scaling_x], errors="coerce")
-    pos = xs[xs > 0]
-    grid = np.geomspace(pos.min(), pos.max(), 40)
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    ev = ev.assign(algorithm=ev["run_id"].map(label), c=pd.to_numeric(ev[cfg.scaling_x], errors="coerce")
+                   if cfg.scaling_x in ev else np.nan)
+    ev = ev[(ev["c"] > 0) & np.isfinite(ev["value"].to_numpy(dtype=float))]
+    if f.empty or ev.empty:
+        return None
+    run_max = ev.groupby("run_id")["c"].transform("max")
+    ev = ev.assign(fitted=ev["c"] >= cfg.scaling_skip_frac * run_max)
+    grid = np.geomspace(ev["c"].min(), ev["c"].max(), 100)
+    fig, ax = plt.subplots(figsize=(7.5, 5.2))
     for row in f.itertuples(index=False):
-        g = ev[ev["algorithm"] == row.algorithm]
-        mean, _, _ = mean_band(grid_runs(g, cfg.scaling_x, "value", grid), cfg)
-        ax.plot(grid, mean, "o", ms=3, color=colors[row.algorithm], alpha=0.6)
-        ax.plot(grid, sigmoid(grid, row.R0, row.A, row.B, row.C_mid), color=colors[row.algorithm],
-                label=f"{row.algorithm}: A={row.A:.3f}, B={row.B:.2f}")
+        g, color = ev[ev["algorithm"] == row.algorithm], colors[row.algorithm]
+        if g.empty:
+            continue
+        ax.scatter(g.loc[g["fitted"], "c"], g.loc[g["fitted"], "value"], s=12, color=color, alpha=0.7, lw=0)
+        ax.scatter(g.loc[~g["fitted"], "c"], g.loc[~g["fitted"], "value"], s=12, facecolors="none",
+                   edgecolors=[color], alpha=0.7)
+        if str(row.status).startswith("ok"):
+            text = ", ".join(_interval(row, n, fmt) for n, fmt in (("A", ".3f"), ("B", ".2f"), ("C_mid", ".2g")))
+            ax.plot(grid, sigmoid(grid, row.R0, row.A, row.B, row.C_mid), color=color, lw=1.4,
+                    label=f"{row.algorithm}: {text}")
+        else:
+            ax.plot([], [], "o", ms=3, color=color, label=f"{row.algorithm}: no reliable fit")
     ax.set_xscale("log")
     ax.set_xlabel(cfg.scaling_x)
     ax.set_ylabel(f"val {cfg.metric}")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=1, frameon=False)
     ax.set_title(f"{task}: compute scaling fits")
     name = f"scaling_{_slug(task)}"
     png, files = save(fig, out, name, cfg)
-    return Figure(name, f"{task}: compute-scaling fits", "Dots: mean val score over seeds; lines: "
-                  "R(C) = R0 + (A - R0)/(1 + (C_mid/C)^B) fitted to all seeds' points.", png, files)
+    return Figure(name, f"{task}: compute-scaling fits",
+                  "Dots: every val eval of every seed as logged (not interpolated; hollow: below "
+                  f"{cfg.scaling_skip_frac:.1%} of the run's compute, left out of the fit); lines: "
+                  "R(C) = R0 + (A - R0)/(1 + (C_mid/C)^B) fitted to all seeds' points, drawn only for reliable "
+                  f"fits; brackets: {cfg.confidence:.0%} bootstrap intervals over seeds "
+                  f"({cfg.scaling_reps} refits).", png, files)
 
 
 def build_figures(runset: RunSet, scored: Scored, fits: pd.DataFrame, cfg: ReportConfig, out: Path) -> list[Figure]:

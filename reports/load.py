@@ -9,10 +9,16 @@ with a message in `RunSet.problems` (also emitted as a `UserWarning`):
 - a missing `status.json` gives state `unknown`; a missing `env.json` empty provenance;
 - a bad JSONL line is skipped (a truncated last line is reported as "still being written?").
 
+A cell (one task x algorithm label, the seeds a leaderboard row pools) whose runs recorded
+different CPU models (`env.json` `cpu_model`) or torch versions (`packages.torch`) gets a
+message in `RunSet.env_warnings`, also emitted as a `UserWarning` (runs that did not record
+the field are left out of the comparison).
+
 Frames (one row per ...):
 - `runs`: run folder. Columns `run_id, path, task, algo, variant, algorithm, sweep, seed,
   state, reason, status_step, model, budget_unit, budget, prompts_per_step, group_size,
-  max_new_tokens, factors, git_commit, git_dirty, device, precision, num_threads, host`.
+  max_new_tokens, factors, git_commit, git_dirty, device, precision, num_threads, host,
+  cpu_model, torch`.
   `algorithm` is the display label `algo.name` or `algo.name:variant`.
 - `metrics`: training step (wide): `run_id, step, <metric keys...>, _nonfinite`.
 - `evals`: (eval row x eval metric), tidy: `run_id, step, split, final, budget/*,
@@ -41,8 +47,10 @@ RUN_COLUMNS = (
     "run_id", "path", "task", "algo", "variant", "algorithm", "sweep", "seed", "state",
     "reason", "status_step", "model", "budget_unit", "budget", "prompts_per_step",
     "group_size", "max_new_tokens", "factors", "git_commit", "git_dirty", "device",
-    "precision", "num_threads", "host",
+    "precision", "num_threads", "host", "cpu_model", "torch",
 )
+MIXED_ENV_FIELDS = (("cpu_model", "CPU models"), ("torch", "torch versions"))
+"""Run columns (from env.json) that must agree within a cell, with their names in warnings."""
 EVAL_ID_COLUMNS = ("run_id", "step", "split", "final") + tuple(f"budget/{k}" for k in BUDGET_KEYS)
 SAMPLE_COLUMNS = ("run_id", "step", "split", "prompt", "completion", "reward", "parsed", "gold")
 SKIP_DIRS = frozenset({"checkpoint", "final", "__pycache__"})
@@ -63,6 +71,8 @@ class RunSet:
     """run_id -> the parsed env.json ({} when missing)."""
     problems: tuple[str, ...] = ()
     """What was skipped or could not be read, one message each."""
+    env_warnings: tuple[str, ...] = ()
+    """Cells that pool runs from different CPU models or torch versions, one message each."""
 
 
 def find_run_dirs(root: Path, max_depth: int = 3) -> list[Path]:
@@ -177,6 +187,7 @@ def _run_row(folder: Path, spec: dict, env: dict, status: dict | None) -> dict:
         "git_commit": env.get("git_commit"), "git_dirty": env.get("git_dirty"),
         "device": env.get("device"), "precision": env.get("precision"),
         "num_threads": env.get("num_threads"), "host": env.get("host"),
+        "cpu_model": env.get("cpu_model"), "torch": _dig(env, "packages", "torch"),
     }
 
 
@@ -231,6 +242,21 @@ def _numeric(frame: pd.DataFrame, keep: tuple[str, ...], problems: list[str], wh
     return frame
 
 
+def mixed_env_warnings(runs: pd.DataFrame) -> list[str]:
+    """One message per (cell, field) where a (task, algorithm) cell's runs disagree on a
+    `MIXED_ENV_FIELDS` column, naming the cell and each distinct value with its run count."""
+    out = []
+    for (task, alg), g in runs.groupby(["task", "algorithm"], sort=True):
+        for col, what in MIXED_ENV_FIELDS:
+            vals = g[col].dropna().astype(str)
+            vals = vals[vals != ""].value_counts()
+            if len(vals) > 1:
+                listed = ", ".join(f"{v!r} ({n} run{'s' if n > 1 else ''})" for v, n in sorted(vals.items()))
+                out.append(f"cell {task}/{alg} pools runs from different {what}: {listed} (its seeds differ "
+                           "in more than the seed: numerics and timings may differ)")
+    return out
+
+
 def load_runs(root: Path, *, max_depth: int = 3, samples_per_run: int = 20) -> RunSet:
     """Load every run folder under `root` into a `RunSet` (see the module docstring).
 
@@ -274,10 +300,13 @@ def load_runs(root: Path, *, max_depth: int = 3, samples_per_run: int = 20) -> R
         warnings.warn(msg, stacklevel=2)
     runs_f = _frame(runs, RUN_COLUMNS)
     runs_f["seed"] = pd.Series([r["seed"] for r in runs], dtype=object)  # keep ints even beside a None
+    mixed = mixed_env_warnings(runs_f)
+    for msg in mixed:
+        warnings.warn(msg, stacklevel=2)
     return RunSet(
         root=root, runs=runs_f, metrics=metrics_f, evals=evals_f,
         samples=_frame(samples, SAMPLE_COLUMNS), specs=specs, envs=envs,
-        problems=tuple(problems),
+        problems=tuple(problems), env_warnings=tuple(mixed),
     )
 
 

@@ -17,14 +17,16 @@ import pandas as pd
 
 from reports.atomic import atomic_write_text
 from reports.figures import Figure
-from reports.tables import Table
+from reports.scores import BASE_LABEL
+from reports.tables import NOT_DISTINGUISHABLE, UNTESTABLE, Table
 
-BlockKind = Literal["h2", "h3", "p", "list", "table", "figure", "pre"]
+BlockKind = Literal["h2", "h3", "p", "note", "list", "table", "figure", "pre"]
 
 
 @dataclass(frozen=True)
 class Block:
-    """One piece of a report: a heading, paragraph, bullet list, table, figure or preformatted text."""
+    """One piece of a report: a heading, paragraph, footer-style note, bullet list, table, figure
+    or preformatted text."""
 
     kind: BlockKind
     content: Any
@@ -127,6 +129,119 @@ def write_table(table: Table, out: Path) -> list[str]:
     return list(files)
 
 
+# --- summary: verdicts per task -------------------------------------------------------
+
+def _fmt(percent: bool):
+    return (lambda v: f"{100 * v:.1f}%") if percent else (lambda v: f"{v:.3g}")
+
+
+def _fmt_diff(percent: bool):
+    return (lambda v: f"{100 * v:+.1f} pp") if percent else (lambda v: f"{v:+.3g}")
+
+
+def _listing(items: list[str], max_items: int) -> str:
+    shown = items[:max_items]
+    more = f" and {len(items) - len(shown)} more (table `verdicts`)" if len(items) > len(shown) else ""
+    return ", ".join(shown) + more
+
+
+def _seeds(rows: pd.DataFrame) -> str:
+    n = rows["n_seeds"]
+    return f"{n.min()}" if n.min() == n.max() else f"{n.min()}-{n.max()}"
+
+
+def summary_lines(verdicts: pd.DataFrame, lb: pd.DataFrame, percent: bool, max_items: int = 8) -> list[str]:
+    """One sentence per task: which algorithms beat (or fall below) the base, which pairs are
+    distinguishable, saying plainly when none is (verdicts from `tables.verdict_table`:
+    Holm-adjusted over the task's family). Means are not ranked: a higher mean that is not
+    distinguishable is not a win."""
+    f, g = _fmt(percent), _fmt_diff(percent)
+
+    def held(r) -> str:
+        return f"{g(r.diff)} [Holm {g(r.holm_ci_low).replace(' pp', '')}, {g(r.holm_ci_high).replace(' pp', '')}]"
+    out = []
+    for task, v in verdicts.groupby("task", sort=True):
+        rows = lb[lb["task"] == task]
+        algs = rows[rows["algorithm"] != BASE_LABEL]
+        base = rows[rows["algorithm"] == BASE_LABEL]
+        head = f"On {task} ({len(algs)} algorithm(s), {_seeds(algs)} seed(s) each)"
+        means = dict(zip(algs["algorithm"], algs["mean"], strict=True))
+        decided = ~v["verdict"].isin([NOT_DISTINGUISHABLE, UNTESTABLE])
+        vb, vp = v[v["algorithm_y"] == BASE_LABEL], v[v["algorithm_y"] != BASE_LABEL]
+        base_txt = f"the base ({BASE_LABEL}, {f(base['mean'].iloc[0])})" if len(base) else "the base"
+        parts = []
+        if not decided.any() and (v["verdict"] != UNTESTABLE).any():
+            what = f"from {base_txt} or from another algorithm" if len(vb) and len(vp) else \
+                (f"from {base_txt}" if len(vb) else "from another algorithm")
+            mean_txt = ", ".join(f"{a} {f(m)}" for a, m in list(means.items())[:max_items])
+            parts.append(f"{head}: no algorithm is distinguishable {what} (means: {mean_txt})")
+        else:
+            parts.append(head)
+            if len(vb):
+                above = [f"{r.algorithm_x} {f(means[r.algorithm_x])} ({held(r)})"
+                         for r in vb[decided[vb.index] & (vb["diff"] > 0)].itertuples()]
+                below = [f"{r.algorithm_x} ({held(r)})" for r in vb[decided[vb.index] & (vb["diff"] < 0)].itertuples()]
+                same = [r.algorithm_x for r in vb[vb["verdict"] == NOT_DISTINGUISHABLE].itertuples()]
+                bits = []
+                if above:
+                    bits.append(f"above {base_txt}: {_listing(above, max_items)}")
+                else:
+                    bits.append(f"no algorithm is above {base_txt}")
+                if below:
+                    bits.append(f"below it: {_listing(below, max_items)}")
+                if same:
+                    bits.append(f"not distinguishable from it: {_listing(same, max_items)}")
+                parts.append("; ".join(bits))
+            elif len(algs):
+                parts.append("no step-0 eval, so no comparison with the base")
+            if len(vp):
+                win = [f"{r.verdict} ({held(r)})" for r in vp[decided[vp.index]].itertuples()]
+                testable = int((vp["verdict"] != UNTESTABLE).sum())
+                if win:
+                    rest = testable - len(win)
+                    parts.append(f"distinguishable pairs: {_listing(win, max_items)}"
+                                 + (f"; the other {rest} of {testable} pairs are not distinguishable" if rest else ""))
+                else:
+                    parts.append(f"no pair of algorithms is distinguishable ({testable} pair(s))")
+        few = [f"{r.algorithm} ({r.n_seeds})" for r in algs.itertuples() if r.n_seeds < 2]
+        if few:
+            parts.append(f"too few seeds for a verdict: {_listing(few, max_items)}")
+        unstable = [f"{r.algorithm} {r.stable_k}/{r.stable_n}" for r in algs.itertuples()
+                    if pd.notna(r.stable_k) and r.stable_k < r.stable_n]
+        parts.append(f"stable in k/n runs: {_listing(unstable, max_items)} (all other runs stable)" if unstable
+                     else "every run stable")
+        out.append(_join(parts, head))
+    return out
+
+
+def _join(parts: list[str], head: str) -> str:
+    first, rest = parts[0], parts[1:]
+    if first == head:
+        return f"{first}: " + "; ".join(rest) + "."
+    return "; ".join([first, *rest]) + "."
+
+
+def verdict_footer(verdicts: pd.DataFrame, confidence: float) -> str:
+    """The summary's footer: the test, the multiplicity adjustment and each task's family."""
+    if verdicts.empty:
+        return ""
+    groups: dict[tuple[int, int], list[str]] = {}
+    for task, v in verdicts.groupby("task", sort=True):
+        ok = v[v["verdict"] != UNTESTABLE]
+        nb = int((ok["algorithm_y"] == BASE_LABEL).sum())
+        groups.setdefault((len(ok) - nb, nb), []).append(task)
+    fams = []
+    for (npairs, nb), tasks in groups.items():
+        split = f" ({npairs} pairs + {nb} vs the base)" if nb else ""
+        fams.append(f"the {npairs + nb} comparisons{split} of task{'s' if len(tasks) > 1 else ''} "
+                    f"{', '.join(tasks)}{' (each)' if len(tasks) > 1 else ''}")
+    return (f"Verdicts: paired t-tests of the differences over shared seeds (Welch t where a pair shares fewer than "
+            f"2 seeds), Holm-adjusted over {'; over '.join(fams)} at family-wise alpha = {1 - confidence:.2g}. "
+            "[Holm a, b] is the t interval at the level Holm tested that comparison (it excludes 0 exactly when "
+            "the verdict is a difference); the unadjusted intervals stay in the tables, and table `verdicts` "
+            "lists every comparison with its MDD (80% power) and the seeds its observed difference would need.")
+
+
 # --- whole reports --------------------------------------------------------------------
 
 def render_markdown(title: str, blocks: list[Block]) -> str:
@@ -137,6 +252,8 @@ def render_markdown(title: str, blocks: list[Block]) -> str:
             parts.append(("## " if b.kind == "h2" else "### ") + b.content + "\n")
         elif b.kind == "p":
             parts.append(b.content + "\n")
+        elif b.kind == "note":
+            parts.append(f"*{b.content}*\n")
         elif b.kind == "list":
             parts.append("\n".join(f"- {item}" for item in b.content) + "\n")
         elif b.kind == "table":
@@ -170,6 +287,8 @@ def _html_block(b: Block) -> str:
         return f"<{b.kind}>{html.escape(b.content)}</{b.kind}>"
     if b.kind == "p":
         return f"<p>{_inline(b.content)}</p>"
+    if b.kind == "note":
+        return f"<p class='footer'>{_inline(b.content)}</p>"
     if b.kind == "list":
         return "<ul>" + "".join(f"<li>{_inline(i)}</li>" for i in b.content) + "</ul>"
     if b.kind == "table":

@@ -1,4 +1,4 @@
-"""Per-run scores and stability verdicts (metrics-and-eval.md §4.1, §4.5).
+"""Per-run scores and stability verdicts (reports/METRICS.md §4.1, §4.5).
 
 Scoring rules, per run (one run = one training seed, the unit of replication):
   1. `final` mode: the final test eval (`split == "test"`, `final: true`) at the matched
@@ -10,7 +10,8 @@ Scoring rules, per run (one run = one training seed, the unit of replication):
      matched budget). A run without status.json is scored only if it has a final test eval.
   5. Duplicate (task, algorithm, seed) cells from different configurations (e.g. a tuning
      sweep) are told apart by a config fingerprint appended to the label.
-The step-0 eval of each run (the base model) gives the "base (step 0)" rows.
+The step-0 eval of each run (the base model) gives the "base (step 0)" rows, on the split the
+runs are scored on (test in `final` mode, val in `last-k` mode).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def select_metric(runset: RunSet, metric: str) -> pd.DataFrame:
     first_task = other.groupby("run_id")["eval_task"].transform("min")
     chosen = pd.concat([sel[own], other[other["eval_task"] == first_task]])
     # several rows at one (step, split) are eval seeds of one eval: average them within the run
-    # first (metrics-and-eval.md §2), so the training seed stays the unit of replication
+    # first (reports/METRICS.md §2), so the training seed stays the unit of replication
     keys = ["run_id", "step", "split", "final"]
     rest = {c: (c, "first") for c in chosen.columns if c not in keys and c != "value"}
     chosen = chosen.groupby(keys, as_index=False, sort=False, dropna=False).agg(value=("value", "mean"), **rest)
@@ -169,9 +170,16 @@ def score_runs(runset: RunSet, cfg: ReportConfig) -> Scored:
     metrics_by_run = dict(tuple(runset.metrics.sort_values(["run_id", "step"]).groupby("run_id", sort=False)))
     empty = ev.iloc[:0]
     scored, excluded, base = [], [], []
+    stale_base: set = set()
     for run in runs.to_dict("records"):
         rev = ev_by_run.get(run["run_id"], empty)
         zero = rev[(rev["step"] == 0) & np.isfinite(rev["value"].to_numpy(dtype=float))]
+        # the base is scored on the split the runs are scored on (test for `final`, val for
+        # `last-k`); runs written before the step-0 test eval existed fall back to val
+        same = zero[zero["split"] == ("test" if cfg.score == "final" else "val")]
+        if cfg.score == "final" and same.empty and len(zero):
+            stale_base.add(run["task"])
+        zero = same if len(same) else zero[zero["split"] == "val"]
         if len(zero):
             base.append({"run_id": run["run_id"], "task": run["task"], "seed": run["seed"],
                          "model": run["model"], "score": float(zero["value"].mean())})
@@ -184,6 +192,9 @@ def score_runs(runset: RunSet, cfg: ReportConfig) -> Scored:
         scored.append({**{k: run[k] for k in SCORE_COLUMNS if k in run}, "score": result[0],
                        "score_source": result[1], "score_step": result[2], "stable": verdict.stable,
                        "reasons": "; ".join(verdict.reasons)})
+    if stale_base:
+        notes.append(f"base (step 0) of {', '.join(sorted(stale_base))}: some runs have no step-0 test eval "
+                     "(written before it existed); their val step-0 score stands in for the base")
     scores = pd.DataFrame(scored, columns=list(SCORE_COLUMNS))
     scores["stable"] = scores["stable"].astype(bool)
     return Scored(

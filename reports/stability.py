@@ -1,4 +1,4 @@
-"""Stability classification of runs (metrics-and-eval.md §1.7, §4.5).
+"""Stability classification of runs (reports/METRICS.md §1.7, §4.5).
 
 The trainer logs raw signals (loss finiteness, entropy, KL, truncation, reward, evals);
 this module turns them into flags with configurable thresholds, so thresholds can
@@ -18,6 +18,10 @@ Flags:
   5. `kl_blowup`: `stats/kl_ref` or `mismatch/kl` above `kl_max` for `window_steps` steps.
   6. `length_at_cap`: `len/truncated_frac` >= `truncated_frac_max`, or the mean response
      length within `cap_tolerance` of `rollout.max_new_tokens`, for `window_steps` steps.
+
+Report tables: `stability_summary` (one row per algorithm, always: "stable in k/n runs" and
+the flags that fired) and `flagged_runs` (the flagged runs with reasons; the report prints
+"No flagged runs" instead of an empty table).
 """
 
 from __future__ import annotations
@@ -204,3 +208,43 @@ def classify_run(
     reasons += _reward_crash(metrics, thresholds)
     reasons += _per_step_flags(metrics, max_new_tokens, thresholds)
     return StabilityResult(stable=not reasons, reasons=tuple(reasons))
+
+
+def flag_names(reasons: str) -> set[str]:
+    """Flag names in a "; "-joined reasons string ("entropy_collapse (< 0.01): ..." -> entropy_collapse)."""
+    if not isinstance(reasons, str) or not reasons:
+        return set()
+    return {r.split(":")[0].split(" (")[0] for r in reasons.split("; ")}
+
+
+STABILITY_SUMMARY_COLUMNS = ("algorithm", "stable_k", "stable_n", "stable", "flags")
+FLAGGED_RUN_COLUMNS = ("task", "algorithm", "seed", "run_id", "state", "reasons")
+
+
+def stability_summary(scores: pd.DataFrame) -> pd.DataFrame:
+    """One row per algorithm, always (all tasks pooled): stable k of n runs and the flags that fired.
+
+    Args:
+        scores: per-run rows with `algorithm`, `stable` (bool) and `reasons` ("; "-joined).
+
+    Returns columns `STABILITY_SUMMARY_COLUMNS`: `stable` reads "stable in k/n runs"; `flags`
+    lists "flag: runs" (a run counts once per flag) or "none".
+    """
+    rows = []
+    for alg, g in scores.groupby("algorithm", sort=True):
+        k, n = int(g["stable"].astype(bool).sum()), len(g)
+        counts = pd.Series([f for r in g["reasons"] for f in sorted(flag_names(r))], dtype=object).value_counts()
+        flags = "; ".join(f"{f}: {int(c)}" for f, c in sorted(counts.items())) or "none"
+        rows.append({"algorithm": alg, "stable_k": k, "stable_n": n, "stable": f"stable in {k}/{n} runs",
+                     "flags": flags})
+    return pd.DataFrame(rows, columns=list(STABILITY_SUMMARY_COLUMNS))
+
+
+def flagged_runs(scores: pd.DataFrame) -> pd.DataFrame:
+    """The runs with at least one flag, and why (empty when every run is stable).
+
+    Returns columns `FLAGGED_RUN_COLUMNS`, sorted by task, algorithm, seed.
+    """
+    bad = scores[~scores["stable"].astype(bool)]
+    return bad[list(FLAGGED_RUN_COLUMNS)].sort_values(
+        ["task", "algorithm", "seed"], key=lambda c: c.astype(str)).reset_index(drop=True)

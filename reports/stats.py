@@ -1,28 +1,37 @@
-"""Reporting statistics as pure functions (metrics-and-eval.md §4; rliable conventions).
+"""Reporting statistics as pure functions (reports/METRICS.md §4; rliable conventions).
 
 Data convention (rliable, Agarwal et al. 2021, arXiv 2108.13264): one array per
 algorithm, `scores: (R, T)` = runs (seeds) x tasks. Ragged data (a task with fewer
 seeds) is NaN-padded; NaN means "no run", so every function works on the finite
-entries of each task column. Aggregates weight tasks equally.
+entries of each task column. Aggregates weight tasks equally and follow rliable 1.2.0's
+`rliable/metrics.py` definitions (mean of per-task means; IQM of all run x task scores
+pooled; median over tasks of the per-task mean; optimality gap over all scores).
 
-- `bootstrap_ci`: one sample's statistic with a percentile or BCa CI (scipy.stats.bootstrap).
+- `bootstrap_ci`: one sample's mean (or IQM) with a percentile or BCa bootstrap CI
+  (scipy.stats.bootstrap), a Student-t CI, or a studentized (bootstrap-t) CI; `auto` picks
+  the method per n from the measured coverage table `CELL_COVERAGE`.
 - `stratified_interval`: aggregates across tasks (mean, IQM, median, optimality gap) with
-  a stratified bootstrap (runs resampled within each task; §4.3).
+  a stratified bootstrap (runs resampled within each task; §4.3): percentile, Student-t with
+  Welch-Satterthwaite df (mean only) or studentized bootstrap; `auto` uses `AGGREGATE_COVERAGE`.
 - `probability_of_improvement` / `poi_interval`: P(X > Y) as a normalised Mann-Whitney U
   per task averaged over tasks, CI from independent stratified bootstraps (§4.4).
 - `performance_profile` / `profile_interval`: F(tau) = fraction of scores > tau (§4.4).
-- `paired_difference`: mean of x - y over shared seeds, stratified paired bootstrap;
+- `paired_difference`: mean of x - y over shared seeds, stratified paired bootstrap (or t);
   `interaction_contrast` builds the 2x2 contrast per seed and does the same.
+- `t_test`, `holm`, `holm_levels`, `minimum_detectable_difference`, `seeds_needed`: the
+  tests behind the report's verdicts and the power of each comparison.
 
 All intervals are `Interval(point, low, high)`. A single observation gives a NaN CI
 (there is nothing to resample; the table shows "n/a"); identical observations give a
-zero-width CI. Bootstrap CIs over 3-5 seeds under-cover (see `UNDER_COVERAGE_NOTE`).
+zero-width CI. Percentile/BCa bootstrap CIs over 3-5 seeds under-cover (`CELL_COVERAGE`,
+measured by benchmarks/report_scale.py, results in `COVERAGE_FILE`).
 """
 
 from __future__ import annotations
 
+import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Literal, NamedTuple
 
 import numpy as np
@@ -32,13 +41,12 @@ Columns = list[np.ndarray]
 """Per-task samples: column j has shape (..., n_j) (a leading reps axis when resampled)."""
 Aggregate = Callable[[Columns], np.ndarray]
 
-UNDER_COVERAGE_NOTE = (
-    "Bootstrap CIs over few seeds under-cover: a nominal 95% CI of a mean covered the true "
-    "mean in 75% of cases at n=3 seeds, 83% at n=5, 90% at n=10 and 92% at n=20 (percentile; "
-    "BCa 72/84/90/92%; 10,000 normal samples each, benchmarks/report_scale.py)."
-)
-"""Caveat printed under every table; figures re-measured by benchmarks/report_scale.py."""
-
+CIMethod = Literal["auto", "percentile", "bca", "t", "studentized"]
+CI_METHODS = ("percentile", "bca", "t", "studentized")
+"""Interval methods of a mean over seeds; `auto` (the report default) picks one per n."""
+CI_CHOICES = ("auto", *CI_METHODS)
+CI_NAMES = {"percentile": "percentile bootstrap", "bca": "BCa bootstrap", "t": "Student-t",
+            "studentized": "studentized (bootstrap-t) bootstrap"}
 
 class Interval(NamedTuple):
     """A point estimate with its confidence interval (low <= point <= high, usually)."""
@@ -64,22 +72,294 @@ def iqm(x: np.ndarray, axis: int | None = None) -> np.ndarray:
     return scipy.stats.trim_mean(x, proportiontocut=0.25, axis=axis)
 
 
+COVERAGE_FILE = "benchmarks/results/report_coverage.md"
+"""Where `CELL_COVERAGE` and `AGGREGATE_COVERAGE` were measured (benchmarks/report_scale.py)."""
+COVERAGE_DISTS = ("normal", "Beta(2, 8)", "collapse mixture")
+"""Score distributions of the coverage study, in the order of each coverage tuple."""
+
+
+class CoverageTable(NamedTuple):
+    """Measured coverage of nominal 95% intervals: rows[n][method] = (normal, Beta(2, 8),
+    collapse mixture), each from `draws` simulated samples of n seeds (per task)."""
+
+    draws: int
+    rows: dict[int, dict[str, tuple[float, float, float]]]
+
+
+# Data copied from the committed run in benchmarks/results/report_coverage.md (written by
+# `python benchmarks/report_scale.py --part coverage` on AMD EPYC, 2 shared CPUs: 2000 samples per
+# one-sample cell, 500 per aggregate cell); copy the new numbers here when it is rerun.
+CELL_COVERAGE = CoverageTable(2000, {
+    2: {
+        "percentile": (0.5055, 0.502, 0.352),
+        "bca": (0.5055, 0.502, 0.352),
+        "t": (0.953, 0.9345, 0.9125),
+        "studentized": (0.0, 0.0, 0.0),
+    },
+    3: {
+        "percentile": (0.755, 0.728, 0.542),
+        "bca": (0.7205, 0.7085, 0.5165),
+        "t": (0.9495, 0.9345, 0.8605),
+        "studentized": (0.811, 0.806, 0.651),
+    },
+    5: {
+        "percentile": (0.846, 0.821, 0.5625),
+        "bca": (0.843, 0.833, 0.574),
+        "t": (0.9515, 0.938, 0.7535),
+        "studentized": (0.9465, 0.9505, 0.791),
+    },
+    10: {
+        "percentile": (0.9035, 0.894, 0.6715),
+        "bca": (0.901, 0.901, 0.666),
+        "t": (0.952, 0.948, 0.713),
+        "studentized": (0.9515, 0.963, 0.725),
+    },
+    20: {
+        "percentile": (0.912, 0.929, 0.8605),
+        "bca": (0.913, 0.9325, 0.8525),
+        "t": (0.9395, 0.9535, 0.868),
+        "studentized": (0.9385, 0.9535, 0.8595),
+    },
+})
+"""One sample's mean over n seeds (a leaderboard cell; a per-task paired difference)."""
+AGGREGATE_COVERAGE: dict[str, dict[int, CoverageTable]] = {
+    "mean": {
+        2: CoverageTable(500, {
+            2: {
+                "percentile": (0.682, 0.65, 0.448),
+                "t": (0.974, 0.966, 0.908),
+                "studentized": (0.832, 0.828, 0.656),
+            },
+            3: {
+                "percentile": (0.782, 0.8, 0.518),
+                "t": (0.968, 0.94, 0.784),
+                "studentized": (0.958, 0.964, 0.83),
+            },
+            5: {
+                "percentile": (0.884, 0.888, 0.67),
+                "t": (0.958, 0.958, 0.726),
+                "studentized": (0.948, 0.966, 0.762),
+            },
+            10: {
+                "percentile": (0.93, 0.932, 0.888),
+                "t": (0.96, 0.956, 0.9),
+                "studentized": (0.95, 0.968, 0.898),
+            },
+            20: {
+                "percentile": (0.922, 0.936, 0.908),
+                "t": (0.95, 0.942, 0.926),
+                "studentized": (0.934, 0.946, 0.956),
+            },
+        }),
+        5: CoverageTable(500, {
+            2: {
+                "percentile": (0.762, 0.778, 0.616),
+                "t": (0.982, 0.984, 0.842),
+                "studentized": (0.988, 0.994, 0.892),
+            },
+            3: {
+                "percentile": (0.838, 0.864, 0.742),
+                "t": (0.962, 0.962, 0.786),
+                "studentized": (0.968, 0.97, 0.802),
+            },
+            5: {
+                "percentile": (0.896, 0.898, 0.868),
+                "t": (0.966, 0.952, 0.914),
+                "studentized": (0.956, 0.958, 0.914),
+            },
+            10: {
+                "percentile": (0.928, 0.948, 0.936),
+                "t": (0.946, 0.96, 0.944),
+                "studentized": (0.946, 0.968, 0.966),
+            },
+            20: {
+                "percentile": (0.946, 0.92, 0.954),
+                "t": (0.956, 0.938, 0.96),
+                "studentized": (0.956, 0.938, 0.98),
+            },
+        }),
+    },
+    "iqm": {
+        2: CoverageTable(500, {
+            2: {
+                "percentile": (0.682, 0.67, 0.616),
+                "t": (0.49, 0.43, 0.174),
+                "studentized": (0.0, 0.0, 0.0),
+            },
+            3: {
+                "percentile": (0.828, 0.852, 0.802),
+                "t": (0.938, 0.94, 0.94),
+                "studentized": (0.918, 0.932, 0.91),
+            },
+            5: {
+                "percentile": (0.904, 0.922, 0.882),
+                "t": (0.944, 0.956, 0.924),
+                "studentized": (0.95, 0.968, 0.946),
+            },
+            10: {
+                "percentile": (0.922, 0.944, 0.882),
+                "t": (0.936, 0.956, 0.918),
+                "studentized": (0.95, 0.972, 0.934),
+            },
+            20: {
+                "percentile": (0.944, 0.95, 0.92),
+                "t": (0.954, 0.944, 0.948),
+                "studentized": (0.958, 0.954, 0.926),
+            },
+        }),
+        5: CoverageTable(500, {
+            2: {
+                "percentile": (0.752, 0.758, 0.612),
+                "t": (0.992, 0.994, 0.98),
+                "studentized": (0.964, 0.966, 0.934),
+            },
+            3: {
+                "percentile": (0.844, 0.862, 0.718),
+                "t": (0.986, 0.98, 0.936),
+                "studentized": (0.968, 0.968, 0.908),
+            },
+            5: {
+                "percentile": (0.894, 0.924, 0.82),
+                "t": (0.964, 0.966, 0.884),
+                "studentized": (0.964, 0.962, 0.872),
+            },
+            10: {
+                "percentile": (0.928, 0.94, 0.888),
+                "t": (0.958, 0.964, 0.908),
+                "studentized": (0.95, 0.97, 0.914),
+            },
+            20: {
+                "percentile": (0.942, 0.938, 0.944),
+                "t": (0.958, 0.948, 0.958),
+                "studentized": (0.952, 0.95, 0.97),
+            },
+        }),
+    },
+}
+"""Stratified aggregates, name -> number of tasks -> table (n = seeds per task); methods
+percentile, t (Welch-Satterthwaite for the mean, Tukey-McLaughlin for the IQM), studentized."""
+PREFERENCE = ("t", "studentized", "percentile", "bca")
+"""Tie order of `choose_method` (simplest first)."""
+
+
+def aggregate_coverage_table(name: str, n_tasks: int) -> CoverageTable | None:
+    """The measured table for a stratified `name` over n_tasks tasks: one task's mean is the
+    one-sample table; else the largest measured task count <= n_tasks (or the smallest)."""
+    if name == "mean" and n_tasks == 1:
+        return CELL_COVERAGE
+    by_tasks = AGGREGATE_COVERAGE.get(name, {})
+    if not by_tasks:
+        return None
+    use = max([t for t in by_tasks if t <= n_tasks], default=min(by_tasks))
+    return by_tasks[use]
+
+
+def coverage_row(n: int, table: CoverageTable) -> tuple[int, dict[str, tuple[float, float, float]]]:
+    """The measured row for n seeds: the largest measured n' <= n (the smallest row below it)."""
+    measured = sorted(table.rows)
+    if not measured:
+        raise ValueError("empty coverage table")
+    use = max([m for m in measured if m <= n], default=measured[0])
+    return use, table.rows[use]
+
+
+def choose_method(n: int, table: CoverageTable | None = None, candidates: Iterable[str] = CI_METHODS,
+                  nominal: float = 0.95) -> str:
+    """The method with the best worst-case measured coverage at n seeds.
+
+    Score = min over the distributions of min(coverage, nominal) (over-coverage earns no
+    credit). Methods within two Monte Carlo standard errors of the best score,
+    2 sqrt(b (1 - b) / draws), are tied and `PREFERENCE` decides (simplest first).
+    """
+    table = CELL_COVERAGE if table is None else table
+    _, row = coverage_row(n, table)
+    scores = {m: min(min(c, nominal) for c in row[m]) for m in candidates if m in row}
+    if not scores:
+        raise ValueError(f"no measured coverage for methods {list(candidates)}")
+    best = max(scores.values())
+    tie = 2 * math.sqrt(best * (1 - best) / table.draws)
+    return next(m for m in PREFERENCE if m in scores and scores[m] >= best - tie - 1e-12)
+
+
+def resolve_method(method: str, n: int, table: CoverageTable | None = None,
+                   candidates: Iterable[str] = CI_METHODS) -> str:
+    """`method`, or for `auto` the measured choice at n seeds (`choose_method`)."""
+    if method not in CI_CHOICES:
+        raise ValueError(f"unknown CI method {method!r}; valid: {', '.join(CI_CHOICES)}")
+    return choose_method(max(n, 2), table, candidates) if method == "auto" else method
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:.1f}%"
+
+
+def _measured(m: str, group: list[int], table: CoverageTable | None, where: str = "") -> list[str]:
+    out = []
+    for r in sorted({coverage_row(n, table)[0] for n in group}) if table else []:
+        vals = table.rows[r].get(m)
+        if vals is None:
+            continue
+        text = ", ".join(f"{_pct(v)} {d}" for v, d in zip(vals, COVERAGE_DISTS, strict=True))
+        low = [d for v, d in zip(vals, COVERAGE_DISTS, strict=True) if v < 0.94]
+        under = f"; under-covers on {', '.join(low)}" if low else ""
+        out.append(f"measured coverage at n = {r}{where}: {text}{under}")
+    return out
+
+
+def coverage_note(method: str, ns: Iterable[int], table: CoverageTable | None = None,
+                  candidates: Iterable[str] = CI_METHODS, confidence: float = 0.95, unit: str = "seeds") -> str:
+    """Footer text: the method used at each n present, with its measured coverage.
+
+    E.g. "95% intervals: Student-t (n = 3 seeds; measured coverage at n = 3: 95.0% normal,
+    93.5% Beta(2, 8), 86.1% collapse mixture; under-covers on Beta(2, 8), collapse mixture);
+    benchmarks/results/report_coverage.md." ("under-covers": below 94%).
+    """
+    table = CELL_COVERAGE if table is None else table
+    candidates = tuple(candidates)
+    by_method: dict[str, list[int]] = {}
+    for n in sorted({int(n) for n in ns if n >= 2}):
+        by_method.setdefault(resolve_method(method, n, table, candidates), []).append(n)
+    if not by_method:
+        return f"{confidence:.0%} intervals: none (no cell has two {unit})."
+    parts = []
+    for m, group in by_method.items():
+        cov = _measured(m, group, table)
+        parts.append(f"{CI_NAMES[m]} (n = {', '.join(map(str, group))} {unit}" + "".join(f"; {c}" for c in cov) + ")")
+    head = f"{confidence:.0%} intervals" + (" (auto: best measured coverage per n)" if method == "auto" else "")
+    note = "" if abs(confidence - 0.95) < 1e-9 else " (coverage measured at nominal 95%)"
+    return f"{head}: " + "; ".join(parts) + f"{note}; {COVERAGE_FILE}."
+
+
+def _under_coverage_note() -> str:
+    pct = {n: row["percentile"][0] for n, row in sorted(CELL_COVERAGE.rows.items()) if "percentile" in row}
+    shown = ", ".join(f"{_pct(v)} at n = {n}" for n, v in pct.items() if n in (3, 5, 10))
+    return ("Percentile-bootstrap CIs over few seeds under-cover (nominal 95% covered the mean of normal "
+            f"scores {shown or 'less than 95%'}; {COVERAGE_FILE}); `auto` picks the method with the best "
+            "measured coverage per n.")
+
+
+UNDER_COVERAGE_NOTE = _under_coverage_note()
+"""Caveat for bootstrap intervals; the report footers print `coverage_note` instead."""
+
+
 def bootstrap_ci(
     x: np.ndarray,
     *,
     statistic: Literal["mean", "iqm"] = "mean",
     reps: int = 2000,
-    method: Literal["percentile", "bca"] = "percentile",
+    method: CIMethod = "percentile",
     confidence: float = 0.95,
     seed: int = 0,
 ) -> Interval:
-    """Statistic of one sample with a bootstrap CI via `scipy.stats.bootstrap`.
+    """Statistic of one sample with a confidence interval.
 
     Args:
         x: (n,) observations (e.g. one score per seed); non-finite values are dropped.
-        statistic: `mean` or `iqm`.
+        statistic: `mean` or `iqm` (`t` and `studentized` are for the mean only).
         reps: bootstrap resamples.
-        method: `percentile` or `bca` (BCa falls back to percentile when it is undefined).
+        method: `percentile` or `bca` (scipy.stats.bootstrap; BCa falls back to percentile
+            when it is undefined), `t` (Student-t), `studentized` (bootstrap-t), or `auto`
+            (`choose_method(n)`: the best measured coverage at this n, `CELL_COVERAGE`).
         confidence: interval level.
         seed: random state (fixed for reproducible tables).
 
@@ -95,10 +375,29 @@ def bootstrap_ci(
         return Interval(point, float("nan"), float("nan"))
     if np.all(x == x[0]):
         return Interval(point, point, point)
+    method = resolve_method(method, x.size)
+    if method in ("t", "studentized"):
+        if statistic != "mean":
+            raise ValueError(f"CI method {method!r} is for the mean only, not {statistic!r}")
+        if method == "t":
+            return t_interval(x, confidence)
+        rng = np.random.default_rng(seed)
+        return _studentized(point, [x], "mean", resample_columns([x], reps, rng), confidence)
     ci = _scipy_ci(x, fn, reps, method, confidence, seed)
     if method == "bca" and not np.all(np.isfinite(ci)):
         ci = _scipy_ci(x, fn, reps, "percentile", confidence, seed)
     return Interval(point, float(ci[0]), float(ci[1]))
+
+
+def t_interval(x: np.ndarray, confidence: float = 0.95) -> Interval:
+    """Student-t interval of the mean: mean +- t_{(1+confidence)/2, n-1} * sd / sqrt(n).
+
+    Shapes: x (n,), non-finite dropped. n = 1 -> NaN CI; sd = 0 -> zero width.
+    """
+    x = _finite(x)
+    if x.size == 0:
+        return NAN_INTERVAL
+    return _t_from(float(x.mean()), variance_terms([x]), confidence)
 
 
 def _scipy_ci(x: np.ndarray, fn: Callable, reps: int, method: str, confidence: float,
@@ -133,7 +432,12 @@ def agg_iqm(cols: Columns) -> np.ndarray:
 
 
 def agg_median(cols: Columns) -> np.ndarray:
-    """Median of all (run x task) scores pooled."""
+    """Median over tasks of the per-task mean over runs (rliable's `aggregate_median`)."""
+    return np.median(np.stack([c.mean(axis=-1) for c in cols], axis=0), axis=0)
+
+
+def agg_pooled_median(cols: Columns) -> np.ndarray:
+    """Median of all (run x task) scores pooled (not rliable's median; see `agg_median`)."""
     return np.median(np.concatenate(cols, axis=-1), axis=-1)
 
 
@@ -143,7 +447,8 @@ def agg_optimality_gap(cols: Columns, gamma: float = 1.0) -> np.ndarray:
 
 
 AGGREGATES: dict[str, Aggregate] = {
-    "mean": agg_mean, "iqm": agg_iqm, "median": agg_median, "optimality_gap": agg_optimality_gap,
+    "mean": agg_mean, "iqm": agg_iqm, "median": agg_median, "pooled_median": agg_pooled_median,
+    "optimality_gap": agg_optimality_gap,
 }
 
 
@@ -169,6 +474,163 @@ def _interval(point: float, dist: np.ndarray, confidence: float, replicated: boo
     return Interval(float(point), float(low), float(high))
 
 
+# --- t and studentized (bootstrap-t) intervals of stratified means ---------------------
+
+def _constant(c: np.ndarray) -> np.ndarray:
+    """Per leading index: all values of the column identical (exactly; no float tolerance)."""
+    return np.all(c == c[..., :1], axis=-1)
+
+
+def _var_terms(cols: Columns, weight: float) -> list[tuple[np.ndarray, int]]:
+    """(w^2 s_j^2 / n_j, n_j - 1) per column with n_j >= 2; exactly 0 for constant columns."""
+    return [(np.where(_constant(c), 0.0, weight**2 * c.var(axis=-1, ddof=1) / c.shape[-1]), c.shape[-1] - 1)
+            for c in cols if c.shape[-1] > 1]
+
+
+def variance_terms(xcols: Columns, ycols: Columns | None = None) -> list[tuple[np.ndarray, int]]:
+    """(w_j^2 s_j^2 / n_j, n_j - 1) per column of the estimator mean_j(x_j) [- mean_j(y_j)]
+    (columns independent, w_j = 1/T); columns with one run add nothing."""
+    terms = _var_terms(xcols, 1 / len(xcols))
+    return terms + (_var_terms(ycols, 1 / len(ycols)) if ycols else [])
+
+
+def satterthwaite(terms: Sequence[tuple[float, int]]) -> tuple[float, float]:
+    """(variance, Welch-Satterthwaite df) of a sum of independent variance terms v_i with df_i.
+
+    df = (sum v_i)^2 / sum(v_i^2 / df_i); one term gives its own df. Zero variance -> df NaN.
+    """
+    var = float(sum(float(v) for v, _ in terms))
+    if var <= 0:
+        return 0.0, float("nan")
+    return var, var**2 / sum(float(v) ** 2 / d for v, d in terms)
+
+
+def _t_from(point: float, terms: Sequence[tuple[float, int]], confidence: float) -> Interval:
+    if not terms:
+        return Interval(point, float("nan"), float("nan"))
+    var, df = satterthwaite(terms)
+    if var == 0:
+        return Interval(point, point, point)
+    half = float(scipy.stats.t.ppf((1 + confidence) / 2, df)) * math.sqrt(var)
+    return Interval(point, point - half, point + half)
+
+
+def _iqm_se(cols: Columns) -> np.ndarray:
+    """Stratified Tukey-McLaughlin SE of the pooled IQM: the scores winsorized at the kept
+    window of scipy's trim_mean (g = int(0.25 N) from each end, h = N - 2g kept), then
+    var = sum_j n_j s_w,j^2 / h^2 (s_w,j: within-task variance of the winsorized scores; a
+    task with one run adds 0). One task: the textbook s_w / ((1 - 2 * 0.25) sqrt(n)).
+    Shapes: cols[j] (..., n_j) -> (...)."""
+    x = np.concatenate(cols, axis=-1)
+    big_n = x.shape[-1]
+    g = int(0.25 * big_n)
+    h = big_n - 2 * g
+    xs = np.sort(x, axis=-1)
+    w = np.clip(x, xs[..., g:g + 1], xs[..., big_n - g - 1:big_n - g])
+    var = np.zeros(x.shape[:-1])
+    start = 0
+    for c in cols:
+        n = c.shape[-1]
+        if n >= 2:
+            wj = w[..., start:start + n]
+            var = var + np.where(_constant(wj), 0.0, n * wj.var(axis=-1, ddof=1))
+        start += n
+    return np.sqrt(var) / h
+
+
+def _iqm_t(point: float, cols: Columns, confidence: float) -> Interval:
+    """Tukey-McLaughlin (Yuen) t interval of the pooled IQM: point +- t_df `_iqm_se`, df =
+    Satterthwaite over the tasks' winsorized variances, scaled by (h - 1)/(N - 1) (one task:
+    h - 1, h = scores kept by the trimming, as Yuen's)."""
+    se = float(_iqm_se(cols))
+    big_n = sum(c.size for c in cols)
+    h = big_n - 2 * int(0.25 * big_n)
+    if se == 0:
+        return Interval(point, point, point)
+    x = np.sort(np.concatenate(cols))
+    g = int(0.25 * big_n)
+    terms = [(c.size * np.clip(c, x[g], x[big_n - g - 1]).var(ddof=1) / h**2, c.size - 1)
+             for c in cols if c.size > 1]
+    _, df = satterthwaite(terms)
+    df = df * (h - 1) / (big_n - 1) if math.isfinite(df) else h - 1
+    half = float(scipy.stats.t.ppf((1 + confidence) / 2, max(df, 1.0))) * se
+    return Interval(point, point - half, point + half)
+
+
+def _se(cols: Columns, name: str, ycols: Columns | None = None) -> np.ndarray:
+    """Standard error of an aggregate: analytic for `mean`, stratified Tukey-McLaughlin for `iqm`."""
+    if name == "mean":
+        terms = variance_terms(cols, ycols)
+        return np.sqrt(sum(v for v, _ in terms)) if terms else np.zeros(cols[0].shape[:-1])
+    if ycols:
+        raise ValueError("a difference of two samples is supported for the mean only")
+    if name != "iqm":
+        raise ValueError(f"no standard error for aggregate {name!r} (mean and iqm only)")
+    return _iqm_se(cols)
+
+
+def _studentized(point: float, cols: Columns, name: str, boot: Columns, confidence: float,
+                 ycols: Columns | None = None, yboot: Columns | None = None) -> Interval:
+    """Bootstrap-t: CI = [point - q_hi se, point - q_lo se], q = quantiles of
+    t* = (theta* - point) / se*. Resamples with zero spread (se* = 0) are dropped."""
+    se0 = float(_se(cols, name, ycols))
+    if se0 == 0:
+        return Interval(point, point, point)
+    fn = AGGREGATES[name]
+    theta = fn(boot) - (fn(yboot) if yboot else 0.0)
+    se = _se(boot, name, yboot)
+    ok = se > 1e-9 * se0  # zero spread (exactly, or up to rounding): t* undefined, dropped
+    if not ok.any():
+        return Interval(point, float("nan"), float("nan"))
+    tstar = (theta[ok] - point) / se[ok]
+    a = (1 - confidence) / 2
+    q_lo, q_hi = np.quantile(tstar, [a, 1 - a])
+    return Interval(point, point - float(q_hi) * se0, point - float(q_lo) * se0)
+
+
+STRATIFIED_METHODS = ("percentile", "t", "studentized")
+"""Methods of the stratified intervals (BCa is not stratified here: `bca` gives percentile)."""
+
+
+def stratified_method(method: str, name: str, n_tasks: int, n_min: int) -> str:
+    """The method a stratified interval of aggregate `name` uses for the configured `method`.
+
+    `t`: Welch-Satterthwaite for the mean, Tukey-McLaughlin for the IQM; the median and
+    optimality gap (points only in the tables) and `bca` get percentile. `auto`: the measured
+    choice (`aggregate_coverage_table(name, n_tasks)`) at the smallest number of runs of a
+    task (`n_min`).
+    """
+    if name not in ("mean", "iqm"):
+        return "percentile"
+    if method == "auto":
+        table = aggregate_coverage_table(name, n_tasks)
+        return resolve_method("auto", n_min, table, STRATIFIED_METHODS) if table else "percentile"
+    return method if method in ("t", "studentized") else "percentile"
+
+
+def aggregate_coverage_note(method: str, ns: Iterable[int], n_tasks: int, confidence: float = 0.95) -> str:
+    """Footer text of the stratified intervals: per aggregate (mean, IQM), the method used at
+    each smallest-runs-per-task n present, with its measured coverage."""
+    parts = []
+    for name in ("mean", "iqm"):
+        table = aggregate_coverage_table(name, n_tasks)
+        where = "" if table is CELL_COVERAGE or table is None else \
+            f" over {next(t for t, v in AGGREGATE_COVERAGE[name].items() if v is table)} tasks"
+        by: dict[str, list[int]] = {}
+        for n in sorted({int(n) for n in ns if n >= 2}):
+            by.setdefault(stratified_method(method, name, n_tasks, n), []).append(n)
+        for m, group in by.items():
+            cov = _measured(m, group, table, where)
+            label = {("mean", "t"): "Welch-Satterthwaite t" if n_tasks > 1 else CI_NAMES["t"],
+                     ("iqm", "t"): "Tukey-McLaughlin t"}.get((name, m), CI_NAMES[m])
+            parts.append(f"{name}: {label} (n = {', '.join(map(str, group))} runs per task"
+                         + "".join(f"; {c}" for c in cov) + ")")
+    if not parts:
+        return f"{confidence:.0%} intervals: none (no task has two runs)."
+    note = "" if abs(confidence - 0.95) < 1e-9 else " (coverage measured at nominal 95%)"
+    return f"{confidence:.0%} intervals, stratified over tasks: " + "; ".join(parts) + f"{note}; {COVERAGE_FILE}."
+
+
 def stratified_interval(
     scores: np.ndarray,
     aggregates: Sequence[str] = ("mean", "iqm"),
@@ -176,15 +638,17 @@ def stratified_interval(
     reps: int = 2000,
     confidence: float = 0.95,
     seed: int = 0,
+    method: CIMethod = "percentile",
 ) -> dict[str, Interval]:
-    """Aggregates of one algorithm's scores with stratified-bootstrap percentile CIs.
+    """Aggregates of one algorithm's scores with stratified-bootstrap (or t) CIs.
 
     All aggregates share one bootstrap (as rliable's `get_interval_estimates` with a
-    `func` returning several metrics).
+    `func` returning several metrics); `stratified_method` says which method each gets.
 
     Args:
         scores: (R, T) runs x tasks, NaN = missing run.
         aggregates: names in `AGGREGATES`.
+        method: as `bootstrap_ci`'s (`auto`, percentile, bca, t, studentized).
 
     Returns:
         name -> Interval; NaN CIs when no task has two runs, all NaN when no scores.
@@ -192,11 +656,24 @@ def stratified_interval(
     cols = columns(scores)
     if not cols:
         return {name: NAN_INTERVAL for name in aggregates}
+    n_min = min(c.size for c in cols)
+    methods = {name: stratified_method(method, name, len(cols), n_min) for name in aggregates}
     rng = np.random.default_rng(seed)
-    boot = resample_columns(cols, reps, rng)
+    boot = resample_columns(cols, reps, rng) if set(methods.values()) - {"t"} else cols
     replicated = any(c.size > 1 for c in cols)
-    return {name: _interval(AGGREGATES[name](cols), AGGREGATES[name](boot), confidence, replicated)
-            for name in aggregates}
+    out = {}
+    for name in aggregates:
+        point = float(AGGREGATES[name](cols))
+        m = methods[name]
+        if not replicated or m == "percentile":
+            out[name] = _interval(point, AGGREGATES[name](boot), confidence, replicated)
+        elif m == "t" and name == "iqm":
+            out[name] = _iqm_t(point, cols, confidence)
+        elif m == "t":
+            out[name] = _t_from(point, variance_terms(cols), confidence)
+        else:
+            out[name] = _studentized(point, cols, name, boot, confidence)
+    return out
 
 
 # --- probability of improvement -------------------------------------------------------
@@ -222,7 +699,7 @@ def _poi(xcols: Columns, ycols: Columns) -> np.ndarray:
 
 
 def probability_of_improvement(x: np.ndarray, y: np.ndarray) -> float:
-    """P(X > Y) (metrics-and-eval.md §4.4): normalised Mann-Whitney U per task, task mean.
+    """P(X > Y) (reports/METRICS.md §4.4): normalised Mann-Whitney U per task, task mean.
 
     Shapes: x (N, T), y (K, T) with the same task columns; NaN = missing run.
     Returns NaN when no task has runs of both.
@@ -280,8 +757,8 @@ def profile_interval(scores: np.ndarray, taus: np.ndarray, *, reps: int = 2000,
 # --- paired differences and interactions ----------------------------------------------
 
 def paired_difference(x: np.ndarray, y: np.ndarray, *, reps: int = 2000, confidence: float = 0.95,
-                      seed: int = 0) -> tuple[Interval, int]:
-    """Mean of x - y over shared seeds, with a stratified paired-bootstrap CI.
+                      seed: int = 0, method: CIMethod = "percentile") -> tuple[Interval, int]:
+    """Mean of x - y over shared seeds, with a stratified paired CI (`difference_interval`).
 
     Rows of x and y are the same seeds (paired); a pair counts when both are finite.
     The point is the task mean of per-task mean differences.
@@ -292,12 +769,16 @@ def paired_difference(x: np.ndarray, y: np.ndarray, *, reps: int = 2000, confide
     y = np.asarray(y, dtype=float).reshape(len(y), -1)
     if x.shape != y.shape:
         raise ValueError(f"paired inputs need the same shape: {x.shape} vs {y.shape}")
-    return difference_interval(x - y, reps=reps, confidence=confidence, seed=seed)
+    return difference_interval(x - y, reps=reps, confidence=confidence, seed=seed, method=method)
 
 
 def difference_interval(d: np.ndarray, *, reps: int = 2000, confidence: float = 0.95,
-                        seed: int = 0) -> tuple[Interval, int]:
-    """Mean of per-seed differences d (S, T) with a stratified bootstrap CI over seeds."""
+                        seed: int = 0, method: CIMethod = "percentile") -> tuple[Interval, int]:
+    """Mean of per-seed differences d (S, T) with a CI over seeds.
+
+    One task: `bootstrap_ci(method)` of the differences (percentile keeps the stratified
+    resampler). Several: the stratified mean's CI (`stratified_method(method, "mean")`).
+    """
     cols = columns(d)
     n = int(sum(c.size for c in cols))
     if not cols:
@@ -305,28 +786,42 @@ def difference_interval(d: np.ndarray, *, reps: int = 2000, confidence: float = 
     point = float(agg_mean(cols))
     if all(np.all(c == c[0]) for c in cols) and n > 1:
         return Interval(point, point, point), n
+    if method != "percentile" and len(cols) == 1:
+        return bootstrap_ci(cols[0], reps=reps, method=method, confidence=confidence, seed=seed), n
+    if method != "percentile":
+        return stratified_interval(d, ("mean",), reps=reps, confidence=confidence, seed=seed,
+                                   method=method)["mean"], n
     boot = agg_mean(resample_columns(cols, reps, np.random.default_rng(seed)))
     return _interval(point, boot, confidence, any(c.size > 1 for c in cols)), n
 
 
 def unpaired_difference(x: np.ndarray, y: np.ndarray, *, reps: int = 2000,
-                        confidence: float = 0.95, seed: int = 0) -> Interval:
-    """Difference of task-mean means, x - y, with independent stratified bootstraps.
+                        confidence: float = 0.95, seed: int = 0, method: CIMethod = "percentile") -> Interval:
+    """Difference of task-mean means, x - y, with independent stratified bootstraps (or Welch t).
 
-    For arms that share no seeds. Shapes: x (N, T), y (K, T).
+    For arms that share no seeds. `t`: Welch-Satterthwaite; `studentized`: bootstrap-t with
+    the analytic SE; `bca` gives percentile; `auto` picks among these by the smallest n.
+    Shapes: x (N, T), y (K, T).
     """
     xcols, ycols = _aligned(x, y)
     if not xcols:
         return NAN_INTERVAL
-    rng = np.random.default_rng(seed)
-    dist = agg_mean(resample_columns(xcols, reps, rng)) - agg_mean(resample_columns(ycols, reps, rng))
+    point = float(agg_mean(xcols) - agg_mean(ycols))
     replicated = any(a.size > 1 or b.size > 1 for a, b in zip(xcols, ycols, strict=False))
-    return _interval(float(agg_mean(xcols) - agg_mean(ycols)), dist, confidence, replicated)
+    if method == "auto":
+        method = stratified_method("auto", "mean", len(xcols), min(c.size for c in xcols + ycols))
+    rng = np.random.default_rng(seed)
+    if method == "t" and replicated:
+        return _t_from(point, variance_terms(xcols, ycols), confidence)
+    xb, yb = resample_columns(xcols, reps, rng), resample_columns(ycols, reps, rng)
+    if method == "studentized" and replicated:
+        return _studentized(point, xcols, "mean", xb, confidence, ycols, yb)
+    return _interval(point, agg_mean(xb) - agg_mean(yb), confidence, replicated)
 
 
 def interaction_contrast(y00: np.ndarray, y10: np.ndarray, y01: np.ndarray, y11: np.ndarray, *,
-                         reps: int = 2000, confidence: float = 0.95, seed: int = 0
-                         ) -> tuple[Interval, int]:
+                         reps: int = 2000, confidence: float = 0.95, seed: int = 0,
+                         method: CIMethod = "percentile") -> tuple[Interval, int]:
     """2x2 interaction (y11 - y01) - (y10 - y00) per shared seed, with a paired CI.
 
     y_ab is the score with factor A at level a and factor B at level b; rows are shared
@@ -337,4 +832,135 @@ def interaction_contrast(y00: np.ndarray, y10: np.ndarray, y01: np.ndarray, y11:
     if len({a.shape for a in arrays}) != 1:
         raise ValueError(f"the four arms need the same shape: {[a.shape for a in arrays]}")
     a00, a10, a01, a11 = arrays
-    return difference_interval((a11 - a01) - (a10 - a00), reps=reps, confidence=confidence, seed=seed)
+    return difference_interval((a11 - a01) - (a10 - a00), reps=reps, confidence=confidence, seed=seed,
+                               method=method)
+
+
+# --- tests, multiplicity and power ----------------------------------------------------
+
+class TTest(NamedTuple):
+    """A t-test of a (stratified) mean or mean difference: estimate, SE, df, two-sided p."""
+
+    diff: float
+    se: float
+    df: float
+    p: float
+
+
+def t_test(xcols: Columns, ycols: Columns | None = None) -> TTest:
+    """t-test of mean_j(x_j) [- mean_j(y_j)] = 0 with Welch-Satterthwaite df.
+
+    Paired: pass the per-seed differences as `xcols` (one task: the paired t-test, df n - 1).
+    Unpaired: `ycols` too (one task: Welch's test). Columns with one run add no variance.
+    No replicated column -> NaN se/df/p; zero spread -> p = 0 (difference) or 1 (none).
+    """
+    if not xcols or (ycols is not None and not ycols):
+        return TTest(float("nan"), float("nan"), float("nan"), float("nan"))
+    diff = float(agg_mean(xcols) - (agg_mean(ycols) if ycols else 0.0))
+    terms = variance_terms(xcols, ycols)
+    if not terms:
+        return TTest(diff, float("nan"), float("nan"), float("nan"))
+    var, df = satterthwaite(terms)
+    if var == 0:
+        return TTest(diff, 0.0, float("nan"), 0.0 if diff != 0 else 1.0)
+    se = math.sqrt(var)
+    return TTest(diff, se, df, float(2 * scipy.stats.t.sf(abs(diff) / se, df)))
+
+
+def t_test_interval(t: TTest, confidence: float) -> Interval:
+    """diff +- t_{(1+confidence)/2, df} se (zero width when se = 0; NaN when untestable)."""
+    if not math.isfinite(t.se):
+        return Interval(t.diff, float("nan"), float("nan"))
+    if t.se == 0:
+        return Interval(t.diff, t.diff, t.diff)
+    half = float(scipy.stats.t.ppf((1 + confidence) / 2, t.df)) * t.se
+    return Interval(t.diff, t.diff - half, t.diff + half)
+
+
+def holm(p: Sequence[float]) -> np.ndarray:
+    """Holm-adjusted p-values: sorted p_(i) * (m - i + 1), running max, capped at 1.
+
+    NaN p-values (untestable comparisons) stay NaN and do not count in m.
+    """
+    p = np.asarray(p, dtype=float)
+    out = np.full(p.shape, np.nan)
+    idx = np.flatnonzero(np.isfinite(p))
+    order = idx[np.argsort(p[idx], kind="stable")]
+    m = len(order)
+    adj = np.minimum(1.0, np.maximum.accumulate(p[order] * (m - np.arange(m))))
+    out[order] = adj
+    return out
+
+
+def holm_levels(p: Sequence[float], alpha: float) -> np.ndarray:
+    """Per-comparison level at which Holm tests each hypothesis (for adjusted intervals).
+
+    The i-th smallest p is tested at alpha / (m - i + 1) while Holm keeps rejecting; from
+    the first non-rejection on, every remaining one at that step's level. So the t-interval
+    at level 1 - a_i excludes 0 exactly when Holm rejects (`holm(p) <= alpha`).
+    """
+    p = np.asarray(p, dtype=float)
+    out = np.full(p.shape, np.nan)
+    idx = np.flatnonzero(np.isfinite(p))
+    order = idx[np.argsort(p[idx], kind="stable")]
+    m = len(order)
+    level = alpha / m if m else alpha
+    stopped = False
+    for i, k in enumerate(order):
+        if not stopped:
+            level = alpha / (m - i)
+            stopped = p[k] > level
+        out[k] = level
+    return out
+
+
+def minimum_detectable_difference(sd: float, n: int, *, alpha: float = 0.05, power: float = 0.8,
+                                  df: float | None = None) -> float:
+    """Smallest true difference a two-sided level-alpha t-test detects with `power`.
+
+    MDD = (t_{1-alpha/2, df} + t_{power, df}) * sd / sqrt(n), df = n - 1 by default (paired
+    by seed: sd = spread of the per-seed differences, n = pairs). NaN for n < 2.
+    """
+    df = n - 1 if df is None else df
+    if n < 2 or not df > 0 or not math.isfinite(sd):
+        return float("nan")
+    return _mdd_factor(alpha, power, df) * sd / math.sqrt(n)
+
+
+def _mdd_factor(alpha: float, power: float, df: float) -> float:
+    return float(scipy.stats.t.ppf(1 - alpha / 2, df) + scipy.stats.t.ppf(power, df))
+
+
+def mdd_from_test(t: TTest, *, alpha: float = 0.05, power: float = 0.8) -> float:
+    """MDD at the observed spread of a `t_test`: (t_{1-alpha/2, df} + t_{power, df}) * se."""
+    if not math.isfinite(t.se):
+        return float("nan")
+    if t.se == 0:
+        return 0.0
+    return _mdd_factor(alpha, power, t.df) * t.se
+
+
+def seeds_needed(diff: float, terms: Sequence[tuple[float, int]], *, alpha: float = 0.05,
+                 power: float = 0.8, max_n: int = 100_000) -> float:
+    """Seeds per arm and task at which `diff` would be the MDD at the observed spread.
+
+    `terms` are the variance terms (w^2 s^2 / n_obs, n_obs - 1) of `t_test`; with every n set
+    to the same n, var(n) = sum(w^2 s^2) / n and df(n) = Satterthwaite. Returns the smallest
+    n >= 2 with MDD(n) <= |diff|; inf when diff = 0 or beyond `max_n`; 2 when sd = 0.
+    """
+    if not terms or not math.isfinite(diff):
+        return float("nan")
+    unit = [(float(v) * (d + 1), d) for v, d in terms]  # w^2 s^2 of each term (v * n_obs)
+    s2 = sum(u for u, _ in unit)
+    if diff == 0:
+        return float("inf")
+    if s2 == 0:
+        return 2.0
+    shape = s2**2 / sum(u**2 for u, _ in unit)  # df(n) = shape * (n - 1)
+    z = scipy.stats.norm.ppf(1 - alpha / 2) + scipy.stats.norm.ppf(power)
+    n = max(2, int(z**2 * s2 / diff**2))
+    while n <= max_n:
+        if _mdd_factor(alpha, power, shape * (n - 1)) * math.sqrt(s2 / n) <= abs(diff):
+            return float(n)
+        n += 1 if n < 1000 else max(1, n // 100)
+    return float("inf")

@@ -1,4 +1,5 @@
-"""Score tables: leaderboard, aggregates across tasks, P(improvement), paired differences.
+"""Score tables: leaderboard, aggregates across tasks, P(improvement), paired differences with
+MDD, and the per-task verdicts (Holm-adjusted t-tests) behind the summary.
 
 Each builder takes the per-run `Scored` frame and the config and returns a DataFrame with
 plain numeric columns (raw metric units; renderers show scores in percent). The CSV of
@@ -27,8 +28,8 @@ LEADERBOARD_EXPLAINED = {
     "n_seeds": "number of scored runs (training seeds) in the cell",
     "mean": "mean score over seeds (the final test eval at the matched budget, or the "
             "mean of the last k val evals; diverged runs score their last finite eval)",
-    "ci_low": "lower end of the bootstrap confidence interval of the mean over seeds "
-              "(n/a for a single seed)",
+    "ci_low": "lower end of the confidence interval of the mean over seeds (`--ci`; the footer names the "
+              "method per n and its measured coverage; n/a for a single seed)",
     "ci_high": "upper end of that interval",
     "iqm": "interquartile mean over seeds (25% trimmed from each end; equals the mean for n < 4)",
     "stable_k": "runs with no stability flag (NaN/Inf, reward collapse, entropy collapse, "
@@ -112,6 +113,9 @@ def base_by_seed(base: pd.DataFrame, task: str | None = None) -> np.ndarray:
     return b.groupby(key, dropna=False)["score"].mean().to_numpy(dtype=float)
 
 
+POWER = 0.8
+"""Power of the minimum detectable difference (MDD) columns (two-sided, alpha = 1 - confidence)."""
+
 AGGREGATE_COLUMNS = ("algorithm", "n_tasks", "n_runs", "mean", "mean_ci_low", "mean_ci_high",
                      "iqm", "iqm_ci_low", "iqm_ci_high", "median", "optimality_gap",
                      "stable_k", "stable_n")
@@ -119,7 +123,7 @@ AGGREGATE_COLUMNS = ("algorithm", "n_tasks", "n_runs", "mean", "mean_ci_low", "m
 
 def _aggregate_row(label: str, matrix: np.ndarray, cfg: ReportConfig, stable: tuple) -> dict:
     ints = stats.stratified_interval(matrix, ("mean", "iqm", "median", "optimality_gap"),
-                                     reps=cfg.reps, confidence=cfg.confidence, seed=cfg.seed)
+                                     reps=cfg.reps, confidence=cfg.confidence, seed=cfg.seed, method=cfg.ci)
     finite = np.isfinite(matrix)
     return {"algorithm": label, "n_tasks": int(finite.any(axis=0).sum()), "n_runs": int(finite.sum()),
             "mean": ints["mean"].point, "mean_ci_low": ints["mean"].low, "mean_ci_high": ints["mean"].high,
@@ -129,7 +133,8 @@ def _aggregate_row(label: str, matrix: np.ndarray, cfg: ReportConfig, stable: tu
 
 
 def aggregate_table(scored: Scored, cfg: ReportConfig) -> pd.DataFrame:
-    """Per algorithm across tasks: mean and IQM with stratified-bootstrap CIs (rliable).
+    """Per algorithm across tasks: mean and IQM with stratified CIs (rliable; `cfg.ci` via
+    `stats.stratified_method`), median over tasks of the per-task mean, optimality gap.
 
     Tasks are weighted equally; an algorithm missing a task is aggregated over the tasks it
     has (see `n_tasks`). Starts with the base (step 0) row. Columns: `AGGREGATE_COLUMNS`.
@@ -182,25 +187,42 @@ def poi_table(scored: Scored, cfg: ReportConfig, reference: str | None, max_all_
 
 
 def compare(s: pd.DataFrame, x: str, y: str, tasks: list[str], cfg: ReportConfig) -> dict:
-    """x - y: paired over shared seeds when there are any, else unpaired (both stratified)."""
+    """x - y: paired over shared seeds when there are any, else unpaired (both stratified;
+    interval method `cfg.ci`), with the minimum detectable difference at the observed spread
+    (`mdd`, 80% power, two-sided alpha = 1 - confidence, t distribution) and the seeds per
+    arm and task at which the observed difference would be detectable (`seeds_needed`)."""
     seeds = sorted(set(s.loc[s["algorithm"] == x, "seed"]) | set(s.loc[s["algorithm"] == y, "seed"]),
                    key=str)
     mx, my = score_matrix(s, x, tasks, seeds), score_matrix(s, y, tasks, seeds)
-    ci, n = stats.paired_difference(mx, my, reps=cfg.reps, confidence=cfg.confidence, seed=cfg.seed)
+    kw = dict(reps=cfg.reps, confidence=cfg.confidence, seed=cfg.seed, method=cfg.ci)
+    ci, n = stats.paired_difference(mx, my, **kw)
     pairing = f"paired over {n} shared seed(s)"
+    xcols, ycols = stats.columns(mx - my), None
     if n == 0:
-        ci = stats.unpaired_difference(score_matrix(s, x, tasks), score_matrix(s, y, tasks),
-                                       reps=cfg.reps, confidence=cfg.confidence, seed=cfg.seed)
+        ux, uy = score_matrix(s, x, tasks), score_matrix(s, y, tasks)
+        ci = stats.unpaired_difference(ux, uy, **kw)
         pairing = "unpaired (no shared seeds)"
-    return {"diff": ci.point, "ci_low": ci.low, "ci_high": ci.high, "n_pairs": n, "pairing": pairing}
+        xcols, ycols = stats._aligned(ux, uy)
+    return {"diff": ci.point, "ci_low": ci.low, "ci_high": ci.high, "n_pairs": n, "pairing": pairing,
+            **power(xcols, ycols, ci.point, cfg)}
+
+
+def power(xcols: stats.Columns, ycols: stats.Columns | None, diff: float, cfg: ReportConfig) -> dict:
+    """`mdd` and `seeds_needed` of a (paired: `ycols` None) difference at the observed spread."""
+    alpha = 1 - cfg.confidence
+    test = stats.t_test(xcols, ycols)
+    terms = stats.variance_terms(xcols, ycols) if xcols and (ycols is None or ycols) else []
+    return {"mdd": stats.mdd_from_test(test, alpha=alpha, power=POWER),
+            "seeds_needed": stats.seeds_needed(diff, terms, alpha=alpha, power=POWER)}
 
 
 def paired_table(scored: Scored, cfg: ReportConfig, reference: str | None) -> pd.DataFrame:
     """Every algorithm minus the reference, per task and over all tasks (task-mean).
 
-    Columns: `algorithm, reference, task, n_pairs, diff, ci_low, ci_high, pairing`.
+    Columns: `algorithm, reference, task, n_pairs, diff, ci_low, ci_high, pairing, mdd, seeds_needed`.
     """
-    cols = ["algorithm", "reference", "task", "n_pairs", "diff", "ci_low", "ci_high", "pairing"]
+    cols = ["algorithm", "reference", "task", "n_pairs", "diff", "ci_low", "ci_high", "pairing", "mdd",
+            "seeds_needed"]
     s = scored.scores
     if reference is None:
         return pd.DataFrame(columns=cols)
@@ -212,6 +234,105 @@ def paired_table(scored: Scored, cfg: ReportConfig, reference: str | None) -> pd
             rows.append({"algorithm": alg, "reference": reference, "task": scope,
                          **compare(s, alg, reference, use, cfg)})
     return pd.DataFrame(rows, columns=cols)
+
+
+NOT_DISTINGUISHABLE = "not distinguishable"
+UNTESTABLE = "untestable (fewer than 2 runs)"
+
+VERDICT_COLUMNS = ("task", "algorithm_x", "algorithm_y", "n_x", "n_y", "n_pairs", "pairing", "diff", "ci_low",
+                   "ci_high", "p_value", "p_holm", "holm_ci_low", "holm_ci_high", "verdict", "mdd", "seeds_needed")
+
+VERDICT_EXPLAINED = {
+    "algorithm_x, algorithm_y": "the comparison x - y; within a task x has the higher mean; y is an algorithm or "
+                                f"`{BASE_LABEL}` (the step-0 eval of the same seeds)",
+    "n_x, n_y, n_pairs": "runs of x and y, and the seeds they share (the pairing unit)",
+    "diff": "mean of x - y over shared seeds (paired), else difference of means (Welch)",
+    "ci_low, ci_high": "unadjusted t interval of `diff` at the report's confidence",
+    "p_value": "two-sided paired t-test (Welch t-test when fewer than 2 seeds are shared)",
+    "p_holm": "Holm-adjusted p over the task's family (every pair and every algorithm vs the base)",
+    "holm_ci_low, holm_ci_high": "t interval at the level Holm tested the comparison; excludes 0 exactly when "
+                                 "the verdict is a difference",
+    "verdict": "`x > y` / `x < y` when p_holm <= alpha (family-wise), else `not distinguishable`",
+    "mdd": "minimum detectable difference at the observed spread: (t_{1-alpha/2,df} + t_{0.8,df}) x SE (80% "
+           "power, two-sided alpha = 1 - confidence, unadjusted)",
+    "seeds_needed": "seeds per arm at which the observed |diff| would be the MDD (inf: no difference observed)",
+}
+
+
+def _seed(s):
+    """0.0 and 0 are one seed (a seed column with a missing value is float)."""
+    return int(s) if isinstance(s, (float, np.floating)) and float(s).is_integer() else s
+
+
+def _by_seed(frame: pd.DataFrame) -> pd.Series:
+    """Scores indexed by seed (str; a run without a seed keys on its run_id, pairing with nothing)."""
+    key = [f"seed:{_seed(s)}" if pd.notna(s) else f"run:{r}" for s, r in zip(frame["seed"], frame["run_id"],
+                                                                             strict=True)]
+    out = frame.assign(_key=key).groupby("_key")["score"].mean()
+    return out[np.isfinite(out.to_numpy(dtype=float))]
+
+
+def pair_test(x: pd.Series, y: pd.Series) -> tuple[stats.TTest, list, int, str]:
+    """t-test of x - y from per-seed scores: paired over shared seeds (>= 2), else Welch.
+
+    Returns (test, variance terms, shared seeds, pairing text).
+    """
+    shared = x.index.intersection(y.index)
+    if len(shared) >= 2:
+        d = (x[shared] - y[shared]).to_numpy(dtype=float)
+        return stats.t_test([d]), stats.variance_terms([d]), len(shared), f"paired over {len(shared)} seed(s)"
+    xa, ya = x.to_numpy(dtype=float), y.to_numpy(dtype=float)
+    if xa.size < 2 or ya.size < 2:  # Welch needs both spreads
+        diff = float(xa.mean() - ya.mean()) if xa.size and ya.size else float("nan")
+        return stats.TTest(diff, *(float("nan"),) * 3), [], len(shared), "too few runs"
+    return stats.t_test([xa], [ya]), stats.variance_terms([xa], [ya]), len(shared), "unpaired (Welch)"
+
+
+def verdict_table(scored: Scored, cfg: ReportConfig) -> pd.DataFrame:
+    """Per task: every pair of algorithms and every algorithm vs the base (step 0), with
+    t-tests, Holm-adjusted p-values and intervals over the task's family at family-wise
+    alpha = 1 - confidence, the verdict, and the MDD / seeds needed.
+
+    The base is the step-0 eval averaged per seed (`base_by_seed`), paired with the runs of
+    the same seed. Columns: `VERDICT_COLUMNS`.
+    """
+    s = scored.scores
+    alpha = 1 - cfg.confidence
+    rows = []
+    for task in sorted(s["task"].unique()):
+        st = s[s["task"] == task]
+        series = {a: _by_seed(g) for a, g in st.groupby("algorithm", sort=True)}
+        means = {a: float(v.mean()) if len(v) else -np.inf for a, v in series.items()}
+        algs = sorted(series, key=lambda a: (-means[a], a))
+        pairs = [(x, y) for i, x in enumerate(algs) for y in algs[i + 1:]]
+        base = scored.base[scored.base["task"] == task]
+        if len(base):
+            series[BASE_LABEL] = _by_seed(base)
+            pairs += [(a, BASE_LABEL) for a in algs]
+        task_rows = []
+        for x, y in pairs:
+            test, terms, shared, pairing = pair_test(series[x], series[y])
+            ci = stats.t_test_interval(test, cfg.confidence)
+            task_rows.append({"task": task, "algorithm_x": x, "algorithm_y": y, "n_x": len(series[x]),
+                              "n_y": len(series[y]), "n_pairs": shared if pairing.startswith("paired") else 0,
+                              "pairing": pairing, "diff": test.diff, "ci_low": ci.low, "ci_high": ci.high,
+                              "p_value": test.p, "_test": test,
+                              "mdd": stats.mdd_from_test(test, alpha=alpha, power=POWER),
+                              "seeds_needed": stats.seeds_needed(test.diff, terms, alpha=alpha, power=POWER)})
+        p = [r["p_value"] for r in task_rows]
+        adj, levels = stats.holm(p), stats.holm_levels(p, alpha)
+        for r, a, lv in zip(task_rows, adj, levels, strict=True):
+            test = r.pop("_test")
+            held = stats.t_test_interval(test, 1 - lv) if np.isfinite(lv) else stats.NAN_INTERVAL
+            if not np.isfinite(a):
+                verdict = UNTESTABLE
+            elif a <= alpha and test.diff != 0:
+                verdict = f"{r['algorithm_x']} {'>' if test.diff > 0 else '<'} {r['algorithm_y']}"
+            else:
+                verdict = NOT_DISTINGUISHABLE
+            r.update(p_holm=float(a), holm_ci_low=held.low, holm_ci_high=held.high, verdict=verdict)
+        rows += task_rows
+    return pd.DataFrame(rows, columns=list(VERDICT_COLUMNS))
 
 
 def stability_table(scored: Scored) -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""Time-to-target and the batch-size rule (metrics-and-eval.md §1.6 "Batch study").
+"""Time-to-target and the batch-size rule (reports/METRICS.md §4.7).
 
 Time-to-target of a run: the first budget point (any x-axis) at which its val score,
 smoothed by a trailing moving average over `smooth` evals, reaches the target. A run that

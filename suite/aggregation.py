@@ -13,14 +13,21 @@ mode                       value                                used by
 =========================  ===================================  ===============================
 token-mean                 Σ m ℓ / Σ m                          DAPO, verl default, PPO
 seq-mean-token-mean        (1/N) Σ_i Σ_t m ℓ / Σ_t m            GRPO paper, GSPO
-seq-mean-token-sum         (1/N) Σ_i Σ_t m ℓ                    —
-seq-mean-token-sum-norm    Σ_i Σ_t m ℓ / (N · L)                Dr. GRPO code, DPPO example
+seq-mean-token-sum         (1/N) Σ_i Σ_t m ℓ                    AGRO
+seq-mean-token-sum-norm    Σ_i Σ_t m ℓ / (N · L)                Dr. GRPO code; DPPO, DRPO
 =========================  ===================================  ===============================
 
 ``seq-mean-token-sum-norm`` follows the Dr. GRPO code (sail-sg/understand-r1-zero): each
-sequence's token sum divided by the constant ``L``, averaged over sequences. verl's mode of
-the same name does *not* divide by N and uses the padded width of the tensor it is given as
-``L``; TRL's ``dr_grpo`` divides by ``B × max_completion_length``, which equals ours.
+sequence's token sum divided by the constant ``L``, averaged over sequences. ``N`` counts every
+row of the minibatch, fully masked ones included. verl 0.9.1's mode of the same name
+(``agg_loss`` in ``verl/trainer/ppo/core_algos.py``) divides the summed token sums by
+``N' × T``, with ``N'`` the number of sequences that have at least one unmasked token and ``T``
+the padded width of the loss mask it is given (or ``loss_scale_factor`` when that is set); it
+equals ours when no row is fully masked and ``T = L``. TRL 1.16.0's ``dr_grpo`` divides by
+``B × max_completion_length`` (``B`` the rows of the micro-batch, all counted; the result is
+then divided by the accumulation steps), which equals ours for ``L = max_completion_length``.
+The verl default ``token-mean`` is that of verl 0.9.1 (``actor.loss_agg_mode``). Details and
+the other modes' peer equivalents: ``algorithms/README.md`` ("Loss aggregation").
 """
 
 from __future__ import annotations

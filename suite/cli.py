@@ -46,6 +46,13 @@ def build_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="list registered algorithms, tasks or models")
     ls.add_argument("what", choices=["algorithms", "tasks", "models"])
     ls.add_argument("--json", action="store_true")
+    ws = sub.add_parser("warmstart", help="show (or --rebuild) a task's committed warm-start base")
+    ws.add_argument("task", help="task name (rlsuite list tasks)")
+    ws.add_argument("--model", default="tiny", help="embedded model (default: tiny)")
+    ws.add_argument("--rebuild", action="store_true",
+                    help="regenerate the committed base in suite/bases/ (different bytes on another CPU model)")
+    ws.add_argument("--threads", type=int, default=1, help="torch threads for the rebuild (default 1)")
+    ws.add_argument("--json", action="store_true")
     for hook in _EXTENSIONS:
         hook(sub)
     try:
@@ -136,7 +143,32 @@ def cmd_list(args) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "eval": cmd_eval, "list": cmd_list}
+def cmd_warmstart(args) -> int:
+    import tasks  # noqa: F401
+    from suite import warmstart
+    from suite.spec import resolve
+
+    spec = resolve(args.task, "grpo", args.model, 0)  # names checked: exit 2 with the valid options
+    if args.rebuild:
+        man = warmstart.rebuild(spec.task.name, args.model, args.threads)
+        print(f"rebuilt {warmstart.manifest_path(spec.task.name, args.model).with_suffix('.safetensors')} on "
+              f"{man['built_on']['cpu_model']}: sha256 {man['sha256']}; a rebuild on another CPU model gives "
+              f"different bytes (and changes the run ids of this task)", file=sys.stderr)
+    else:
+        man = warmstart.committed_base(spec.task.name, spec.task, args.model)
+        if man is None:
+            raise BadInput(f"no committed base for task {spec.task.name!r} and model {args.model!r} at the default "
+                           f"configuration; build one with: rlsuite warmstart {spec.task.name} --rebuild")
+    if args.json:
+        print(json.dumps(man, indent=1, sort_keys=True))
+    else:
+        meas = ", ".join(f"{k} {v:.3f}" for k, v in sorted(man.get("measured", {}).items()) if "greedy" in k)
+        print(f"{spec.task.name} / {args.model}: sha256 {man['sha256']} ({man['bytes']} bytes), built on "
+              f"{man['built_on']['cpu_model']} with torch {man['built_on']['torch']}; {meas}")
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "eval": cmd_eval, "list": cmd_list, "warmstart": cmd_warmstart}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

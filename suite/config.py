@@ -278,6 +278,11 @@ class RunSpec:
         d["train"].pop("world_size")  # the same run by construction (suite/distributed.py), elastic resume
         d = drop_later_defaults(d)  # the defaults keep the run ids from before those settings existed
         d["rollout"].pop("vllm_gpu_memory")  # a resource setting (and absent from older spec.json files)
+        from suite.warmstart import base_identity
+
+        base = base_identity(self)
+        if base is not None:  # the committed base's bytes are part of the identity (suite/warmstart.py)
+            d["base_sha256"] = base
         blob = json.dumps(d, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:8]
 

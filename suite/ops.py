@@ -39,31 +39,73 @@ def masked_var(x: Tensor, mask: Tensor, unbiased: bool = True) -> Tensor:
 def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float = 1e-8) -> Tensor:
     """(x − mean)/std over mask = 1 tokens of the whole batch (verl ``masked_whiten``).
 
+    Statistics are computed in float64 and the result is returned in ``x``'s dtype. When all
+    masked values are equal the mean is exactly that value and the variance exactly 0, so the
+    centred part is exactly 0 (``rsqrt(var + eps)`` would otherwise amplify the rounding
+    residual of the mean about 10⁴ times): the output is 0 with ``shift_mean``; with
+    ``shift_mean=False`` (the mean added back after scaling, as verl) it is the common value
+    itself, i.e. such a batch comes back unchanged.
+
     Shapes: x, mask [B, T] → [B, T]; masked-out entries are returned as 0.
     """
-    mean = masked_mean(x, mask)
-    out = (x - mean) * torch.rsqrt(masked_var(x, mask) + eps)
+    x64, m64 = x.to(torch.float64), mask.to(torch.float64)
+    mean, var = masked_mean(x64, m64), masked_var(x64, m64)
+    with torch.no_grad():
+        sel, xd = mask > 0, x64.detach()
+        lo = torch.where(sel, xd, torch.inf).amin() if xd.numel() else xd.new_tensor(torch.inf)
+        hi = torch.where(sel, xd, -torch.inf).amax() if xd.numel() else xd.new_tensor(-torch.inf)
+        equal = lo == hi  # False for an empty mask (inf vs −inf)
+    mean = torch.where(equal, lo, mean)
+    var = torch.where(equal, torch.zeros_like(var), var)
+    out = (x64 - mean) * torch.rsqrt(var + eps)
     if not shift_mean:
         out = out + mean
-    return out * mask
+    return (out * m64).to(x.dtype)
+
+
+def group_all_equal(values: Tensor, group_ids: Tensor) -> Tensor:
+    """Per-sample flag: every value of its group is equal (True for a singleton group).
+
+    Args: values [B]; group_ids [B] long (any labels). Returns [B] bool; NaN never counts as equal.
+    """
+    _, inv, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
+    v = values.detach()
+    lo = torch.full(counts.shape, torch.inf, dtype=v.dtype, device=v.device).scatter_reduce(0, inv, v, "amin")
+    hi = torch.full(counts.shape, -torch.inf, dtype=v.dtype, device=v.device).scatter_reduce(0, inv, v, "amax")
+    return (lo == hi)[inv]
+
+
+def _group_stats64(rewards: Tensor, group_ids: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """float64 per-sample (mean, unbiased std, flag: a group of ≥ 2 whose rewards are all equal)."""
+    _, inv, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
+    r = rewards.to(torch.float64)
+    n = counts.to(torch.float64)
+    mean = torch.zeros_like(n).index_add_(0, inv, r) / n
+    with torch.no_grad():
+        rd = r.detach()
+        lo = torch.full_like(n, torch.inf).scatter_reduce(0, inv, rd, "amin")
+        hi = torch.full_like(n, -torch.inf).scatter_reduce(0, inv, rd, "amax")
+        equal = lo == hi
+    mean = torch.where(equal, lo, mean)  # an all-equal group: exactly the common value …
+    sq = torch.zeros_like(n).index_add_(0, inv, (r - mean[inv]) ** 2)
+    std = torch.sqrt(sq / (n - 1).clamp(min=1))
+    std = torch.where(equal, torch.zeros_like(std), std)  # … and a std of exactly 0
+    single = counts == 1
+    mean = torch.where(single, torch.zeros_like(mean), mean)
+    std = torch.where(single, torch.ones_like(std), std)
+    return mean[inv], std[inv], (equal & ~single)[inv]
 
 
 def group_mean_std(rewards: Tensor, group_ids: Tensor) -> tuple[Tensor, Tensor]:
     """Per-sample mean and unbiased std of its group's rewards.
 
+    Computed in float64, returned in the rewards' dtype. A group whose rewards are all equal
+    gets exactly that value as its mean and exactly 0 as its std (so ``R − mean`` is exactly 0).
     Args: rewards [B] float; group_ids [B] long (any labels).
     Returns: (mean [B], std [B]); a singleton group gets mean 0 and std 1 (verl convention).
     """
-    _, inv, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
-    n = counts.to(rewards.dtype)
-    sums = torch.zeros_like(n).index_add_(0, inv, rewards)
-    mean = sums / n
-    sq = torch.zeros_like(n).index_add_(0, inv, (rewards - mean[inv]) ** 2)
-    std = torch.sqrt(sq / (n - 1).clamp(min=1))
-    single = counts == 1
-    mean = torch.where(single, torch.zeros_like(mean), mean)
-    std = torch.where(single, torch.ones_like(std), std)
-    return mean[inv], std[inv]
+    mean, std, _ = _group_stats64(rewards, group_ids)
+    return mean.to(rewards.dtype), std.to(rewards.dtype)
 
 
 def group_normalised_advantage(
@@ -71,12 +113,17 @@ def group_normalised_advantage(
 ) -> Tensor:
     """GRPO outcome advantage ``(R − mean_G R) / (std_G R + eps)`` (or mean-only).
 
+    Computed in float64, returned in the rewards' dtype. A group of ≥ 2 whose rewards are all
+    equal gets an advantage of exactly 0 (dividing by ``std + eps`` would otherwise amplify
+    the rounding residual of its mean about 10⁶ times).
     Reference: Shao et al. 2024 (arXiv 2402.03300) §4.1.2; verl ``compute_grpo_outcome_advantage``.
     Shapes: rewards [B], group_ids [B] → [B].
     """
-    mean, std = group_mean_std(rewards, group_ids)
-    adv = rewards - mean
-    return adv / (std + eps) if scale_by_std else adv
+    mean, std, equal = _group_stats64(rewards, group_ids)
+    adv = rewards.to(torch.float64) - mean
+    if scale_by_std:
+        adv = adv / (std + eps)
+    return torch.where(equal, torch.zeros_like(adv), adv).to(rewards.dtype)
 
 
 def broadcast_to_tokens(seq_values: Tensor, mask: Tensor) -> Tensor:
@@ -182,6 +229,10 @@ def clipped_value_loss(
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Per-token ``½·max((V − R)², (clip(V, V_old ± c) − R)²)`` (verl ``compute_value_loss``).
 
+    ``value/clip_frac`` keeps verl's ``vf_clipfrac`` meaning (the clipped term is the one that
+    binds) but counts a token only when V is really outside the band, ``|V − V_old| > c`` and
+    ``l2 > l1``: ``V_old + (V − V_old)`` need not round back to V, so comparing the losses alone
+    would count unclipped tokens whose l2 exceeds l1 by a rounding error.
     Shapes: [B, T] → loss [B, T] and metrics (``value/clip_frac``).
     """
     l1 = (values - returns).square()
@@ -190,7 +241,8 @@ def clipped_value_loss(
     clipped = old_values + (values - old_values).clamp(-clip, clip)
     l2 = (clipped - returns).square()
     with torch.no_grad():
-        frac = masked_mean((l2 > l1).float(), mask)
+        outside = (values - old_values).abs() > clip
+        frac = masked_mean((outside & (l2 > l1)).float(), mask)
     return 0.5 * torch.maximum(l1, l2) * mask, {"value/clip_frac": frac}
 
 

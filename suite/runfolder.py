@@ -217,8 +217,23 @@ class ReadOnlyFolder(RunFolder):
         pass
 
 
+def cpu_model() -> Optional[str]:
+    """The CPU model: ``model name`` from /proc/cpuinfo on Linux, else ``platform.processor()``."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                key, sep, value = line.partition(":")
+                if sep and key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
 def env_info(device: str, precision: str, threads: int) -> dict[str, Any]:
-    """Git commit and dirty flag, package versions, device, precision, threads, host."""
+    """Git commit and dirty flag, package versions, device, precision, threads, host, CPU model."""
     from importlib import metadata
 
     root = Path(__file__).resolve().parent.parent
@@ -242,7 +257,7 @@ def env_info(device: str, precision: str, threads: int) -> dict[str, Any]:
             pass
     return {"git_commit": commit, "git_dirty": dirty, "packages": pkgs, "device": device,
             "precision": precision, "num_threads": threads, "host": socket.gethostname(),
-            "python": sys.version.split()[0], "platform": sys.platform}
+            "python": sys.version.split()[0], "platform": sys.platform, "cpu_model": cpu_model()}
 
 
 def finite(x: float) -> bool:

@@ -5,7 +5,10 @@ Per step (numbers match the sections of :meth:`Trainer.step`):
 1. draw prompts (``algo.sample_prompts`` or a seeded pass over the train split);
 2. roll out G completions per prompt with the behaviour policies (``algo.before_rollout``);
    the engine records μ's log-probs and what the algorithm ``needs``;
-3. grade with the task, then ``algo.rewards`` per group;
+3. grade with the task, then ``algo.rewards`` per group; a completion the grader could not
+   grade (``Grade.error``) scores 0, is counted in ``reward/grade_errors`` and is left out of
+   the policy loss (its loss mask is zeroed for the update; it still counts in its group's
+   statistics as a 0); a batch whose every grade errored raises ``GraderError`` (run ``failed``);
 4. scoring passes: π_old (or μ when exactly on-policy and configured), π_ref, values;
    in-reward KL; token rewards;
 5. ``algo.advantages``; ``algo.filter`` with the refill loop (bounded; discarded samples
@@ -34,6 +37,7 @@ import math
 import os
 import signal
 import socket
+import sys
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -134,6 +138,7 @@ class Trainer:
         self.entropy: Optional[float] = None
         self._prompt_cache: dict[tuple[str, int], tuple[list[int], str]] = {}
         self._signal: Optional[Interrupted] = None
+        self._grade_errors, self._grade_error_first = 0, None  # this step's grader failures
 
     # ---------------------------------------------------------------------------------
     def _check_capabilities(self) -> None:
@@ -318,6 +323,7 @@ class Trainer:
         G = self.spec.rollout.group_size
         examples = [self.splits["train"][i] for i in idx for _ in range(G)]
         grades = self.task.grade_batch(examples, list(rec.texts))
+        self._note_grade_errors([g.error for g in grades if g.error is not None], len(grades))
         scores = torch.tensor([g.reward for g in grades], dtype=torch.float)
         rewards = torch.empty_like(scores)
         groups = []
@@ -327,12 +333,33 @@ class Trainer:
             group = Group(prompt=prompts[g], example=example,
                           completions=rec.texts[sl], parsed=tuple(x.parsed for x in grades[sl]), scores=scores[sl],
                           lengths=rec.loss_mask[sl].sum(-1), truncated=rec.truncated[sl],
-                          grade=lambda text, ex=example: float(self.task.grade(ex, text).reward), anchors=anchors[g])
+                          grade=lambda text, ex=example: self._grade_one(ex, text), anchors=anchors[g])
             rewards[sl] = torch.as_tensor(self.algo.rewards(group, ctx), dtype=torch.float)
             groups.append(group)
         rec = rec.replace(scores=scores, rewards=rewards, parsed=tuple(g.parsed for g in grades),
-                          error_class=tuple(g.error_key for g in grades))
+                          error_class=tuple(g.error_key for g in grades),
+                          grade_error=torch.tensor([g.error is not None for g in grades], dtype=torch.bool))
         return rec, grades, groups
+
+    def _grade_one(self, example, text: str) -> float:
+        """``Group.grade``: one extra grade (judges, anchors); a grade error is counted."""
+        g = self.task.grade(example, text)
+        self._note_grade_errors([g.error] if g.error is not None else [], None)
+        return float(g.reward)
+
+    def _note_grade_errors(self, errors: list[str], n: Optional[int]) -> None:
+        """Count this step's grade errors; ``n`` grades of which all errored: the grader is
+        broken, and the run stops as ``failed`` (never trains on all-zero rewards)."""
+        if not errors:
+            return
+        self._grade_errors += len(errors)
+        if self._grade_error_first is None:
+            self._grade_error_first = errors[0]
+        if n is not None and len(errors) == n:
+            from tasks.base import GraderError
+
+            raise GraderError(f"task '{self.task.name}': the grader could not grade any of the {n} completions "
+                              f"at step {self.step_no} (first error: {errors[0]})")
 
     # -- 3b. a feedback-conditioned second round (``revise``) ---------------------------
     def _second_round(self, rec: Rollout, idx: list[int], grades: list, rev: Revision, ctx: Context,
@@ -544,6 +571,9 @@ class Trainer:
             batch = batch.select(torch.arange(target, device=batch.tokens.device))
         metrics.update({"filter/discarded": float(discarded), "filter/rollout_batches": float(tries),
                         "filter/kept_frac": n_kept / max(1, n_kept + discarded)})
+        if batch.grade_error is not None and bool(batch.grade_error.any()):  # ungraded rows: no policy gradient
+            keep = (~batch.grade_error.to(batch.loss_mask.device)).to(batch.loss_mask.dtype)
+            batch = dataclasses.replace(batch, loss_mask=batch.loss_mask * keep[:, None])
         return batch, metrics
 
     def _rollout_metrics(self, b: Batch) -> dict[str, float]:
@@ -767,13 +797,23 @@ class Trainer:
         engine = self.engine
         if engine.version != self.budget.counters["updates"]:
             engine = make_engine(s.rollout.engine, self.model, self.tok, s.rollout)  # the current policy
-        res, samples = evaluate(engine, self.tok, self.task, examples, [p[0] for p in ids], [p[1] for p in ids],
+        counted = _CountingGrader(self.task)  # grade errors of the eval, counted (never a silent "wrong")
+        res, samples = evaluate(engine, self.tok, counted, examples, [p[0] for p in ids], [p[1] for p in ids],
                                 s.eval, s.rollout.max_new_tokens, self.stop_ids, s.rollout.max_turns,
                                 s.rollout.max_obs_tokens)
+        if counted.graded and counted.errors == counted.graded:
+            from tasks.base import GraderError
+
+            raise GraderError(f"task '{self.task.name}': the grader could not grade any of the {counted.graded} "
+                              f"{split} completions at step {self.step_no} (first error: {counted.first})")
+        if counted.errors:
+            print(f"warning: {split} eval at step {self.step_no}: the grader could not grade {counted.errors} of "
+                  f"{counted.graded} completions (first: {counted.first}); they count as not correct",
+                  file=sys.stderr, flush=True)
         row = {"step": self.step_no, **self.budget.row(), "split": split,
                **{f"eval/{self.task.name}/{k}": v for k, v in res.items()},
                "n_samples": s.eval.n_samples, "n_prompts": len(examples), "temperature": s.eval.temperature,
-               "top_p": s.eval.top_p, "eval_seed": s.eval.seed, "final": final}
+               "top_p": s.eval.top_p, "eval_seed": s.eval.seed, "final": final, "grade_errors": counted.errors}
         self.folder.append("evals.jsonl", [row])
         self.folder.append("samples.jsonl", [{"step": self.step_no, "split": split, "final": final, **x}
                                              for x in samples])
@@ -783,8 +823,14 @@ class Trainer:
     def step(self) -> dict[str, Any]:
         t0 = time.perf_counter()
         self.step_no += 1
+        self._grade_errors, self._grade_error_first = 0, None
         ctx = self.context()
         batch, metrics = self._collect_batch(ctx)  # 1-5
+        metrics["reward/grade_errors"] = float(self._grade_errors)
+        if self._grade_errors and self.world.main:
+            print(f"warning: step {self.step_no}: the grader of task '{self.task.name}' could not grade "
+                  f"{self._grade_errors} completion(s) (first: {self._grade_error_first}); they score 0 and "
+                  f"are left out of the loss (reward/grade_errors)", file=sys.stderr, flush=True)
         t1 = time.perf_counter()
         metrics.update(self._update(batch, ctx))  # 6
         t2 = time.perf_counter()
@@ -842,8 +888,9 @@ class Trainer:
         f.start_heartbeat()
         self._install_signals()
         try:
-            if not resumed:
+            if not resumed:  # the base on both splits: a final test score is compared with a step-0 test score
                 self.run_eval("val")
+                self.run_eval("test")
             while not self.budget.exhausted:
                 self.step()
                 at_end = self.budget.exhausted
@@ -874,6 +921,30 @@ class Trainer:
     def _save_final(self, d: Path) -> None:
         self.model.save_pretrained(d)
         self.tok.save_pretrained(d)
+
+
+class _CountingGrader:
+    """The task, with the grade errors (``Grade.error``) of its ``grade``/``grade_batch`` counted."""
+
+    def __init__(self, task) -> None:
+        self._task, self.graded, self.errors, self.first = task, 0, 0, None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._task, name)
+
+    def _count(self, grades: list) -> list:
+        errs = [g.error for g in grades if g.error is not None]
+        self.graded += len(grades)
+        self.errors += len(errs)
+        if errs and self.first is None:
+            self.first = errs[0]
+        return grades
+
+    def grade(self, example, completion: str):
+        return self._count([self._task.grade(example, completion)])[0]
+
+    def grade_batch(self, examples, completions):
+        return self._count(list(self._task.grade_batch(examples, completions)))
 
 
 def s_kl(cfg, logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

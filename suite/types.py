@@ -65,6 +65,8 @@ class Rollout:
       parsed: the task's parsed answers (for logging);
       error_class: each sample's error class (``Grade.error_key``: canonical final answer for
         math-like tasks, exception type for code; EDAS partitions wrong answers by it);
+      grade_error [B] bool or None: the task's grader could not grade the sample (``Grade.error``;
+        its score is 0 and the trainer leaves the row out of the policy loss);
       stage [B] long or None: row kind when the algorithm ran a feedback round
         (``algorithms.base.Revision``): 0 first group, 1 feedback-conditioned group, 2 the
         latter's responses after the original prompt (behaviour μ = the feedback-conditioned one);
@@ -88,6 +90,7 @@ class Rollout:
     texts: tuple[str, ...] = ()
     parsed: tuple[Optional[str], ...] = ()
     error_class: tuple[Optional[str], ...] = ()
+    grade_error: Optional[Tensor] = None
     stage: Optional[Tensor] = None
     topk_ids: Optional[Tensor] = None
     topk_logp: Optional[Tensor] = None
@@ -206,10 +209,13 @@ def cat_rollouts(parts: list[Rollout], offset_groups: bool = True) -> Rollout:
     resp = max(p.tokens.shape[1] - p.prompt_width for p in parts)
     out: dict[str, list] = {}
     offset = 0
+    flagged = any(p.grade_error is not None for p in parts)  # ungraded parts: no grade errors
     for p in parts:
         left, right = pw - p.prompt_width, resp - (p.tokens.shape[1] - p.prompt_width)
         for f in dataclasses.fields(cls):
             v = getattr(p, f.name)
+            if f.name == "grade_error" and v is None and flagged:
+                v = torch.zeros(p.batch_size, dtype=torch.bool)
             if f.name == "prompt_width" or v is None:
                 continue
             if f.name == "group_id" and offset_groups:

@@ -40,17 +40,36 @@ class Grade:
     completion does not vote in maj@k). ``error_class``: the equivalence class of a wrong
     answer for error-diversity methods (EDAS): the canonical final answer for math-like tasks
     (None = same as ``parsed``; use :meth:`error_key`), the exception type or failure status
-    for code."""
+    for code.
+
+    ``error``: None for a real verdict; otherwise why the *grader* could not grade this
+    completion (its pool or sandbox failed, math-verify crashed, an infrastructure timeout).
+    An errored grade is not a wrong answer: it carries ``reward`` 0, ``correct`` False and no
+    vote, and the trainer counts it (``reward/grade_errors``), leaves its row out of the policy
+    loss, and fails the run when every grade of a batch errored (see :class:`GraderError`).
+    A candidate that fails its tests or times out is a wrong answer, not an error."""
 
     reward: float
     correct: bool
     parsed: Optional[str]
     error_class: Optional[str] = None
+    error: Optional[str] = None
+
+    @classmethod
+    def errored(cls, why: str, error_class: Optional[str] = None) -> "Grade":
+        """A grade the grader could not produce (reward 0, no vote), with the reason."""
+        return cls(reward=0.0, correct=False, parsed=None, error_class=error_class, error=why)
 
     @property
     def error_key(self) -> Optional[str]:
         """The error class, falling back to the parsed answer (None: nothing extractable)."""
         return self.error_class if self.error_class is not None else self.parsed
+
+
+class GraderError(RuntimeError):
+    """A task's grader cannot grade at all (its worker pool died on start-up, its sandbox cannot
+    start, every grade of a batch errored). Raised, never turned into reward 0: the run stops
+    as ``failed`` (exit 1) with this message as the reason."""
 
 
 class Environment:
@@ -74,6 +93,11 @@ class Task:
     Config: ClassVar[type[TaskConfig]] = TaskConfig
     presets: ClassVar[dict[str, dict[str, dict[str, Any]]]] = {}
     """Section overrides per model family: ``{"embedded": {...}, "hf": {...}}``."""
+    inert: ClassVar[dict[str, str]] = {}
+    """Config fields that deliberately change none of prompts, data, grades or environment
+    observations on the contract's sample data, with the reason (the "no dead configuration
+    fields" test in ``tests/contract/test_tasks_contract.py`` skips them; every key must be a
+    field of ``Config``)."""
 
     def __init__(self, cfg: TaskConfig) -> None:
         self.cfg = cfg

@@ -9,7 +9,10 @@ own fields.
 
 Grading (openai/human-eval ``execution.py`` and the MBPP paper): the program is run in
 :mod:`tasks.sandbox` with a per-program timeout (3 s, as human-eval), batched over the
-sandbox's worker pool; it passes when it runs to its end without an exception.
+sandbox's worker pool; it passes when it runs to its end without an exception. A program
+that fails or times out is a wrong answer; a program the *sandbox* could not run (status
+``sandbox_error``: its worker died or hung twice, or the sandbox setup failed) makes the grade
+a grade error (``Grade.error``), and a sandbox that cannot start raises ``SandboxError``.
 
 * HumanEval: ``prompt + completion + "\\n" + test + "\\n" + f"check({entry_point})"``.
   A completion is the function *body* continuing the prompt, cut at the Codex stop
@@ -237,8 +240,24 @@ def code_feedback(grade: Grade, detail: str = "full") -> str:
     return msg
 
 
+SANDBOX_INERT = {
+    "cache_size": "memoises results by program text: the same grades, with fewer sandbox runs",
+    "sandbox_layers": "how programs are isolated (which layers are available depends on the machine): the same "
+                      "grades by design (tests/tasks/test_sandbox.py)",
+    "sandbox_python": "the interpreter that runs the programs: any Python 3 grades them the same",
+    "sandbox_workers": "programs run at once: the same grades, in parallel",
+    "sandbox_warm": "fork programs from a warm interpreter or start each cold: the same grades by design "
+                    "(tests/tasks/test_sandbox.py)",
+    "sandbox_allow_unisolated": "read only where no isolating layer can start; where one can, the sandbox is "
+                                "the same either way",
+}
+"""Sandbox settings that change how programs run, not their results (``inert`` of code tasks)."""
+
+
 class CodeTask(Task):
     """Shared grading: programs per completion, a result cache, the sandbox pool."""
+
+    inert = SANDBOX_INERT
 
     cfg: CodeConfig
     reward_range = (0.0, 1.0)
@@ -254,6 +273,7 @@ class CodeTask(Task):
             raise BadInput(f"{self.name}: {e}") from None
         self._splits: Optional[dict[str, list[dict]]] = None
         self._cache: OrderedDict[str, tuple[str, Optional[str]]] = OrderedDict()
+        self.sandbox_errors: dict[str, str] = {}
 
     def programs(self, example: dict, completion: str) -> list[str]:
         """The test programs for one completion (one, or one per test for ``fraction``)."""
@@ -264,10 +284,13 @@ class CodeTask(Task):
 
     def run_programs(self, progs: Sequence[str]) -> list[tuple[str, Optional[str]]]:
         """``(status, error_class)`` of each of ``progs`` (cached by program text; each distinct
-        program runs once; see :attr:`tasks.sandbox.RunResult.error_class`)."""
+        program runs once; see :attr:`tasks.sandbox.RunResult.error_class`). A ``sandbox_error``
+        (the sandbox, not the program, failed) is never cached; its message is kept in
+        ``sandbox_errors`` (program → message) until the next call."""
         todo = list(dict.fromkeys(p for p in progs if p not in self._cache))
-        fresh = {p: (r.status, r.error_class) for p, r in zip(todo, self.sandbox.run_many(todo, self.cfg.timeout_s))} \
-            if todo else {}
+        results = dict(zip(todo, self.sandbox.run_many(todo, self.cfg.timeout_s))) if todo else {}
+        fresh = {p: (r.status, r.error_class) for p, r in results.items()}
+        self.sandbox_errors = {p: r.output.strip()[-300:] for p, r in results.items() if r.status == "sandbox_error"}
         out = [fresh[p] if p in fresh else self._cache[p] for p in progs]
         for p in progs:
             if p in self._cache:
@@ -291,6 +314,12 @@ class CodeTask(Task):
         for e, c, ps in zip(examples, completions, per):
             res = flat[k:k + len(ps)]
             k += len(ps)
+            broken = [p for p, (st, _) in zip(ps, res) if st == "sandbox_error"]
+            if broken:  # the sandbox failed on a test program: a grade error, not a failing program
+                why = self.sandbox_errors.get(broken[0]) or "no detail"
+                out.append(Grade.errored(f"the sandbox could not run {len(broken)} of {len(ps)} test program(s) "
+                                         f"({why})", error_class="sandbox_error"))
+                continue
             passed = [st == "passed" for st, _ in res]
             frac = sum(passed) / len(passed)
             reward = frac if self.cfg.reward == "fraction" else float(all(passed))

@@ -44,7 +44,7 @@ import torch
 from suite.errors import BadInput
 from tasks.arith import _sft_loss
 from tasks.base import Grade, Task, TaskConfig, hash_split, register
-from tasks.code import code_feedback
+from tasks.code import SANDBOX_INERT, code_feedback
 from tasks.sandbox import Layer, Sandbox, SandboxConfig, SandboxUnavailable
 
 # (template, constants for c, constants for d)
@@ -146,6 +146,10 @@ class CodeToy(Task):
     version = "1"
     Config = CodeToyConfig
     cfg: CodeToyConfig
+    inert = {**{k: v for k, v in SANDBOX_INERT.items() if k != "sandbox_warm"},
+             **dict.fromkeys(("warm_target", "warm_max_steps"),
+                             "acts only in warm_start (the supervised warm start of models built from "
+                             "scratch): it changes the starting weights, not the task's data, prompts or grades")}
     presets = {
         "embedded": {
             "rollout": {"group_size": 8, "prompts_per_step": 16, "max_new_tokens": 12, "temperature": 1.0},
@@ -204,6 +208,10 @@ class CodeToy(Task):
                 ((fresh[p].passed, fresh[p].error_class) if p in fresh else self._cache[p])
             if p in self._cache:
                 self._cache.move_to_end(p)
+            if p in fresh and fresh[p].status == "sandbox_error":  # the sandbox failed, not the program
+                out.append(Grade.errored(f"the sandbox could not run the program ({fresh[p].output.strip()[-300:]})",
+                                         error_class="sandbox_error"))
+                continue
             out.append(Grade(reward=float(ok), correct=ok, parsed=x or None, error_class=err))
         self._cache.update((p, (r.passed, r.error_class)) for p, r in fresh.items() if r.status != "sandbox_error")
         while len(self._cache) > self.cfg.cache_size:

@@ -11,8 +11,11 @@ the gold first, in a spawn process pool (timeouts work outside the main thread);
 compare numerically (18 = 18.0). Optional format reward: ``format_reward`` is added for a
 completion whose answer is in ``\\boxed{}``, and the reward is capped at 1.
 
-Example prompt (raw style): ``Question: Janet’s ducks lay 16 eggs ... ?\\nAnswer:`` — chat
-models get the question plus ``instruction`` through their chat template.
+Prompt: ``Question: Janet’s ducks lay 16 eggs ... ?\\n<instruction>\\nAnswer:``, one text for
+every model: a chat model gets it as its user turn (through its chat template), a base model
+(no chat template, or ``model.chat_template=off``) as raw text. ``task.instruction=""`` gives the
+plain ``Question: ...\\nAnswer:``, which is what the embedded preset sets: the character-level
+``tiny`` model cannot follow an instruction and has a 1,024-character context.
 """
 
 from __future__ import annotations
@@ -48,7 +51,8 @@ class GSM8KConfig(TaskConfig):
     val_fraction: float = 0.05
     """Hash-selected share of train held out as val."""
     instruction: str = "Solve the problem step by step and put the final answer in \\boxed{}."
-    """Appended to the question in chat prompts."""
+    """Line between the question and ``Answer:`` in every prompt (the user turn of chat models,
+    the raw text of base models); "" = none."""
     format_reward: float = 0.0
     """Bonus for a boxed final answer (0 = pure correctness)."""
     grader_workers: int = 1
@@ -71,8 +75,13 @@ class GSM8K(Task):
     citation = "Cobbe et al. 2021, Training Verifiers to Solve Math Word Problems, arXiv:2110.14168"
     Config = GSM8KConfig
     cfg: GSM8KConfig
+    inert = {"grader_workers": "processes of the math-verify pool: the same verdicts, computed in parallel",
+             "grade_timeout_s": "a per-call time limit: it changes a verdict only for an input math-verify takes "
+                                "longer than the limit on, which no fixed probe does reliably on every machine"}
     presets = {
-        "embedded": {"rollout": {"group_size": 4, "prompts_per_step": 4, "max_new_tokens": 64},
+        # tiny model: mechanics only, on the plain prompt (it cannot follow an instruction)
+        "embedded": {"task": {"instruction": ""},
+                     "rollout": {"group_size": 4, "prompts_per_step": 4, "max_new_tokens": 64},
                      "optim": {"lr": 3e-4}, "budget": {"samples": 64}, "eval": {"max_prompts": 16}},
         "hf": {"rollout": {"group_size": 8, "prompts_per_step": 64, "max_new_tokens": 512, "temperature": 1.0},
                "optim": {"lr": 1e-6}, "budget": {"samples": 65536}, "eval": {"max_prompts": 500}},
@@ -118,7 +127,8 @@ class GSM8K(Task):
         return read_jsonl(p, fields), None
 
     def prompt(self, example: dict) -> Any:
-        return f"Question: {example['question']}\nAnswer:"
+        instruction = f"{self.cfg.instruction}\n" if self.cfg.instruction else ""
+        return f"Question: {example['question']}\n{instruction}Answer:"
 
     def gold(self, example: dict) -> str:
         return gold_answer(example["answer"])
@@ -129,12 +139,15 @@ class GSM8K(Task):
     def grade_batch(self, examples: Sequence[dict], completions: Sequence[str]) -> list[Grade]:
         preds = [extract_prediction(c) for c in completions]
         todo = [i for i, p in enumerate(preds) if p is not None]
-        ok = dict(zip(todo, self._pool.verify([self.gold(examples[i]) for i in todo],
-                                              [completions[i] if last_boxed(completions[i]) else preds[i]
-                                               for i in todo])))
+        ok = dict(zip(todo, self._pool.verify_each([self.gold(examples[i]) for i in todo],
+                                                   [completions[i] if last_boxed(completions[i]) else preds[i]
+                                                    for i in todo])))
         out = []
         for i, c in enumerate(completions):
-            correct = ok.get(i, False)
+            correct, error = ok.get(i, (False, None))
+            if error is not None:  # the grader could not grade it: a grade error, not a wrong answer
+                out.append(Grade.errored(error))
+                continue
             bonus = self.cfg.format_reward if last_boxed(c) is not None else 0.0
             out.append(Grade(reward=min(1.0, float(correct) + bonus), correct=correct, parsed=preds[i]))
         return out

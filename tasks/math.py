@@ -18,7 +18,8 @@ Gold: ``answer`` when the row has it, else the last ``\\boxed{}`` of ``solution`
 file:line; Hugging Face rows without one are dropped and counted in ``dropped_no_boxed``).
 Prediction: the last ``\\boxed{}`` of the completion (None without one: reward 0, and it does
 not vote in maj@k). Grading: math-verify, gold first, on the two boxed expressions, in a
-spawn process pool with timeouts (:mod:`tasks.math_grading`). ``parsed`` is the boxed text
+spawn process pool with timeouts (:mod:`tasks.math_grading`; a pool that cannot start raises
+GraderError, an item it cannot grade is a grade error, ``Grade.error``). ``parsed`` is the boxed text
 with spacing and ``\\left``/``\\right``/``\\dfrac`` variants canonicalised, so maj@k groups
 identical answers written slightly differently.
 
@@ -89,6 +90,9 @@ class Math(Task):
                 "arXiv:2103.03874; MATH-500 from Lightman et al. 2023, arXiv:2305.20050")
     Config = MathConfig
     cfg: MathConfig
+    inert = {"grader_workers": "processes of the math-verify pool: the same verdicts, computed in parallel",
+             "grade_timeout_s": "a per-call time limit: it changes a verdict only for an input math-verify takes "
+                                "longer than the limit on, which no fixed probe does reliably on every machine"}
     presets = {
         # tiny model: mechanics only (it cannot solve MATH)
         "embedded": {"rollout": {"group_size": 4, "prompts_per_step": 4, "max_new_tokens": 64},
@@ -170,11 +174,18 @@ class Math(Task):
     def grade_batch(self, examples: Sequence[dict], completions: Sequence[str]) -> list[Grade]:
         preds = [last_boxed(c) for c in completions]
         todo = [i for i, p in enumerate(preds) if p is not None and p.strip()]
-        verdicts = self._pool.verify([f"\\boxed{{{self.gold(examples[i])}}}" for i in todo],
-                                     [f"\\boxed{{{preds[i]}}}" for i in todo])
+        verdicts = self._pool.verify_each([f"\\boxed{{{self.gold(examples[i])}}}" for i in todo],
+                                          [f"\\boxed{{{preds[i]}}}" for i in todo])
         ok = dict(zip(todo, verdicts))
-        return [Grade(reward=float(ok.get(i, False)), correct=ok.get(i, False),
-                      parsed=canonical(p) if i in ok else None) for i, p in enumerate(preds)]
+        out = []
+        for i, p in enumerate(preds):
+            if i not in ok:
+                out.append(Grade(reward=0.0, correct=False, parsed=None))
+            elif ok[i][1] is not None:  # the grader could not grade it: a grade error, not a wrong answer
+                out.append(Grade.errored(ok[i][1]))
+            else:
+                out.append(Grade(reward=float(ok[i][0]), correct=ok[i][0], parsed=canonical(p)))
+        return out
 
     def close(self) -> None:
         self._pool.close()

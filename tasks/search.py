@@ -9,12 +9,15 @@ that ends with an answer, or on EOS, ends the episode. A turn whose first tag pa
 neither a search nor an answer gets Search-R1's "My previous action is invalid ..." message
 as its observation. ``rollout.max_turns`` bounds the policy turns.
 
-Reward (Search-R1 ``verl/utils/reward_score/qa_em.py``): the *last* ``<answer>`` span of the
+Reward (Search-R1's exact-match rule, as in verl 0.9.1's
+``verl/utils/reward_score/search_r1_like_qa_em.py``): the *last* ``<answer>`` span of the
 response (complete ``<information>`` blocks are removed first, so a passage cannot supply it),
 normalised SQuAD-style (lowercase, strip punctuation, drop a|an|the, collapse whitespace),
 scores 1 if it equals any normalised gold answer, else 0 (``reward=em``); ``reward=f1`` gives
 the SQuAD token F1 against the best gold instead. ``correct`` is always exact match, and
-``parsed`` (the maj@k vote) is the normalised answer.
+``parsed`` (the maj@k vote) is the normalised answer. (verl 0.9.1's version also divides a
+correct answer's score by 4 when the response has more than 10 ``<answer>`` or ``</answer>``
+tags; not done here.)
 
 Data: local JSONL through ``task.data_path`` (e.g. ``$RLSUITE_DATA/search``: 200 HotpotQA
 dev questions with ``answer``, carved by hash into train/val/test, and ``corpus.jsonl``, the
@@ -189,6 +192,8 @@ class Search(Task):
                 "Reinforcement Learning, arXiv:2503.09516")
     Config = SearchConfig
     cfg: SearchConfig
+    inert = {"test_sources": "filters the Hugging Face test split only (task.data_path unset, which needs the hub); "
+                             "local questions never read it"}
     presets = {
         # tiny model: mechanics only (the 560-character instruction nearly fills its 1024 context)
         "embedded": {"rollout": {"group_size": 2, "prompts_per_step": 2, "max_new_tokens": 48, "max_turns": 2,

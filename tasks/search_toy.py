@@ -117,6 +117,9 @@ class SearchToy(Task):
     citation = "Protocol of Jin et al. 2025, Search-R1, arXiv:2503.09516 (synthetic data, this project)"
     Config = SearchToyConfig
     cfg: SearchToyConfig
+    inert = dict.fromkeys(("warm_target", "warm_max_steps"),
+                          "acts only in warm_start (the supervised warm start of models built from "
+                          "scratch): it changes the starting weights, not the task's data, prompts or grades")
     presets = {
         # 32 GRPO steps of 8 prompts × 8 samples: ≈ 1 min on one core after the cached warm start
         # (benchmarks/results/tasks_search.md); turn 1 + turn 2 need ≈ 49 policy tokens

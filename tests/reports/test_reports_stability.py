@@ -123,3 +123,47 @@ def test_first_window():
     assert first_window(np.array([0, 1, 1, 0, 1, 1, 1], bool), 3) == 4
     assert first_window(np.array([1, 1], bool), 3) is None
     assert first_window(np.array([1, 1, 1], bool), 1) == 0
+
+
+# --- report tables: k/n per algorithm always, flagged runs listed separately -----------------
+
+def scores_frame(flags: dict[str, list[str]]) -> pd.DataFrame:
+    """Per-run score rows: algorithm -> the reasons string of each of its runs ("" = stable)."""
+    rows = [{"task": "arith", "algorithm": alg, "seed": i, "run_id": f"{alg}{i}", "state": "completed",
+             "stable": not r, "reasons": r} for alg, rs in flags.items() for i, r in enumerate(rs)]
+    return pd.DataFrame(rows)
+
+
+def test_stability_summary_all_stable_shows_k_of_n():
+    from reports.stability import flagged_runs, stability_summary
+    s = scores_frame({"grpo": ["", "", ""], "ppo": ["", ""]})
+    summary = stability_summary(s).set_index("algorithm")
+    assert summary.loc["grpo", "stable"] == "stable in 3/3 runs"
+    assert summary.loc["ppo", "stable"] == "stable in 2/2 runs"
+    assert (summary["flags"] == "none").all()
+    assert flagged_runs(s).empty and list(flagged_runs(s).columns) == ["task", "algorithm", "seed", "run_id",
+                                                                       "state", "reasons"]
+
+
+def test_stability_summary_counts_flags_once_per_run():
+    from reports.stability import flagged_runs, stability_summary
+    s = scores_frame({"grpo": ["", "entropy_collapse (< 0.01): stats/entropy for 5 steps from step 3; "
+                                   "entropy_collapse (< 0.01): again", "nonfinite: status diverged (NaN)"]})
+    row = stability_summary(s).iloc[0]
+    assert row["stable"] == "stable in 1/3 runs" and row["flags"] == "entropy_collapse: 1; nonfinite: 1"
+    assert flagged_runs(s)["run_id"].tolist() == ["grpo1", "grpo2"]
+
+
+def test_report_with_all_stable_runs(tmp_path):
+    from reports import ReportConfig, synthetic
+    from reports.build import build_report
+    for seed in (0, 1, 2):
+        synthetic.write_run(tmp_path / "runs", "arith", synthetic.Arm(algo="grpo"), seed)
+    build_report(tmp_path / "runs", tmp_path / "out", ReportConfig(reps=20, scaling_reps=3, figures=False))
+    md = (tmp_path / "out" / "report.md").read_text()
+    html = (tmp_path / "out" / "report.html").read_text()
+    for text in (md, html):
+        assert "stable in 3/3 runs" in text and "No flagged runs" in text
+    stab = md[md.index("## Stability"):md.index("## Time to target")]
+    assert "(no rows)" not in html[html.index("Stability per algorithm"):html.index("Time to target")]
+    assert "| grpo | 3 | 3 | stable in 3/3 runs | none |" in stab

@@ -1,4 +1,6 @@
-"""Statistics: bootstrap CIs, coverage, scipy agreement, IQM, P(improvement), profiles, pairs.
+"""Statistics: bootstrap, Student-t and studentized CIs, the measured-coverage choice, scipy
+agreement, IQM, the rliable median, P(improvement), profiles, pairs, Holm, MDD, and the
+summary's verdicts.
 
 Run: python -m pytest tests/reports/test_reports_stats.py -q
 """
@@ -6,13 +8,16 @@ Run: python -m pytest tests/reports/test_reports_stats.py -q
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import scipy.stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from reports import stats
+from reports import ReportConfig, ReportError, cli, render, stats, synthetic, tables
+from reports.load import load_runs
+from reports.scores import SCORE_COLUMNS, Scored, score_runs
 
 finite = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False)
 
@@ -145,3 +150,234 @@ def test_interaction_contrast_exact():
     ci, n = stats.interaction_contrast(y00, y10, y01, y11, reps=200)
     assert n == 6 and ci.point == pytest.approx(0.024)
     assert ci.low == pytest.approx(0.024) and ci.high == pytest.approx(0.024)
+
+
+# --- Student-t, studentized, auto (coverage table), rliable median ----------------------
+
+def test_student_t_interval_hand_computed():
+    # [1, 2, 3]: mean 2, sd 1, n 3 -> 2 +- t_{0.975, 2} / sqrt(3), t_{0.975, 2} = 4.302653
+    ci = stats.t_interval(np.array([1.0, 2.0, 3.0]))
+    half = 4.302652729749462 / np.sqrt(3)
+    assert ci.point == 2.0 and ci.low == pytest.approx(2 - half) and ci.high == pytest.approx(2 + half)
+    assert ci.low == pytest.approx(-0.484138, abs=1e-6)
+    assert stats.bootstrap_ci(np.array([1.0, 2.0, 3.0]), method="t") == ci
+    assert stats.t_interval(np.full(4, 0.3)) == (0.3, 0.3, 0.3)  # zero spread: zero width
+    assert np.isnan(stats.t_interval(np.array([0.5])).low)
+    # one task: the Welch-Satterthwaite stratified t reduces to Student-t
+    assert stats.stratified_interval(np.array([[1.0], [2.0], [3.0]]), ("mean",), method="t")["mean"] == ci
+
+
+def test_studentized_matches_a_direct_bootstrap_t():
+    x = np.array([0.52, 0.61, 0.58, 0.49, 0.66])
+    ci = stats.bootstrap_ci(x, reps=4000, method="studentized", seed=5)
+    rng = np.random.default_rng(5)
+    boot = x[rng.integers(0, x.size, size=(4000, x.size))]
+    se = boot.std(axis=1, ddof=1) / np.sqrt(x.size)
+    ok = se > 0
+    t = (boot.mean(axis=1)[ok] - x.mean()) / se[ok]
+    lo, hi = np.quantile(t, [0.025, 0.975])
+    se0 = x.std(ddof=1) / np.sqrt(x.size)
+    assert ci.low == pytest.approx(x.mean() - hi * se0) and ci.high == pytest.approx(x.mean() - lo * se0)
+    # one task: the stratified studentized interval is the same computation
+    strat = stats.stratified_interval(x[:, None], ("mean",), reps=4000, seed=5, method="studentized")
+    assert strat["mean"].low == pytest.approx(ci.low) and strat["mean"].high == pytest.approx(ci.high)
+
+
+def test_choose_method_rule():
+    table = stats.CoverageTable(10_000, {3: {"percentile": (0.75, 0.72, 0.55), "t": (0.95, 0.93, 0.86),
+                                             "studentized": (0.81, 0.80, 0.65)},
+                                         10: {"percentile": (0.90, 0.89, 0.67), "t": (0.99, 0.99, 0.720),
+                                              "studentized": (0.95, 0.96, 0.724)}})
+    assert stats.choose_method(3, table) == "t"  # best worst case (86%)
+    assert stats.choose_method(4, table) == "t"  # n between rows: the row below
+    # 72.4% vs 72.0%: within two Monte Carlo SEs (0.9 points at 10,000 draws) -> tie -> t first
+    assert stats.choose_method(10, table) == "t"
+    assert stats.choose_method(50, table, candidates=("percentile", "studentized")) == "studentized"
+    assert stats.resolve_method("bca", 3, table) == "bca"
+    with pytest.raises(ValueError, match="unknown CI method"):
+        stats.resolve_method("normal", 3, table)
+    # the committed table: at 3 seeds the bootstraps under-cover badly and auto picks Student-t
+    assert stats.choose_method(3) == "t"
+    row = stats.CELL_COVERAGE.rows[3]
+    assert row["percentile"][0] < 0.8 and row["t"][0] > 0.93
+    x = np.array([0.55, 0.61, 0.58])
+    assert stats.bootstrap_ci(x, method="auto") == stats.t_interval(x)
+
+
+def test_coverage_note_names_method_and_measured_coverage():
+    note = stats.coverage_note("auto", [3, 3])
+    normal, beta, mix = stats.CELL_COVERAGE.rows[3]["t"]
+    assert note.startswith("95% intervals (auto: best measured coverage per n): Student-t (n = 3 seeds; "
+                           f"measured coverage at n = 3: {100 * normal:.1f}% normal, {100 * beta:.1f}% Beta(2, 8), "
+                           f"{100 * mix:.1f}% collapse mixture")
+    assert note.endswith("benchmarks/results/report_coverage.md.")
+    perc = stats.coverage_note("percentile", [3])
+    assert "percentile bootstrap (n = 3 seeds" in perc and "under-covers on normal" in perc
+    assert "none" in stats.coverage_note("auto", [1])
+
+
+def test_median_is_median_over_tasks_of_per_task_means():
+    # rliable 1.2.0 aggregate_median: median over tasks of the per-task mean over runs.
+    # task A runs (0, 0, 9): mean 3; task B runs (1, 1, 1): mean 1 -> median(3, 1) = 2;
+    # the pooled median of (0, 0, 9, 1, 1, 1) is 1.
+    scores = np.array([[0.0, 1.0], [0.0, 1.0], [9.0, 1.0]])
+    cols = stats.columns(scores)
+    assert stats.agg_median(cols) == pytest.approx(2.0)
+    assert stats.agg_pooled_median(cols) == pytest.approx(1.0)
+    ints = stats.stratified_interval(scores, ("median", "pooled_median"), reps=50)
+    assert ints["median"].point == pytest.approx(2.0) and ints["pooled_median"].point == pytest.approx(1.0)
+    three = np.array([[0.0, 1.0, 5.0], [2.0, 1.0, 7.0]])  # per-task means 1, 1, 6 -> median 1
+    assert stats.agg_median(stats.columns(three)) == pytest.approx(1.0)
+
+
+def test_iqm_t_and_se_hand_computed():
+    # 8 scores, g = 2 trimmed from each end, h = 4 kept; winsorized at the 3rd and 6th values
+    x = np.array([1.0, 2, 3, 4, 10, 11, 12, 30])
+    w = np.clip(x, 3, 11)
+    se = w.std(ddof=1) / (0.5 * np.sqrt(8))  # Tukey-McLaughlin: s_w / ((1 - 2 * 0.25) sqrt(n))
+    ci = stats.stratified_interval(x[:, None], ("iqm",), method="t")["iqm"]
+    half = scipy.stats.t.ppf(0.975, 4 - 1) * se  # Yuen: df = h - 1
+    assert ci.point == pytest.approx(np.mean([3, 4, 10, 11]))
+    assert ci.high - ci.point == pytest.approx(half)
+
+
+# --- tests, Holm, MDD ---------------------------------------------------------------------
+
+def test_t_test_matches_scipy():
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(0.6, 0.05, 5), rng.normal(0.55, 0.05, 5)
+    paired = stats.t_test([x - y])
+    ref = scipy.stats.ttest_rel(x, y)
+    assert paired.p == pytest.approx(ref.pvalue) and paired.df == pytest.approx(4)
+    welch = stats.t_test([x], [y[:4]])
+    ref = scipy.stats.ttest_ind(x, y[:4], equal_var=False)
+    assert welch.p == pytest.approx(ref.pvalue) and welch.diff == pytest.approx(x.mean() - y[:4].mean())
+    assert stats.t_test([np.full(3, 0.1)]).p == 0.0  # a difference with no spread
+    assert stats.t_test([np.zeros(3)]).p == 1.0
+
+
+def test_holm_on_known_p_values():
+    p = [0.01, 0.04, 0.03, 0.005]
+    # sorted 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 = 0.04 -> running max 0.06
+    assert stats.holm(p) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    # levels: 0.005 at 0.05/4, 0.01 at 0.05/3 (both rejected), 0.03 > 0.05/2 stops: the rest at 0.05/2
+    assert stats.holm_levels(p, 0.05) == pytest.approx([0.05 / 3, 0.025, 0.025, 0.0125])
+    out = stats.holm([0.2, np.nan, 0.01])  # NaN (untestable) stays NaN and is not counted
+    assert np.isnan(out[1]) and out[0] == pytest.approx(0.2) and out[2] == pytest.approx(0.02)
+    assert stats.holm([0.3, 0.02]) == pytest.approx([0.3, 0.04]) and stats.holm([0.9, 0.8]) == pytest.approx([1, 1])
+
+
+def test_holm_intervals_agree_with_holm_verdicts():
+    rng = np.random.default_rng(11)
+    tests = [stats.t_test([rng.normal(mu, 1.0, 4)]) for mu in (0.0, 0.5, 1.0, 2.0, 3.0, 0.2, 4.0)]
+    p = [t.p for t in tests]
+    adj, levels = stats.holm(p), stats.holm_levels(p, 0.05)
+    for t, a, lv in zip(tests, adj, levels, strict=True):
+        ci = stats.t_test_interval(t, 1 - lv)
+        assert (a <= 0.05) == (not ci.low <= 0 <= ci.high)
+
+
+def test_mdd_formula_on_known_sd():
+    # sd 2, n 5: (t_{0.975, 4} + t_{0.8, 4}) * 2 / sqrt(5) = (2.776445 + 0.940965) * 0.894427
+    assert stats.minimum_detectable_difference(2.0, 5) == pytest.approx(3.3249523, rel=1e-6)
+    assert stats.minimum_detectable_difference(2.0, 5) == pytest.approx(
+        (2.7764451051977934 + 0.9409645772351816) * 2 / np.sqrt(5))
+    assert np.isnan(stats.minimum_detectable_difference(2.0, 1))
+    d = np.array([1.0, 3.0, -1.0, 2.0, 5.0])  # paired differences over 5 seeds
+    test = stats.t_test([d])
+    assert stats.mdd_from_test(test) == pytest.approx(stats.minimum_detectable_difference(d.std(ddof=1), 5))
+    # seeds needed for a difference of 2 at sd 2: MDD(9) = 2.130 > 2 >= MDD(10) = 1.989
+    terms = [(4.0 / 5, 4)]  # (sd^2 / n_obs, n_obs - 1)
+    assert stats.seeds_needed(2.0, terms) == 10
+    assert stats.minimum_detectable_difference(2.0, 10) <= 2.0 < stats.minimum_detectable_difference(2.0, 9)
+    assert stats.seeds_needed(0.0, terms) == np.inf and stats.seeds_needed(1.0, [(0.0, 4)]) == 2
+
+
+# --- verdicts and the summary --------------------------------------------------------------
+
+CFG = ReportConfig(reps=200, scaling_reps=5)
+
+
+def _verdict_root(tmp_path, arms, seeds=(0, 1, 2, 3)):
+    synthetic.write_root(tmp_path, arms, ["arith"], list(seeds))
+    return score_runs(load_runs(tmp_path), CFG)
+
+
+def _scored(cells: dict[str, list[float]], base: list[float], task: str = "arith") -> Scored:
+    """A hand-made Scored: one run per (algorithm, seed), seeds 0..n-1; base = step-0 per seed."""
+    rows = [{"run_id": f"{a}-{i}", "task": task, "algorithm": a, "algo": a, "variant": None, "sweep": None,
+             "seed": i, "state": "completed", "score": v, "score_source": "final", "score_step": 100,
+             "budget_unit": "samples", "budget": 2560.0, "stable": True, "reasons": ""}
+            for a, vals in cells.items() for i, v in enumerate(vals)]
+    b = [{"run_id": f"{a}-{i}", "task": task, "seed": i, "model": "tiny", "score": base[i]}
+         for a, vals in cells.items() for i in range(len(vals))]
+    return Scored(scores=pd.DataFrame(rows, columns=list(SCORE_COLUMNS)), excluded=pd.DataFrame(),
+                  base=pd.DataFrame(b), metric_evals=pd.DataFrame(), notes=())
+
+
+def test_summary_says_no_algorithm_is_distinguishable():
+    # paired differences vs the base (0.74 at every seed): dr_grpo (+0.04, -0.04, +0.03), ppo (-0.02, +0.05,
+    # -0.03); dr_grpo - ppo (+0.06, -0.09, +0.06): nothing is distinguishable
+    scored = _scored({"dr_grpo": [0.78, 0.70, 0.77], "ppo": [0.72, 0.79, 0.71]}, [0.74] * 3)
+    v = tables.verdict_table(scored, CFG)
+    assert len(v) == 3 and set(v["verdict"]) == {tables.NOT_DISTINGUISHABLE}
+    assert (v["n_pairs"] == 3).all() and v["pairing"].str.startswith("paired").all()
+    pair = v[v["algorithm_y"] == "ppo"].iloc[0]
+    d = np.array([0.06, -0.09, 0.06])
+    assert pair["diff"] == pytest.approx(d.mean()) and pair["p_value"] == pytest.approx(
+        scipy.stats.ttest_1samp(d, 0).pvalue)
+    assert pair["mdd"] == pytest.approx(stats.minimum_detectable_difference(d.std(ddof=1), 3))
+    lines = render.summary_lines(v, tables.leaderboard(scored, CFG), percent=True)
+    assert len(lines) == 1
+    assert lines[0].startswith("On arith (2 algorithm(s), 3 seed(s) each): no algorithm is distinguishable from "
+                               "the base (base (step 0), 74.0%) or from another algorithm")
+    assert "reaches" not in lines[0]  # no ranking sentence
+    foot = render.verdict_footer(v, 0.95)
+    assert "Holm-adjusted over the 3 comparisons (1 pairs + 2 vs the base) of task arith" in foot
+    assert "alpha = 0.05" in foot
+
+
+def test_summary_both_beat_the_base_but_the_pair_is_not_distinguishable():
+    # the issue's example: 75.3% vs 74.2% is no ranking when the paired difference is not distinguishable
+    scored = _scored({"dr_grpo": [0.75, 0.74, 0.77], "ppo": [0.73, 0.76, 0.74]}, [0.45, 0.46, 0.44])
+    v = tables.verdict_table(scored, CFG)
+    line = render.summary_lines(v, tables.leaderboard(scored, CFG), percent=True)[0]
+    assert "above the base (base (step 0), 45.0%): dr_grpo 75.3% (+30.3 pp [Holm" in line
+    assert "ppo 74.3%" in line and "no pair of algorithms is distinguishable (1 pair(s))" in line
+
+
+def test_summary_names_winners_and_distinguishable_pairs(tmp_path):
+    arms = [synthetic.Arm(algo="comppo", asymptote=0.75), synthetic.Arm(algo="grpo", asymptote=0.55),
+            synthetic.Arm(algo="dapo", asymptote=0.552)]
+    scored = _verdict_root(tmp_path, arms, seeds=range(6))
+    v = tables.verdict_table(scored, CFG).set_index(["algorithm_x", "algorithm_y"])
+    assert v.loc[("comppo", "grpo"), "verdict"] == "comppo > grpo"
+    assert v.loc[("comppo", "base (step 0)"), "verdict"] == "comppo > base (step 0)"
+    assert (v["p_holm"] >= v["p_value"] - 1e-15).all()
+    for r in v.itertuples():  # the Holm interval excludes 0 exactly when the verdict is a difference
+        assert (r.verdict == tables.NOT_DISTINGUISHABLE) == (r.holm_ci_low <= 0 <= r.holm_ci_high)
+    assert np.isfinite(v["mdd"]).all() and (v["seeds_needed"] >= 2).all()
+    lines = render.summary_lines(v.reset_index(), tables.leaderboard(scored, CFG), percent=True)
+    assert "above the base (base (step 0), 30.0%): comppo" in lines[0]
+    assert "distinguishable pairs: comppo > " in lines[0] and "Holm" in lines[0]
+
+
+def test_paired_table_has_mdd_and_seeds_needed(tmp_path):
+    arms = [synthetic.Arm(algo="comppo", asymptote=0.62), synthetic.Arm(algo="grpo", asymptote=0.55)]
+    scored = _verdict_root(tmp_path, arms)
+    paired = tables.paired_table(scored, CFG, "grpo")
+    row = paired.iloc[0]
+    assert {"mdd", "seeds_needed"} <= set(paired.columns) and row["n_pairs"] == 4
+    assert row["mdd"] > 0 and row["seeds_needed"] >= 2
+
+
+def test_config_and_cli_accept_the_new_methods():
+    import argparse
+    assert ReportConfig().ci == "auto"
+    for m in ("auto", "percentile", "bca", "t", "studentized"):
+        assert ReportConfig(ci=m).ci == m
+    with pytest.raises(ReportError, match="valid: auto, percentile, bca, t, studentized"):
+        ReportConfig(ci="normal")  # type: ignore[arg-type]
+    parser = cli.add_arguments(argparse.ArgumentParser())
+    assert parser.parse_args(["root", "--ci", "studentized"]).ci == "studentized"
+    assert parser.parse_args(["root"]).ci == "auto"

@@ -121,11 +121,11 @@ def test_scaling_table_reports_failures(synthetic_root_ro):
     fits = scaling.scaling_table(scored, CFG).set_index(["task", "algorithm"])
     ok = fits[fits["status"] == "ok"]
     assert len(ok) >= 10 and (ok["A"] > 0.4).all() and (ok["boot_ok"] > 0).all()
-    assert fits.loc[("arith", "ppo"), "status"].startswith("too few points")
+    assert fits.loc[("arith", "ppo"), "status"].startswith("no reliable fit: too few points")
     no_flops = scored.metric_evals.assign(**{"budget/flops": np.nan})
     broken = scored.__class__(scores=scored.scores, excluded=scored.excluded, base=scored.base,
                               metric_evals=no_flops, notes=())
-    assert scaling.scaling_table(broken, CFG)["status"].str.startswith("too few points").all()
+    assert scaling.scaling_table(broken, CFG)["status"].str.startswith("no reliable fit: too few points").all()
 
 
 def test_poi_and_paired_tables(synthetic_root_ro):

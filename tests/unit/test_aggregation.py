@@ -1,5 +1,5 @@
 """Loss aggregation modes (suite.aggregation): hand values, accumulation equivalence and
-padding invariance (algorithms.md §0.2)."""
+padding invariance (algorithms/README.md, "Loss aggregation")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Hand-computed examples for the built-in algorithms (style.md §3.9): GRPO and PPO."""
+"""Hand-computed examples for the built-in algorithms: GRPO and PPO."""
 
 from __future__ import annotations
 

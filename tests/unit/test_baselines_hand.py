@@ -1,4 +1,4 @@
-"""Hand-computed examples for the baseline entries of algorithms.md §A3–A9 and plain REINFORCE.
+"""Hand-computed examples for the baseline entries (Dr. GRPO, RLOO, REINFORCE++, DAPO, GSPO, CISPO, DPPO; see algorithms/README.md) and plain REINFORCE.
 
 Every expected number is worked out in the comments from the reference formulas (§0, §A3–A9),
 never by calling the code under test. Entries are looked up by registry name.

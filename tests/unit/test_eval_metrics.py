@@ -1,4 +1,4 @@
-"""pass@k and maj@k (metrics-and-eval.md §2)."""
+"""pass@k and maj@k (reports/METRICS.md §2)."""
 
 from __future__ import annotations
 

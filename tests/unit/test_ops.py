@@ -347,3 +347,106 @@ def test_clipped_value_loss_by_hand():
     loss, met = clipped_value_loss(v, old, ret, m, None)
     torch.testing.assert_close(loss, t([[0.32, 0.005, 0.5, 0.0]]))
     assert met["value/clip_frac"].item() == 0.0
+
+
+# ----------------------------------------------------------------------------------------
+# exact zeros for equal rewards (float rounding of the group / batch statistics)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("G", [2, 3, 8, 16, 64])
+@pytest.mark.parametrize("value", [0.7, 0.97, 0.1, 1 / 3, 123.456])
+def test_equal_fractional_rewards_give_exactly_zero_advantage(value, G, dtype):
+    # before: float32 sums left a residual that 1/(std + 1e-6) amplified (G = 8, r = 0.7 → +0.056)
+    r = torch.full((G,), value, dtype=dtype)
+    g = torch.zeros(G, dtype=torch.long)
+    mean, std = group_mean_std(r, g)
+    assert mean.dtype == std.dtype == dtype
+    assert (mean == r).all() and (std == 0.0).all()
+    for scale in (True, False):
+        adv = group_normalised_advantage(r, g, scale)
+        assert adv.dtype == dtype and (adv == 0.0).all()
+
+
+def test_equal_groups_next_to_unequal_ones():
+    # float32: groups 0 and 2 are all-equal (exactly 0), group 1 matches the float64 z-score
+    r = torch.tensor([0.97, 0.97, 0.97, 0.2, 0.7, 0.45, 123.456, 123.456])
+    g = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2])
+    adv = group_normalised_advantage(r, g)
+    assert adv.dtype == torch.float32
+    assert (adv[[0, 1, 2, 6, 7]] == 0.0).all()
+    x = r[3:6].double()
+    want = (x - x.mean()) / (x.std() + 1e-6)
+    torch.testing.assert_close(adv[3:6].double(), want, rtol=1e-6, atol=1e-7)
+    # a singleton keeps verl's convention (mean 0, std 1), equal or not
+    assert group_normalised_advantage(t([0.7]), torch.tensor([5])).item() == pytest.approx(0.7 / (1 + 1e-6))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("value", [0.7, 0.97, 1 / 3, 123.456])
+def test_masked_whiten_of_equal_values_is_exact(value, dtype):
+    # 11 valid tokens of one value (masked entries hold junk): 0 with shift_mean; without it the
+    # centred part is 0 and the mean is added back, so the batch is returned unchanged
+    mask = torch.tensor([[0, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 1]], dtype=dtype)
+    x = torch.where(mask > 0, torch.tensor(value, dtype=dtype), torch.tensor(-7.5, dtype=dtype))
+    out = masked_whiten(x, mask)
+    assert out.dtype == dtype and (out == 0.0).all()
+    assert (masked_whiten(x, mask, shift_mean=False) == x * mask).all()
+    assert (masked_whiten(x, torch.zeros_like(mask)) == 0.0).all()  # empty mask: all zero
+
+
+def test_masked_whiten_keeps_the_input_dtype():
+    x = torch.tensor([[1.0, 3.0], [5.0, 100.0]])
+    m = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    out = masked_whiten(x, m)
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, torch.tensor([[-1.0, 0.0], [1.0, 0.0]]), atol=1e-6, rtol=0)
+
+
+# ----------------------------------------------------------------------------------------
+# clip fractions with low bits that do not round-trip
+
+
+def test_value_clip_frac_does_not_count_an_unclipped_token():
+    # |V − V_old| = 0.431 < 0.5, but V_old + (V − V_old) ≠ V in float32, so l2 > l1 by a rounding
+    v = torch.tensor([[-0.05357092246413231]])
+    old = torch.tensor([[0.3777356743812561]])
+    ret, m = torch.tensor([[1.0]]), torch.ones(1, 1)
+    assert (old + (v - old)).item() != v.item()  # the repro does exercise the rounding
+    loss, met = clipped_value_loss(v, old, ret, m, 0.5)
+    assert met["value/clip_frac"].item() == 0.0
+    assert loss.item() == pytest.approx(0.5 * (v.item() - 1.0) ** 2, rel=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_value_clip_frac_matches_a_float64_count(seed):
+    g = torch.Generator().manual_seed(seed)
+    old = torch.randn(16, 256, generator=g) * 0.3  # V, V_old of either sign: low bits vary
+    v = torch.randn(16, 256, generator=g) * 0.3
+    ret = torch.randn(16, 256, generator=g)
+    m = (torch.rand(16, 256, generator=g) > 0.2).float()
+    c = 0.5
+    frac = clipped_value_loss(v, old, ret, m, c)[1]["value/clip_frac"]
+    v6, o6, r6, m6 = v.double(), old.double(), ret.double(), m.double()
+    l1, l2 = (v6 - r6) ** 2, (o6 + (v6 - o6).clamp(-c, c) - r6) ** 2  # V − V_old is exact in float64
+    want = ((((v6 - o6).abs() > c) & (l2 > l1)).double() * m6).sum()
+    assert round(frac.item() * m.sum().item()) == want.item()
+    naive = (((old + (v - old).clamp(-c, c) - ret) ** 2 > (v - ret) ** 2).float() * m).sum()
+    assert naive > want  # comparing the two float32 losses alone over-counts here
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_policy_clip_frac_counts_ratios_outside_the_band_that_bind(seed):
+    # clamp returns r itself inside the band, so L2 == L1 there: no reconstruction error to guard
+    g = torch.Generator().manual_seed(seed)
+    old = -torch.rand(8, 64, generator=g) * 3
+    logp = old + 0.25 * torch.randn(8, 64, generator=g)
+    adv = torch.randn(8, 64, generator=g) * 0.7
+    m = (torch.rand(8, 64, generator=g) > 0.1).float()
+    lo, hi = 0.2, 0.28
+    _, met = clipped_surrogate(logp, old, adv, m, lo, hi)
+    ratio = torch.exp(logp - old)
+    a, r = adv.double(), ratio.double()
+    binds = ((r > 1 + hi) & (a > 0)) | ((r < 1 - lo) & (a < 0))
+    want = (binds.double() * m.double()).sum() / m.sum()
+    assert met["stats/clip_frac"].item() == pytest.approx(want.item(), abs=1e-7)

@@ -1,5 +1,5 @@
 """Hand-computed examples for the seed-paper entries GGPO, AGRO, SP3O, COPC and DC-GRPO
-(algorithms.md §9, §10, §11, §15), and one test per ablation switch that it changes what it
+(definitions in their module docstrings), and one test per ablation switch that it changes what it
 claims. Every expected number is worked out in the comments from the reference formulas,
 never by calling the code under test.
 """
