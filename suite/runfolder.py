@@ -3,8 +3,13 @@
 ``<out>/<run_id>/`` holds ``spec.json``, ``env.json``, ``metrics.jsonl`` (one row per step),
 ``evals.jsonl``, ``samples.jsonl``, ``status.json``, ``checkpoint/`` and ``final/``.
 JSON documents are written atomically (temporary name, fsync, rename), so a reader never sees
-half a document; ``checkpoint/`` is replaced atomically as a whole. A completed run is never
-written to again.
+half a document; ``checkpoint/`` is replaced as a whole (a new copy is written under
+``.checkpoint.tmp`` with a completion marker, then swapped in; :meth:`RunFolder.recover_dir`
+finishes a swap a kill interrupted). A completed run is never written to again.
+
+One writer per run folder: :class:`RunLock` holds ``<out>/<run_id>.lock`` (``fcntl.flock``, with
+host, pid and a heartbeat in the file, so a holder on another host whose ``flock`` does not reach
+this one is still seen while its heartbeat is fresh) for the life of the run.
 
 ``status.json``: ``state`` ∈ running, completed, diverged, failed, preempted, cancelled;
 ``reason``, ``step``, ``budget``, ``started_at``, ``updated_at`` (a heartbeat refreshed
@@ -14,6 +19,8 @@ while the run lives), ``host``, ``pid``, ``attempt``.
 from __future__ import annotations
 
 import datetime as _dt
+import errno
+import fcntl
 import json
 import math
 import os
@@ -52,12 +59,19 @@ def atomic_write_text(path: Path, text: str, durable: bool = True) -> None:
     the new document, never half of one). ``durable``: fsync before the rename (survives a crash
     of the machine, not only of the process)."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        if durable:
-            os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            if durable:
+                os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:  # a full disk must not leave a (0-byte) temporary behind
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def atomic_write_json(path: Path, obj: Any, durable: bool = True) -> None:
@@ -110,6 +124,213 @@ def is_stale(status: dict) -> bool:
         return True
     return time.time() - updated > STALE_AFTER_S
 
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+#: Free bytes below which a write error without an errno (torch.save's "iostream error",
+#: "file write failed") is taken for a full disk.
+LOW_SPACE_BYTES = 64 << 20
+_WRITE_FAILED_HINTS = ("iostream error", "file write failed", "No space left", "write failed")
+
+
+def free_bytes(path: Path) -> Optional[int]:
+    """Free bytes for unprivileged writers on the file system of ``path`` (or its nearest parent)."""
+    p = Path(path)
+    while True:
+        try:
+            st = os.statvfs(p)
+            return st.f_bavail * st.f_frsize
+        except OSError:
+            if p.parent == p:
+                return None
+            p = p.parent
+
+
+def is_disk_full(exc: BaseException, path: Optional[Path] = None) -> bool:
+    """Whether ``exc`` (or an exception it was raised from) is a full disk or quota: ENOSPC/EDQUOT,
+    or a write error without an errno (C++ writers) while ``path``'s file system is (nearly) full."""
+    seen, e = set(), exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno in DISK_FULL_ERRNOS:
+            return True
+        if path is not None and any(h in str(e) for h in _WRITE_FAILED_HINTS):
+            free = free_bytes(path)
+            if free is not None and free < LOW_SPACE_BYTES:
+                return True
+        e = e.__cause__ or e.__context__
+    return False
+
+
+class RunLocked(Exception):
+    """The run folder's lock is held by a live writer (``holder``: its lock record, or {})."""
+
+    def __init__(self, path: Path, holder: dict) -> None:
+        self.path, self.holder = path, holder
+        who = f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}"
+        beat = f", heartbeat {holder['heartbeat']}" if holder.get("heartbeat") else ""
+        super().__init__(f"{path} is held by another run ({who}{beat}); not starting a second copy")
+
+
+def lock_path(out: Path, run_id: str) -> Path:
+    """The lock file of the run folder ``out/run_id`` (a sibling, so it exists before the folder)."""
+    return Path(out) / f"{run_id}.lock"
+
+
+def _read_lock(fd_or_path) -> dict:
+    try:
+        if isinstance(fd_or_path, int):
+            raw = os.pread(fd_or_path, 4096, 0)
+        else:
+            with open(fd_or_path, "rb") as fh:
+                raw = fh.read(4096)
+        rec = json.loads(raw.decode("utf-8", errors="replace").strip() or "{}")
+        return rec if isinstance(rec, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _live_elsewhere(rec: dict) -> bool:
+    """A lock record of another host whose heartbeat is fresh (``flock`` may not be shared across
+    hosts on NFS/Lustre: the record is what tells that the lock is held)."""
+    if not rec or rec.get("host") in (None, socket.gethostname()):
+        return False
+    try:
+        beat = float(rec["heartbeat_unix"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    return time.time() - beat <= STALE_AFTER_S
+
+
+def lock_holder(path: Path) -> Optional[dict]:
+    """The record of a live holder of the lock file ``path`` (flock held here, or a fresh heartbeat
+    from another host), else None. Probes without creating or changing the file."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _read_lock(fd)
+        except OSError:
+            return None
+        rec = _read_lock(fd)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return rec if _live_elsewhere(rec) else None
+    finally:
+        os.close(fd)
+
+
+class RunLock:
+    """``fcntl.flock`` on ``<out>/<run_id>.lock``, held for a run's life by its one writer.
+
+    The file holds ``host``, ``pid``, ``run_id``, ``started_at`` and ``heartbeat`` (refreshed every
+    ``beat_s`` seconds by a thread). Acquiring fails (:class:`RunLocked`) when another process holds
+    the flock, or when the record is another host's with a heartbeat younger than
+    ``STALE_AFTER_S`` (a stale record of a dead process or host is taken over). The kernel drops
+    the flock when the process dies however it dies; :meth:`release` also removes the file (and
+    the output folders the lock created, when empty)."""
+
+    SIZE = 1024  # the record is rewritten in place, padded (never renamed: the flock is per inode)
+
+    def __init__(self, path: Path, run_id: str = "", beat_s: float = 30.0) -> None:
+        self.path, self.run_id, self.beat_s = Path(path), run_id, beat_s
+        self.fd: Optional[int] = None
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._created: list[Path] = []
+        self.started_at = now_iso()
+
+    def acquire(self, wait_s: float = 1.0) -> "RunLock":
+        parent = self.path.parent
+        missing = []
+        while not parent.exists():
+            missing.append(parent)
+            parent = parent.parent
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._created = missing  # removed again on release when empty (bad input writes nothing)
+        deadline = time.time() + wait_s  # brief contention (a sweep's probe) is waited out
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                rec = _read_lock(fd)
+                os.close(fd)
+                if time.time() < deadline:
+                    time.sleep(0.05)
+                    continue
+                self._remove_created()
+                raise RunLocked(self.path, rec) from None
+            try:  # the holder before us may have removed the file: lock the one at the path
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:
+                os.close(fd)
+                continue
+            break
+        rec = _read_lock(fd)
+        if _live_elsewhere(rec):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            self._remove_created()
+            raise RunLocked(self.path, rec)
+        self.fd = fd
+        self.beat()
+        self._thread = threading.Thread(target=self._beat_loop, daemon=True, name="rlsuite-lock-heartbeat")
+        self._thread.start()
+        return self
+
+    def record(self) -> dict:
+        return {"host": socket.gethostname(), "pid": os.getpid(), "run_id": self.run_id,
+                "started_at": self.started_at, "heartbeat": now_iso(), "heartbeat_unix": time.time()}
+
+    def beat(self) -> None:
+        if self.fd is None:
+            return
+        data = json.dumps(self.record()).encode()
+        try:
+            os.pwrite(self.fd, data.ljust(max(self.SIZE, len(data) + 1)) + b"\n", 0)
+        except OSError:  # a full disk: the flock still holds; the heartbeat ages
+            pass
+
+    def _beat_loop(self) -> None:
+        while not self._stop.wait(self.beat_s):
+            self.beat()
+
+    def release(self) -> None:
+        self._stop.set()
+        if self.fd is None:
+            return
+        try:  # remove the file while still holding the flock (a waiter re-checks the inode)
+            if os.fstat(self.fd).st_ino == os.stat(self.path).st_ino:
+                os.unlink(self.path)
+        except OSError:
+            pass
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+        finally:
+            os.close(self.fd)
+            self.fd = None
+        self._remove_created()
+
+    def _remove_created(self) -> None:
+        for d in self._created:  # innermost first
+            try:
+                d.rmdir()  # only when empty
+            except OSError:
+                break
+
+    def __enter__(self) -> "RunLock":
+        return self if self.fd is not None else self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+COMPLETE = ".complete"  # marker written last into a replace_dir copy
+
 
 class RunFolder:
     """Writer for one run folder (used by the trainer only)."""
@@ -120,6 +341,7 @@ class RunFolder:
         self._lock = threading.Lock()
         self._beat: Optional[threading.Thread] = None
         self._stop = threading.Event()
+        self.unsaved = False  # a status update a failed write (full disk) kept in memory
 
     # -- files ---------------------------------------------------------------------------
     def file(self, name: str) -> Path:
@@ -160,17 +382,34 @@ class RunFolder:
         return read_json(self.file("status.json"))
 
     def set_status(self, durable: bool = True, **fields: Any) -> None:
-        """Update ``status.json`` atomically; ``durable=False`` (per-step progress) skips the fsync."""
+        """Update ``status.json`` atomically; ``durable=False`` (per-step progress) skips the fsync.
+        A failed write (a full disk) raises; the update is kept in memory (:attr:`unsaved`) and
+        written by the next successful call or :meth:`flush_status`."""
         with self._lock:
             self._status.update(fields)
             self._status["updated_at"] = now_iso()
+            self.unsaved = True
             atomic_write_json(self.file("status.json"), self._status, durable)
+            self.unsaved = False
+
+    def flush_status(self) -> bool:
+        """Write an update a full disk kept in memory; True when nothing is left unsaved."""
+        if not getattr(self, "unsaved", False):
+            return True
+        try:
+            self.set_status()
+        except OSError:
+            return False
+        return True
 
     def start_heartbeat(self, every_s: float = 30.0) -> None:
         def beat() -> None:
             while not self._stop.wait(every_s):
                 if self._status.get("state") == "running":
-                    self.set_status()
+                    try:
+                        self.set_status()
+                    except OSError:  # a full disk: the main thread meets it at its next write
+                        pass
 
         self._beat = threading.Thread(target=beat, daemon=True)
         self._beat.start()
@@ -180,18 +419,82 @@ class RunFolder:
 
     # -- checkpoints ---------------------------------------------------------------------
     def replace_dir(self, name: str, writer) -> None:
-        """Write a directory with ``writer(tmp_path)`` then swap it in atomically."""
+        """Write a directory with ``writer(tmp_path)`` under ``.<name>.tmp``, fsync it and mark it
+        complete (``.complete``), then swap it in: ``name`` → ``.<name>.old``, ``.<name>.tmp`` →
+        ``name``, drop the old copy. A kill between the two renames leaves ``.<name>.old`` and a
+        complete ``.<name>.tmp``, which :meth:`recover_dir` turns back into ``name``. A failed
+        write removes its partial copy (a full disk gets its space back) and raises; a write
+        error without an errno on a full disk (torch.save) is raised as ENOSPC."""
         final = self.file(name)
         tmp = self.file(f".{name}.tmp")
         old = self.file(f".{name}.old")
         shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir()
-        writer(tmp)
+        try:
+            tmp.mkdir()
+            writer(tmp)
+            for f in sorted(tmp.rglob("*")):
+                if f.is_file():
+                    _fsync_path(f)
+            (tmp / COMPLETE).write_text(now_iso() + "\n")
+            _fsync_path(tmp / COMPLETE)
+            _fsync_path(tmp)
+        except BaseException as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not isinstance(e, OSError) and isinstance(e, Exception) and is_disk_full(e, self.path):
+                raise OSError(errno.ENOSPC, f"No space left on device writing {tmp} ({type(e).__name__}: "
+                              f"{str(e).strip().splitlines()[0] if str(e).strip() else ''})") from e
+            raise
         if final.exists():
             shutil.rmtree(old, ignore_errors=True)
             os.replace(final, old)
         os.replace(tmp, final)
+        _fsync_path(self.path)
         shutil.rmtree(old, ignore_errors=True)
+
+    def recover_dir(self, name: str) -> Optional[str]:
+        """Finish a :meth:`replace_dir` swap a kill interrupted: with ``name`` missing, a complete
+        ``.<name>.tmp`` (it has the marker) becomes ``name``, else ``.<name>.old`` does. Returns
+        what was used (``"tmp"``, ``"old"``) or None (nothing to recover)."""
+        final, tmp, old = self.file(name), self.file(f".{name}.tmp"), self.file(f".{name}.old")
+        if final.exists():
+            return None
+        if (tmp / COMPLETE).is_file():
+            os.replace(tmp, final)
+            return "tmp"
+        if old.is_dir():
+            os.replace(old, final)
+            return "old"
+        return None
+
+    def clean_leftovers(self) -> list[str]:
+        """Remove temporaries a killed or disk-full writer left (``.*.tmp*``, ``.*.old``); call
+        after :meth:`recover_dir`, holding the run's lock. Returns the names removed."""
+        gone = []
+        for p in sorted(self.path.glob(".*.tmp*")) + sorted(self.path.glob(".*.old")):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                try:
+                    p.unlink()
+                except OSError:
+                    continue
+            gone.append(p.name)
+        return gone
+
+
+def _fsync_path(path: Path) -> None:
+    """fsync a file or a directory (its entries); a file system that cannot is left as it is."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno in DISK_FULL_ERRNOS:
+            raise
+    finally:
+        os.close(fd)
 
 
 class ReadOnlyFolder(RunFolder):
@@ -215,6 +518,15 @@ class ReadOnlyFolder(RunFolder):
 
     def replace_dir(self, name: str, writer) -> None:
         pass
+
+    def recover_dir(self, name: str) -> Optional[str]:
+        return None
+
+    def clean_leftovers(self) -> list[str]:
+        return []
+
+    def flush_status(self) -> bool:
+        return True
 
 
 def cpu_model() -> Optional[str]:

@@ -77,7 +77,7 @@ class Arith(Task):
     presets = {
         "embedded": {
             "rollout": {"group_size": 8, "prompts_per_step": 16, "max_new_tokens": 6, "temperature": 1.0},
-            "optim": {"lr": 3e-4, "critic_lr": 1e-3, "grad_clip": 1.0},
+            "optim": {"lr": 1e-4, "critic_lr": 1e-3, "grad_clip": 1.0},
             "train": {"epochs": 1, "minibatches": 1},
             "budget": {"samples": 25600},
             "eval": {"max_prompts": 200, "every": 0.25},

@@ -11,8 +11,9 @@ A grader that cannot grade fails; it never scores 0 (``MathVerifyPool.verify_eac
   :class:`tasks.base.GraderError` naming the cause and the fix. The usual cause: spawn
   re-imports the main script in every worker, so a script without an
   ``if __name__ == "__main__":`` guard re-runs its run (and starts a pool) in each worker,
-  which Python refuses. We raise rather than grade in-process: in-process grading would lose
-  math-verify's timeouts (``signal.alarm`` needs the main thread and a pool-free process);
+  which Python refuses. We raise rather than grade in-process: in-process grading has no
+  backstop for a hang (a worker can be killed, the trainer cannot) and math-verify's
+  ``signal.alarm`` timeouts only work in the main thread;
 * a worker that dies or overruns mid-batch is killed with its pool, and the items of its chunk
   are re-graded one by one in a fresh pool; an item that still kills or hangs its worker, and
   an exception escaping math-verify, is a per-item *grade error* (returned with the reason,

@@ -229,6 +229,23 @@ def test_code_toy_sandbox_error_is_a_grade_error(monkeypatch):
         task.close()
 
 
+# -- retrieval (checked: no silent path; an unreachable server is loud) ----------------------
+
+def test_an_unreachable_retrieval_server_raises_not_an_empty_observation():
+    import socket
+
+    from tasks.retrieval import RemoteRetriever
+    from tasks.search import SearchEnv
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nobody listens there now
+    env = SearchEnv(lambda: RemoteRetriever(f"http://127.0.0.1:{port}/retrieve", timeout_s=2, retries=1), 3)
+    with pytest.raises(RuntimeError, match="retrieval server .* failed after 2 tries"):
+        env.step("<search> capital of Norway </search>")
+
+
 # -- the trainer ------------------------------------------------------------------------------
 
 class _HalfErrors(ParityTask):
@@ -273,6 +290,10 @@ def test_grade_errors_are_counted_and_left_out_of_the_loss(tmp_path):
     assert float(batch.loss_mask[err].sum()) == 0.0 and bool((batch.loss_mask[~err].sum(-1) > 0).all())
     assert float(batch.scores[err].abs().sum()) == 0.0
     assert tr._grade_errors == int(err.sum())
+    # Group.grade (the task judge's and anchors' grader) counts its grade errors too
+    n = tr._grade_errors
+    assert tr._grade_one(tr.splits["train"][0], "x") == 0.0 and tr._grade_errors == n + 1
+    assert tr._grade_one(tr.splits["train"][0], "xy") == 1.0 and tr._grade_errors == n + 1
 
 
 def test_run_counts_reward_grade_errors_per_step(tmp_path, capsys):

@@ -234,7 +234,7 @@ def test_run_id_changes_with_an_algorithm_knob():
 def test_embedded_preset_for_arith_tiny():
     s = resolve("arith", "grpo", "tiny", 0)
     assert s.rollout.max_new_tokens == 6      # RolloutConfig default is 512
-    assert s.optim.lr == 3e-4                 # OptimConfig default is 1e-6
+    assert s.optim.lr == 1e-4                 # OptimConfig default is 1e-6
     assert s.budget.limits() == {"samples": 25600.0}
     assert s.algo.aggregation == "seq-mean-token-mean" and s.algo.kl_coef == 0.04
 
