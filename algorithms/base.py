@@ -85,6 +85,18 @@ class AlgoConfig:
     kl_where: Literal["loss", "reward"] = "loss"
     """Apply the KL as a loss term or subtract it from the reward."""
 
+    ranges: ClassVar[dict[str, str]] = {"kl_coef": "[0, inf)"}
+    """The declared range of every numeric field (``int``/``float``, also inside ``Optional`` and
+    ``tuple``): field name → interval, e.g. ``{"clip_eps_low": "[0, 1]", "tis_cap": "(0, inf)"}``
+    (:class:`suite.config.Range`; ``inf`` = unbounded). A class-level mapping, not a dataclass
+    field, so it is in no run id. Each subclass declares its own numeric fields (and any whose
+    range it changes); the mappings are merged over the MRO. Resolution (``--set``, ``--config``,
+    sweeps) refuses a value outside its range with exit 2 (``algo.<field> must be …, got v``); NaN
+    and ±inf are refused for every float field; ``None`` of an ``Optional`` field is always valid.
+    ``__post_init__`` keeps only cross-field checks. Every range must admit the default, the
+    ``tune_knob`` values and every value of the bundled sweeps; ``tests/contract/test_config_ranges.py``
+    checks that every numeric field of every entry has one and tries values outside it."""
+
     def __post_init__(self) -> None:
         if self.kl_coef < 0:
             raise ValueError(f"kl_coef must be ≥ 0, got {self.kl_coef}")

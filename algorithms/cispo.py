@@ -40,6 +40,8 @@ def cispo_loss(logp, old_logp, adv, mask, eps_low: Optional[float], eps_high: fl
 
 @dataclass(frozen=True, kw_only=True)
 class CISPOConfig(AlgoConfig):
+    ranges = {"eps_is_low": "[0, 1]", "eps_is_high": "[0, inf)"}
+    """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     eps_is_low: Optional[float] = None
     """Lower IS truncation 1 − ε_low (null = none, the paper's setting)."""
     eps_is_high: float = 0.2

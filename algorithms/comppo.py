@@ -57,6 +57,8 @@ def next_token_values(x: torch.Tensor, mask: torch.Tensor, fill: float = 1.0) ->
 
 @dataclass(frozen=True, kw_only=True)
 class CompPOConfig(PPOConfig):
+    ranges = {"g_min": "[0, 1]", "kappa": "[0, inf)", "tau": "[0, 1]", "gate_constant": "[0, 1]"}
+    """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     gate: Literal["attention", "constant", "shuffled", "position"] = "attention"
     """Gate source: attention concentration, a constant, attention gates shuffled within each
     response, or relative position only (matched in mean to the attention gate)."""

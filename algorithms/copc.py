@@ -40,6 +40,8 @@ STALENESS_BUCKETS = (("0", 0, 0), ("1", 1, 1), ("2to3", 2, 3), ("4to7", 4, 7), (
 
 @dataclass(frozen=True, kw_only=True)
 class COPCConfig(PPOConfig):
+    ranges = {"mask_high": "(1, inf)", "mask_low": "[0, 1]", "weight_clip": "[1, inf)"}
+    """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     lam: float = 0.95
     """λ of the (weighted) GAE."""
     mask: bool = True

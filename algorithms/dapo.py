@@ -46,6 +46,8 @@ def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer_frac: float, fa
 
 @dataclass(frozen=True, kw_only=True)
 class DAPOConfig(GRPOConfig):
+    ranges = {"overlong_buffer": "(0, 1)", "overlong_penalty": "[0, inf)"}
+    """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     clip_eps_high: float = 0.28
     aggregation: AggMode = "token-mean"
     kl_coef: float = 0.0

@@ -37,6 +37,8 @@ from suite.types import Batch
 
 @dataclass(frozen=True, kw_only=True)
 class DCGRPOConfig(GRPOConfig):
+    ranges = {"eta": "[0, inf)", "lambda_init": "[0, inf)", "delta_budget": "[0, 1]", "lambda_max": "[0, inf)"}
+    """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     clip_eps_high: float = 0.24
     """ε_high of the clipped ratio (the paper's GRPO setting, clip 0.24)."""
     eta: float = 1.0

@@ -69,6 +69,8 @@ def trust_region_mask(div: torch.Tensor, logp: torch.Tensor, anchor_logp: torch.
 
 @dataclass(frozen=True, kw_only=True)
 class DPPOConfig(AlgoConfig):
+    ranges = {"delta_tv": "(0, 1]", "delta_kl": "(0, inf)", "tis_cap": "(0, inf)"}
+    """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     divergence: Divergence = "tv"
     """Divergence estimate: binary TV / KL, or top-K TV / KL (needs the behaviour top-K)."""
     delta_tv: float = 0.15

@@ -74,6 +74,8 @@ def categories(logp, anchor_logp, kind, pol_topk=None, beh_topk=None, topk_ids=N
 
 @dataclass(frozen=True, kw_only=True)
 class DPPOPDMConfig(DPPOConfig):
+    ranges = {"crossing_eta": "[0, inf)"}
+    """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     divergence: Divergence = "topk_tv"
     criterion: Literal["predictive", "dppo"] = "predictive"
     """Direction criterion: predicted first-order ΔD > 0, or DPPO's sign(A)(p − q) > 0."""

@@ -50,6 +50,8 @@ def drpo_weight(logp: torch.Tensor, anchor_logp: torch.Tensor, adv: torch.Tensor
 
 @dataclass(frozen=True, kw_only=True)
 class DRPOConfig(AlgoConfig):
+    ranges = {"delta_low": "(0, inf)", "delta_high": "(0, inf)", "tis_cap": "(0, inf)"}
+    """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     delta_low: float = 0.15
     """Tolerance δ for A < 0 (w = 0 at p − q = −δ_low)."""
     delta_high: float = 0.15

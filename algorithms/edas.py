@@ -60,6 +60,8 @@ def clip_shift(a: float, d: float, kappa: float) -> float:
 
 @dataclass(frozen=True, kw_only=True)
 class EDASConfig(DAPOConfig):
+    ranges = {"alpha": "[0, inf)", "beta": "[0, inf)", "kappa": "(1, inf)", "warmup_frac": "[0, 1]"}
+    """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     base: Literal["dapo", "grpo"] = "dapo"
     """Group estimator wrapped: DAPO (clip-higher, dynamic sampling, overlong shaping) or GRPO."""
     clip_eps_high: Optional[float] = None

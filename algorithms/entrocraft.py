@@ -69,6 +69,10 @@ def acceptance(h: Optional[float], low: float, up: float, controller: str, gain:
 
 @dataclass(frozen=True, kw_only=True)
 class EntrocraftConfig(GRPOConfig):
+    ranges = {"lower_start": "[0, inf)", "lower_end": "[0, inf)", "upper_start": "[0, inf)",
+              "upper_end": "[0, inf)", "custom_lower": "[0, inf)", "custom_upper": "[0, inf)", "gain": "[0, inf)",
+              "reward_center": "(-inf, inf)"}
+    """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     aggregation: AggMode = "token-mean"
     kl_coef: float = 0.001
     controller: Literal["band", "proportional", "off"] = "band"

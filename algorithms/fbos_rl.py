@@ -49,6 +49,8 @@ def truncated_is_weight(old_logp: torch.Tensor, behav_logp: torch.Tensor, rows: 
 
 @dataclass(frozen=True, kw_only=True)
 class FBOSConfig(GRPOConfig):
+    ranges = {"period": "[1, inf)", "is_cap": "(0, inf)"}
+    """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     objective: Literal["both", "epa", "ecc"] = "both"
     """Objectives trained: EPA only, ECC only, or both (per ``schedule``)."""
     schedule: Literal["alternate", "joint"] = "alternate"

@@ -65,6 +65,8 @@ def group_contrast(u: torch.Tensor, group_ids: torch.Tensor, beta: float, kind: 
 
 @dataclass(frozen=True, kw_only=True)
 class GGPOConfig(AlgoConfig):
+    ranges = {"beta": "(0, inf)", "refresh_every": "[1, inf)", "clip_eps": "[0, 1]"}
+    """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     beta: float = 0.05
     """β of the KL-regularised objective: temperature of U and of the log-mean-exp contrast."""
     contrast: Literal["log_mean_exp", "mean"] = "log_mean_exp"

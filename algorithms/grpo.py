@@ -32,6 +32,8 @@ from suite.types import Batch, Forward
 
 @dataclass(frozen=True, kw_only=True)
 class GRPOConfig(AlgoConfig):
+    ranges = {"clip_eps_low": "[0, 1]", "clip_eps_high": "[0, inf)"}
+    """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     clip_eps_low: float = 0.2
     """ε_low of the clipped ratio."""
     clip_eps_high: float = 0.2

@@ -71,6 +71,9 @@ def feature_orthogonality(hidden, adv, mask, group_id) -> Optional[torch.Tensor]
 
 @dataclass(frozen=True, kw_only=True)
 class ISGRPOConfig(GRPOConfig):
+    ranges = {"alpha": "[0, inf)", "sigma_min": "(0, inf)", "sigma_prior": "[0, inf)", "ema_decay": "[0, 1]",
+              "response_cap": "(0, inf)"}
+    """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     scale_by_std: bool = False
     """Divide by the group std (True: GRPO's σ-normalised arm)."""
     alpha: float = 1.0

@@ -50,6 +50,8 @@ def prefix_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Ten
 
 @dataclass(frozen=True, kw_only=True)
 class PNPOConfig(GRPOConfig):
+    ranges = {"clip_eps0": "[0, 1]"}
+    """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     clip_eps_low: float = 5e-3
     clip_eps_high: float = 5e-3
     aggregation: AggMode = "token-mean"

@@ -28,6 +28,9 @@ from suite.types import Batch, Forward
 
 @dataclass(frozen=True, kw_only=True)
 class PPOConfig(AlgoConfig):
+    ranges = {"clip_eps_low": "[0, 1]", "clip_eps_high": "[0, inf)", "dual_clip": "(1, inf)", "gamma": "[0, 1]",
+              "lam": "[0, 1]", "value_clip": "(0, inf)", "vf_coef": "[0, inf)"}
+    """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     clip_eps_low: float = 0.2
     """ε_low of the clipped ratio."""
     clip_eps_high: float = 0.2

@@ -45,6 +45,8 @@ def discounted_returns(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: f
 
 @dataclass(frozen=True, kw_only=True)
 class ReinforcePPConfig(AlgoConfig):
+    ranges = {"clip_eps": "[0, 1]", "gamma": "[0, 1]"}
+    """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     clip_eps: float = 0.2
     """ε of the clipped ratio (OpenRLHF 0.11.2's ``--actor.eps_clip`` default)."""
     gamma: float = 1.0
@@ -80,6 +82,8 @@ class ReinforcePP(Algorithm):
 
 @dataclass(frozen=True, kw_only=True)
 class ReinforcePPBaselineConfig(AlgoConfig):
+    ranges = {"clip_eps": "[0, 1]"}
+    """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     clip_eps: float = 0.2
     """ε of the clipped ratio."""
     kl_coef: float = 0.001

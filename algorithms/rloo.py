@@ -42,6 +42,8 @@ def leave_one_out_advantage(rewards: torch.Tensor, group_ids: torch.Tensor) -> t
 
 @dataclass(frozen=True, kw_only=True)
 class RLOOConfig(AlgoConfig):
+    ranges = {"clip_eps": "[0, 1]"}
+    """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     mode: Literal["verl", "paper"] = "verl"
     """``verl``: PPO-clip token loss; ``paper``: sequence-level REINFORCE without clipping."""
     clip_eps: float = 0.2

@@ -98,6 +98,8 @@ def tournament_ranks(G: int, s: Callable[[int, int], float]) -> Tensor:
 
 @dataclass(frozen=True, kw_only=True)
 class RRCConfig(AlgoConfig):
+    ranges = {"clip_eps_low": "[0, 1]", "clip_eps_high": "[0, inf)"}
+    """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     strategy: Literal["self", "anchor"] = "self"
     """``self``: rank the group against itself; ``anchor``: compare each response with anchors."""
     judge: Literal["task", "lm"] = "task"

@@ -79,6 +79,8 @@ def interpolate_values(values, mask, anchors) -> torch.Tensor:
 
 @dataclass(frozen=True, kw_only=True)
 class SP3OConfig(PPOConfig):
+    ranges = {"n_anchors": "[2, inf)", "min_gap": "[1, inf)", "delimiter_ids": "[0, inf)"}
+    """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     n_anchors: int = 8
     """K, most anchors per response (first and last included)."""
     min_gap: int = 64

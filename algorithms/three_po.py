@@ -63,6 +63,9 @@ def perturbation(params: dict[str, torch.Tensor], sigma: float, k: int, antithet
 
 @dataclass(frozen=True, kw_only=True)
 class ThreePOConfig(AlgoConfig):
+    ranges = {"sigma": "[0, inf)", "n_perturb": "[1, inf)", "unperturbed_frac": "[0, 1]", "tis_cap": "(0, inf)",
+              "clip_eps": "[0, inf)", "target_kl": "(0, inf)", "sigma_lr": "[0, inf)"}
+    """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     sigma: float = 0.02
     """Perturbation scale relative to each tensor's RMS (0 recovers the base algorithm)."""
     n_perturb: int = 4

@@ -8,6 +8,8 @@ with a message in `RunSet.problems` (also emitted as a `UserWarning`):
 - an unreadable or invalid `spec.json` skips the whole folder (it cannot be identified);
 - a missing `status.json` gives state `unknown`; a missing `env.json` empty provenance;
 - a bad JSONL line is skipped (a truncated last line is reported as "still being written?").
+- `metrics.jsonl` rows repeating a step (two writers in one folder, e.g. two copies of a run
+  started at once before run folders were locked) are kept but reported.
 
 A cell (one task x algorithm label, the seeds a leaderboard row pools) whose runs recorded
 different CPU models (`env.json` `cpu_model`) or torch versions (`packages.torch`) gets a
@@ -191,6 +193,21 @@ def _run_row(folder: Path, spec: dict, env: dict, status: dict | None) -> dict:
     }
 
 
+def _check_duplicate_steps(path: Path, rows: list[dict], problems: list[str]) -> None:
+    """Report steps with more than one row (the run folder had two writers)."""
+    seen: dict[Any, int] = {}
+    for row in rows:
+        step = row.get("step")
+        if step is not None:
+            seen[step] = seen.get(step, 0) + 1
+    dup = sorted((s for s, n in seen.items() if n > 1), key=str)
+    if dup:
+        extra = sum(seen[s] - 1 for s in dup)
+        shown = ", ".join(str(s) for s in dup[:5]) + (", ..." if len(dup) > 5 else "")
+        problems.append(f"{path}: {len(dup)} step(s) have more than one row ({extra} extra rows; steps {shown}): "
+                        "two writers trained into this folder? its curves and scores are unreliable; re-run it")
+
+
 def _is_bad(value: Any) -> bool:
     return isinstance(value, float) and not math.isfinite(value)
 
@@ -285,7 +302,9 @@ def load_runs(root: Path, *, max_depth: int = 3, samples_per_run: int = 20) -> R
         run_id = row["run_id"]
         specs[run_id], envs[run_id] = spec, env
         runs.append(row)
-        metrics += _metric_rows(read_jsonl(folder / "metrics.jsonl", problems), run_id)
+        metric_rows = read_jsonl(folder / "metrics.jsonl", problems)
+        _check_duplicate_steps(folder / "metrics.jsonl", metric_rows, problems)
+        metrics += _metric_rows(metric_rows, run_id)
         evals += _eval_rows(read_jsonl(folder / "evals.jsonl", problems), run_id)
         for s in read_jsonl(folder / "samples.jsonl", problems, keep_last=samples_per_run):
             samples.append({"run_id": run_id, **{k: s.get(k) for k in SAMPLE_COLUMNS[1:]}})

@@ -232,11 +232,13 @@ def verdict_footer(verdicts: pd.DataFrame, confidence: float) -> str:
         groups.setdefault((len(ok) - nb, nb), []).append(task)
     fams = []
     for (npairs, nb), tasks in groups.items():
-        split = f" ({npairs} pairs + {nb} vs the base)" if nb else ""
-        fams.append(f"the {npairs + nb} comparisons{split} of task{'s' if len(tasks) > 1 else ''} "
+        parts = ([f"the {nb} comparisons with the base"] if nb else []) + \
+            ([f"the {npairs} pairs of algorithms"] if npairs else [])
+        fams.append(f"{' and '.join(parts)} of task{'s' if len(tasks) > 1 else ''} "
                     f"{', '.join(tasks)}{' (each)' if len(tasks) > 1 else ''}")
     return (f"Verdicts: paired t-tests of the differences over shared seeds (Welch t where a pair shares fewer than "
-            f"2 seeds), Holm-adjusted over {'; over '.join(fams)} at family-wise alpha = {1 - confidence:.2g}. "
+            f"2 seeds), Holm-adjusted within each family — {'; '.join(fams)} — at family-wise alpha = "
+            f"{1 - confidence:.2g} per family. "
             "[Holm a, b] is the t interval at the level Holm tested that comparison (it excludes 0 exactly when "
             "the verdict is a difference); the unadjusted intervals stay in the tables, and table `verdicts` "
             "lists every comparison with its MDD (80% power) and the seeds its observed difference would need.")

@@ -249,7 +249,7 @@ VERDICT_EXPLAINED = {
     "diff": "mean of x - y over shared seeds (paired), else difference of means (Welch)",
     "ci_low, ci_high": "unadjusted t interval of `diff` at the report's confidence",
     "p_value": "two-sided paired t-test (Welch t-test when fewer than 2 seeds are shared)",
-    "p_holm": "Holm-adjusted p over the task's family (every pair and every algorithm vs the base)",
+    "p_holm": "Holm-adjusted p within the task's family: the algorithms vs the base, or the pairs of algorithms",
     "holm_ci_low, holm_ci_high": "t interval at the level Holm tested the comparison; excludes 0 exactly when "
                                  "the verdict is a difference",
     "verdict": "`x > y` / `x < y` when p_holm <= alpha (family-wise), else `not distinguishable`",
@@ -290,8 +290,9 @@ def pair_test(x: pd.Series, y: pd.Series) -> tuple[stats.TTest, list, int, str]:
 
 def verdict_table(scored: Scored, cfg: ReportConfig) -> pd.DataFrame:
     """Per task: every pair of algorithms and every algorithm vs the base (step 0), with
-    t-tests, Holm-adjusted p-values and intervals over the task's family at family-wise
-    alpha = 1 - confidence, the verdict, and the MDD / seeds needed.
+    t-tests, Holm-adjusted p-values and intervals within the task's two families (every
+    algorithm vs the base; every pair of algorithms) at family-wise alpha = 1 - confidence each,
+    the verdict, and the MDD / seeds needed.
 
     The base is the step-0 eval averaged per seed (`base_by_seed`), paired with the runs of
     the same seed. Columns: `VERDICT_COLUMNS`.
@@ -319,8 +320,14 @@ def verdict_table(scored: Scored, cfg: ReportConfig) -> pd.DataFrame:
                               "p_value": test.p, "_test": test,
                               "mdd": stats.mdd_from_test(test, alpha=alpha, power=POWER),
                               "seeds_needed": stats.seeds_needed(test.diff, terms, alpha=alpha, power=POWER)})
-        p = [r["p_value"] for r in task_rows]
-        adj, levels = stats.holm(p), stats.holm_levels(p, alpha)
+        # two families per task, each Holm-adjusted on its own: the algorithms vs the base (does
+        # RL help?) and the pairs of algorithms (which is better?)
+        adj, levels = np.full(len(task_rows), np.nan), np.full(len(task_rows), np.nan)
+        for fam in (True, False):
+            idx = [i for i, r in enumerate(task_rows) if (r["algorithm_y"] == BASE_LABEL) == fam]
+            if idx:
+                p = [task_rows[i]["p_value"] for i in idx]
+                adj[idx], levels[idx] = stats.holm(p), stats.holm_levels(p, alpha)
         for r, a, lv in zip(task_rows, adj, levels, strict=True):
             test = r.pop("_test")
             held = stats.t_test_interval(test, 1 - lv) if np.isfinite(lv) else stats.NAN_INTERVAL

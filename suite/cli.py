@@ -80,8 +80,10 @@ def _spec_from_args(args, algo: Optional[str], budgets: Sequence[str] = ()):
 
 def cmd_run(args) -> int:
     from suite.runner import execute, summary
+    from suite.spec import check_runtime
 
     spec = _spec_from_args(args, args.algo, args.budget)
+    check_runtime(spec, Path(args.out))  # a GPU for train.device=cuda, a writable --out: before loading anything
     print(f"run_id: {spec.run_id}", file=sys.stderr)
     code, run_dir = execute(spec, Path(args.out))
     if (run_dir / "status.json").exists():

@@ -11,19 +11,23 @@ classes (registered with the entry). Values are resolved in this order, later wi
 4. ``--set section.key=value`` (values parsed as YAML scalars);
 5. ``--budget key=value``.
 
-Every problem found is reported at once (``BadInput``) with the closest valid key.
+Every problem found is reported at once (``BadInput``) with the closest valid key. Float
+values must be finite (NaN and ±inf are refused everywhere), and every numeric field has a
+declared range (:class:`Range`, the ``ranges`` mapping of its class) checked at resolution.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
+import math
 import re
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, Literal, Optional
+from typing import Any, ClassVar, Literal, Optional
 
 import yaml
 
@@ -32,6 +36,86 @@ from suite.registry import suggest
 
 SECTIONS = ("model", "task", "algo", "rollout", "optim", "train", "budget", "eval")
 BUDGET_KEYS = ("prompts", "samples", "gen_tokens", "train_tokens", "updates", "flops", "wall_s")
+
+
+@dataclass(frozen=True)
+class Range:
+    """The interval a numeric field's values must lie in, written ``"[0, 1)"``, ``"(0, inf)"``,
+    ``"[1, inf)"`` (``inf``: unbounded on that side; the value itself must still be finite).
+
+    Declared per config class in a class-level mapping ``ranges: ClassVar[dict[str, str]]``
+    from field name to interval (a ``ClassVar``, so neither a dataclass field nor part of the
+    run id). A subclass declares only its own fields (or the ones whose range it changes): the
+    mappings of every class in the MRO are merged (:func:`declared_ranges`). ``None`` of an
+    ``Optional`` field is always accepted; each element of a ``tuple`` field is checked.
+    :func:`build` checks every given value and reports ``section.key must be …, got v``."""
+
+    lo: float
+    hi: float
+    lo_closed: bool
+    hi_closed: bool
+
+    @classmethod
+    @functools.lru_cache(maxsize=None)
+    def parse(cls, text: str) -> "Range":
+        m = _RANGE.match(text)
+        if not m:
+            raise ValueError(f"range {text!r}: write an interval such as '[0, 1)', '(0, inf)' or '[1, inf)'")
+        lo, hi = float(m.group(2)), float(m.group(3))
+        return cls(lo, hi, m.group(1) == "[" and lo != -math.inf, m.group(4) == "]" and hi != math.inf)
+
+    def __contains__(self, v: float) -> bool:
+        return ((v >= self.lo) if self.lo_closed else (v > self.lo)) and \
+            ((v <= self.hi) if self.hi_closed else (v < self.hi))
+
+    def __str__(self) -> str:
+        lo, hi = f"{self.lo:g}", f"{self.hi:g}"
+        if self.hi == math.inf:
+            return "a finite number" if self.lo == -math.inf else f"{'≥' if self.lo_closed else '>'} {lo}"
+        if self.lo == -math.inf:
+            return f"{'≤' if self.hi_closed else '<'} {hi}"
+        return f"in {'[' if self.lo_closed else '('}{lo}, {hi}{']' if self.hi_closed else ')'}"
+
+
+_RANGE = re.compile(r"^\s*([\[(])\s*([-+]?(?:inf|[\d.]+(?:e[-+]?\d+)?))\s*,\s*([-+]?(?:inf|[\d.]+(?:e[-+]?\d+)?))\s*([\])])\s*$")
+
+
+@functools.lru_cache(maxsize=None)
+def declared_ranges(cls: type) -> dict[str, Range]:
+    """Field name → :class:`Range` of a config class, merged over its MRO (subclasses win)."""
+    out: dict[str, Range] = {}
+    for klass in reversed(cls.__mro__):
+        out.update({k: Range.parse(v) for k, v in vars(klass).get("ranges", {}).items()})
+    return out
+
+
+def numeric_fields(cls: type) -> list[str]:
+    """Fields of a config class whose values are numbers (``int``/``float``, also inside
+    ``Optional`` and ``tuple``; ``bool`` is not a number here)."""
+    hints = typing.get_type_hints(cls)
+
+    def numeric(tp: Any) -> bool:
+        origin = typing.get_origin(tp)
+        if origin in (typing.Union, types.UnionType):
+            return any(numeric(a) for a in typing.get_args(tp) if a is not type(None))
+        if origin is tuple:
+            return numeric(typing.get_args(tp)[0])
+        return tp in (int, float)
+
+    return [f.name for f in dataclasses.fields(cls) if f.init and numeric(hints[f.name])]
+
+
+def range_problems(cls: type, key: str, value: Any, where: str) -> list[str]:
+    """``where must be …, got v`` for a value (or tuple elements) outside ``key``'s declared range."""
+    r = declared_ranges(cls).get(key)
+    if r is None or value is None or isinstance(value, (bool, str)):
+        return []
+    if isinstance(value, (tuple, list)):
+        return [p for i, v in enumerate(value) for p in range_problems(cls, key, v, f"{where}[{i}]")]
+    if isinstance(value, (int, float)) and value not in r:
+        return [f"{where} must be {r}, got {value}"]
+    return []
+
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,6 +195,14 @@ class RolloutConfig:
     max_refill_tries: int = 4
     """Filtering algorithms: most extra rollout batches drawn to refill a step."""
 
+    ranges: ClassVar[dict[str, str]] = {
+        "group_size": "[1, inf)", "prompts_per_step": "[1, inf)", "max_new_tokens": "[1, inf)",
+        "temperature": "(0, inf)", "top_p": "(0, 1]", "top_k": "[0, inf)", "vllm_gpu_memory": "(0, 1]",
+        "s3r_gamma": "[0, inf)", "s3r_sink": "[0, inf)", "s3r_window": "[1, inf)", "staleness": "[0, inf)",
+        "mismatch_scale": "[0, inf)", "max_turns": "[1, inf)", "max_obs_tokens": "[1, inf)", "topk": "[0, inf)",
+        "max_refill_tries": "[0, inf)"}
+    """Declared ranges (:class:`Range`), checked by :func:`build`."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class OptimConfig:
@@ -137,6 +229,10 @@ class OptimConfig:
     Trainer and TRL, ``adamw_torch_fused``): the same update to float rounding (~1e-8); a faster
     optimizer step, a small share of a whole update (``benchmarks/results/levers.md``). Off by
     default so earlier runs replay bit for bit; in the run id only when on."""
+
+    ranges: ClassVar[dict[str, str]] = {
+        "lr": "(0, inf)", "critic_lr": "(0, inf)", "weight_decay": "[0, inf)", "beta1": "[0, 1)", "beta2": "[0, 1)",
+        "eps": "[0, inf)", "grad_clip": "[0, inf)", "warmup_updates": "[0, inf)"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,6 +275,10 @@ class TrainConfig:
     equals the one-process run with the same global batch up to float summation order (needs
     ``rollout.rng=row``). Not in the run id, so a run may resume with another world size."""
 
+    ranges: ClassVar[dict[str, str]] = {
+        "epochs": "[1, inf)", "minibatches": "[1, inf)", "micro_batch_size": "[0, inf)", "num_threads": "[1, inf)",
+        "checkpoint_every": "[0, inf)", "world_size": "[1, inf)"}
+
 
 @dataclass(frozen=True, kw_only=True)
 class BudgetConfig:
@@ -198,6 +298,8 @@ class BudgetConfig:
     """Estimated FLOPs (rollout, scoring and training passes of every model involved)."""
     wall_s: Optional[float] = None
     """Wall-clock seconds (makes the stopping point machine-dependent)."""
+
+    ranges: ClassVar[dict[str, str]] = dict.fromkeys(BUDGET_KEYS, "(0, inf)")
 
     def limits(self) -> dict[str, float]:
         return {k: float(getattr(self, k)) for k in BUDGET_KEYS if getattr(self, k) is not None}
@@ -225,6 +327,11 @@ class EvalConfig:
     """Completions saved to samples.jsonl per eval split."""
     batch_size: int = 256
     """Sequences per eval generation call."""
+
+    ranges: ClassVar[dict[str, str]] = {
+        "every": "(0, 1]", "max_prompts": "[0, inf)", "n_samples": "[0, inf)", "ks": "[1, inf)",
+        "temperature": "[0, inf)", "top_p": "(0, 1]", "seed": "[0, inf)", "save_samples": "[0, inf)",
+        "batch_size": "[1, inf)"}
 
 
 LATER_DEFAULTS = {"rollout": {"rng": "batch"},
@@ -319,6 +426,10 @@ def _type_name(tp: Any) -> str:
 _FLOAT = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$")
 
 
+def _is_nonfinite(value: Any) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
+
+
 def coerce(value: Any, tp: Any, where: str) -> Any:
     """Convert a parsed YAML value to ``tp`` or raise ``BadInput`` naming ``where``."""
     origin = typing.get_origin(tp)
@@ -331,13 +442,16 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
         args = typing.get_args(tp)
         if value is None and type(None) in args:
             return None
+        first: Optional[BadInput] = None
         for a in args:
             if a is type(None):
                 continue
             try:
                 return coerce(value, a, where)
-            except BadInput:
-                pass
+            except BadInput as e:
+                first = first or e
+        if first is not None and _is_nonfinite(value) and float in args:
+            raise first  # "expected a finite number"
         raise bad
     if origin is tuple:
         seq = value if isinstance(value, (list, tuple)) else [value]
@@ -348,14 +462,17 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
             return value
         raise bad
     if tp is int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or _is_nonfinite(value) \
+                or int(value) != value:
             raise bad
         return int(value)
     if tp is float:
         if isinstance(value, str) and _FLOAT.match(value.strip()):  # YAML 1.1 reads "3e-4" as a string
-            return float(value)
+            value = float(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise bad
+        if _is_nonfinite(value):  # .nan / .inf / 1e999: never a meaningful setting (caps use null for "off")
+            raise BadInput(f"{where}: expected a finite number, got {value!r} (NaN and infinity are refused)")
         return float(value)
     if tp is str:
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
@@ -369,10 +486,13 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
 
 
 def build(cls: type, values: dict, section: str, errors: list[str]) -> Any:
-    """Instantiate dataclass ``cls`` from ``values``; append problems to ``errors``."""
+    """Instantiate dataclass ``cls`` from ``values``; append problems to ``errors`` (wrong types,
+    non-finite floats, values outside the class's declared ``ranges``, its own ``__post_init__``
+    checks)."""
     hints = typing.get_type_hints(cls)
     names = [f.name for f in dataclasses.fields(cls) if f.init]
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
+    out_of_range: list[str] = []
     for key, value in values.items():
         if key not in names:
             shown = [n for n in names if n != "name"]
@@ -382,9 +502,16 @@ def build(cls: type, values: dict, section: str, errors: list[str]) -> Any:
             kwargs[key] = coerce(value, hints[key], f"{section}.{key}")
         except BadInput as e:
             errors.extend(e.problems)
+            continue
+        out_of_range += range_problems(cls, key, kwargs[key], f"{section}.{key}")
+    errors.extend(out_of_range)
     try:
         return cls(**kwargs)
-    except (ValueError, TypeError) as e:
+    except Exception as e:  # noqa: BLE001 - a class's own cross-field check (ValueError) or an out-of-range crash
+        if out_of_range:  # already reported, in the declared-range wording
+            return None
+        if not isinstance(e, (ValueError, TypeError)):
+            raise
         errors.append(f"{section}: {e}")
         return None
 
@@ -410,10 +537,16 @@ def deep_merge(base: dict, over: dict) -> dict:
 
 def load_yaml_config(path: str) -> dict:
     try:
-        with open(path) as fh:
+        with open(path, encoding="utf-8") as fh:
             data = yaml.safe_load(fh) or {}
     except FileNotFoundError:
         raise BadInput(f"--config {path}: no such file") from None
+    except IsADirectoryError:
+        raise BadInput(f"--config {path}: is a folder; give a YAML file of sections") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"--config {path}: not UTF-8 text; give a YAML file of sections") from None
+    except OSError as e:
+        raise BadInput(f"--config {path}: cannot read it ({e.strerror})") from None
     except yaml.YAMLError as e:
         raise BadInput(f"--config {path}: not valid YAML: {e}") from None
     if not isinstance(data, dict):
@@ -422,28 +555,10 @@ def load_yaml_config(path: str) -> dict:
 
 
 def check_ranges(spec: RunSpec) -> list[str]:
-    """Cross-field and range checks that need more than one section."""
+    """Cross-field checks that need more than one field (the single-field ranges are the
+    classes' declared ``ranges``, checked by :func:`build`)."""
     e: list[str] = []
-    r, t, o, ev = spec.rollout, spec.train, spec.optim, spec.eval
-    positive = {
-        "rollout.group_size": r.group_size, "rollout.prompts_per_step": r.prompts_per_step,
-        "rollout.max_new_tokens": r.max_new_tokens, "rollout.max_turns": r.max_turns,
-        "train.epochs": t.epochs, "train.minibatches": t.minibatches, "train.num_threads": t.num_threads,
-        "train.world_size": t.world_size, "eval.batch_size": ev.batch_size,
-    }
-    e += [f"{k} must be ≥ 1, got {v}" for k, v in positive.items() if v < 1]
-    nonneg = {"rollout.top_k": r.top_k, "rollout.staleness": r.staleness, "rollout.topk": r.topk,
-              "rollout.mismatch_scale": r.mismatch_scale,
-              "train.micro_batch_size": t.micro_batch_size, "eval.n_samples": ev.n_samples,
-              "eval.max_prompts": ev.max_prompts, "optim.warmup_updates": o.warmup_updates,
-              "rollout.max_refill_tries": r.max_refill_tries, "train.checkpoint_every": t.checkpoint_every}
-    e += [f"{k} must be ≥ 0, got {v}" for k, v in nonneg.items() if v < 0]
-    if not 0 < r.top_p <= 1:
-        e.append(f"rollout.top_p must be in (0, 1], got {r.top_p}")
-    if r.temperature <= 0:
-        e.append(f"rollout.temperature must be > 0 for training rollouts, got {r.temperature}")
-    if not 0 < r.vllm_gpu_memory <= 1:
-        e.append(f"rollout.vllm_gpu_memory must be in (0, 1], got {r.vllm_gpu_memory}")
+    r, t, ev = spec.rollout, spec.train, spec.eval
     if r.engine == "vllm" and (r.top_p < 1 or r.top_k > 0):
         e.append(f"rollout.engine=vllm reports only truncated log-probs under top-p/top-k, so μ's untruncated "
                  f"log-probs would be unknown: set rollout.top_p=1 and rollout.top_k=0 (got {r.top_p}, {r.top_k}), "
@@ -451,9 +566,7 @@ def check_ranges(spec: RunSpec) -> list[str]:
     if r.engine == "vllm" and getattr(t, "world_size", 1) > 1:
         e.append(f"rollout.engine=vllm runs one vLLM instance inside a single training process; "
                  f"train.world_size={t.world_size} is not supported with it")
-    if o.lr <= 0 or o.critic_lr <= 0:
-        e.append("optim.lr and optim.critic_lr must be > 0")
-    if t.minibatches > r.prompts_per_step * r.group_size:
+    if 1 <= r.prompts_per_step * r.group_size < t.minibatches:
         e.append(f"train.minibatches ({t.minibatches}) exceeds the sequences per step "
                  f"({r.prompts_per_step * r.group_size})")
     if t.world_size > 1 and r.rng != "row":
@@ -462,13 +575,8 @@ def check_ranges(spec: RunSpec) -> list[str]:
     if r.rng == "row" and r.engine not in ("auto", "kv", "native"):
         e.append(f"rollout.rng=row is implemented by the kv sampler, not rollout.engine={r.engine}; "
                  f"valid rollout.engine with rng=row: auto, kv, native")
-    if not 0 < ev.every <= 1:
-        e.append(f"eval.every must be in (0, 1], got {ev.every}")
-    if ev.n_samples and any(k > ev.n_samples or k < 1 for k in ev.ks):
+    if ev.n_samples and any(k > ev.n_samples for k in ev.ks):
         e.append(f"eval.ks {list(ev.ks)} must lie in 1..eval.n_samples ({ev.n_samples})")
-    for k, v in spec.budget.limits().items():
-        if v <= 0:
-            e.append(f"budget.{k} must be > 0, got {v}")
     if not spec.budget.limits():
         e.append("no budget set: give at least one of " + ", ".join(f"budget.{k}" for k in BUDGET_KEYS))
     return e

@@ -92,6 +92,7 @@ def load_pretrained(name: str, cfg: ModelConfig):
     """``from_pretrained`` of a local path or hub id; ``BadInput`` if it cannot be loaded."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    check_model_available(name)
     try:
         tok = AutoTokenizer.from_pretrained(name)
         model = AutoModelForCausalLM.from_pretrained(name, dtype=DTYPES[cfg.dtype],
@@ -116,6 +117,40 @@ def load_model(cfg: ModelConfig) -> tuple[Any, Any, bool]:
         return model, tok, False
     MODELS.canonical(cfg.name)  # raises UnknownName with the valid names
     raise AssertionError  # pragma: no cover
+
+
+_TRUE = ("1", "on", "yes", "true")
+
+
+def hub_offline() -> bool:
+    """``HF_HUB_OFFLINE`` or ``TRANSFORMERS_OFFLINE`` is set (as huggingface_hub reads them)."""
+    return any(os.environ.get(k, "").strip().lower() in _TRUE for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def in_hub_cache(repo_id: str) -> bool:
+    """Whether the local Hugging Face cache holds ``repo_id``'s ``config.json`` (no network)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover - transformers depends on it
+        return True  # cannot tell: let from_pretrained decide
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:  # noqa: BLE001 - a malformed id: from_pretrained gives the message
+        return True
+
+
+def check_model_available(name: str) -> None:
+    """Before loading: offline (``HF_HUB_OFFLINE=1`` / ``TRANSFORMERS_OFFLINE=1``), a hub id that
+    is neither a local folder nor in the local Hugging Face cache is refused at once (BadInput;
+    ``from_pretrained`` would first spend most of a minute on retries). A machine check, not part
+    of resolution: a spec naming a hub id still resolves offline (dry runs, login nodes)."""
+    if name in MODELS or os.path.isdir(name) or not _looks_like_hub_id(name):
+        return
+    if hub_offline() and not in_hub_cache(name):
+        raise BadInput(f"model '{name}' is not a registered model, not a local folder and not in the Hugging "
+                       f"Face cache, and offline mode (HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE) forbids downloading "
+                       f"it; give one of: {', '.join(MODELS.names())}, a local folder saved with save_pretrained, "
+                       f"or a hub id already in the cache")
 
 
 def check_model_name(name: str) -> None:

@@ -439,10 +439,12 @@ class RunFolder:
             _fsync_path(tmp / COMPLETE)
             _fsync_path(tmp)
         except BaseException as e:
+            _drop_frames(e)  # close the failed writer's open file, or its space is not freed
             shutil.rmtree(tmp, ignore_errors=True)
             if not isinstance(e, OSError) and isinstance(e, Exception) and is_disk_full(e, self.path):
-                raise OSError(errno.ENOSPC, f"No space left on device writing {tmp} ({type(e).__name__}: "
-                              f"{str(e).strip().splitlines()[0] if str(e).strip() else ''})") from e
+                first = str(e).strip().splitlines()[-1][:100] if str(e).strip() else ""
+                raise OSError(errno.ENOSPC, f"No space left on device writing {tmp.name} "
+                              f"({type(e).__name__}: {first})") from e
             raise
         if final.exists():
             shutil.rmtree(old, ignore_errors=True)
@@ -480,6 +482,20 @@ class RunFolder:
                     continue
             gone.append(p.name)
         return gone
+
+
+def _drop_frames(exc: BaseException) -> None:
+    """Clear the locals of the finished frames in ``exc``'s tracebacks (its causes' too), so
+    objects holding files open there (torch.save's writer) are closed now."""
+    import gc
+    import traceback
+
+    seen, e = set(), exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        traceback.clear_frames(e.__traceback__)
+        e = e.__cause__ or e.__context__
+    gc.collect()
 
 
 def _fsync_path(path: Path) -> None:

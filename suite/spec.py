@@ -6,6 +6,8 @@ anything is loaded or written. See :mod:`suite.config` for the resolution order.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from suite.config import (BUDGET_KEYS, SECTIONS, BudgetConfig, EvalConfig, ModelConfig, OptimConfig, RolloutConfig,
@@ -112,7 +114,8 @@ def resolve(task: Optional[str], algo: Optional[str], model: Optional[str], seed
     checkable = {k: (v if v is not None or k in ("task", "algo") else SECTION_CLASSES[k]()) for k, v in built.items()}
     spec = RunSpec(seed=seed_value, sweep=sweep, variant=variant, factors=dict(factors or {}),
                    tuning=dict(tuning or {}), **checkable)
-    errors += [p for p in check_ranges(spec) if task_cls is not None or not p.startswith("no budget set")]
+    budget_named = task_cls is None or any(p.startswith(("budget.", "--budget")) for p in errors)
+    errors += [p for p in check_ranges(spec) if not (budget_named and p.startswith("no budget set"))]
     if errors or any(v is None for v in built.values()):
         raise BadInput(errors or ["invalid run spec"])
     return spec
@@ -126,3 +129,47 @@ def spec_from_dict(d: dict) -> RunSpec:
     model = sections.get("model", {}).pop("name", None)
     return resolve(task, algo, model, d.get("seed", 0), configs=[sections], sweep=d.get("sweep"),
                    variant=d.get("variant"), factors=d.get("factors"), tuning=d.get("tuning"))
+
+
+def out_dir_problem(out: Path, flag: str = "--out", existing: Optional[Path] = None) -> Optional[str]:
+    """Why nothing could be written under ``out`` (a file in the way, a folder without write
+    permission), or None. Checked before anything is loaded. ``existing``: a folder under ``out``
+    that already holds a run status; re-running it (``completed`` → writes nothing) is allowed in
+    a read-only ``out``."""
+    out = Path(out)
+    probe = out
+    while not probe.exists() and not probe.is_symlink() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        where = "is a file" if probe == out else f"lies under {probe}, which is a file"
+        return f"{flag} {out}: {where}; give a folder (it is created when missing)"
+    if existing is not None and (existing / "status.json").exists():
+        return None
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{flag} {out}: {'folder ' + str(probe) if probe != out else 'the folder'} is not writable"
+    return None
+
+
+def check_runtime(spec: RunSpec, out: Optional[Path] = None) -> None:
+    """Checks of this machine that need nothing loaded (``BadInput``, exit 2, nothing written):
+    a CUDA device when ``train.device=cuda``, an ``--out`` folder that can be written, and offline
+    a hub model that is in the local cache (:func:`suite.models.check_model_available`)."""
+    from suite.models import check_model_available
+
+    problems = []
+    try:
+        check_model_available(spec.model.name)
+    except BadInput as e:
+        problems += e.problems
+    if spec.train.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            problems.append("train.device=cuda but torch finds no CUDA device on this machine; valid: auto (CUDA "
+                            "when available, else CPU), cpu, or run where a GPU is visible")
+    if out is not None:
+        p = out_dir_problem(Path(out), existing=Path(out) / spec.run_id)
+        if p:
+            problems.append(p)
+    if problems:
+        raise BadInput(problems)

@@ -71,6 +71,11 @@ def run_sweep_spec(sweep, out: Path, cluster: str, workers: int, dry_run: bool =
         for r in runs:
             print(f"{r.run_id}\ttask={r.task.name}\talgo={r.algo.name}\tseed={r.seed}\tvariant={r.variant or '-'}")
         return root, {}
+    from suite.spec import out_dir_problem
+
+    problem = out_dir_problem(root)
+    if problem:
+        raise BadInput(problem)
     write_manifest(sweep, runs, root)
     todo, skipped = to_submit(runs, root, retry_failed)
     for why, ids in skipped.items():
@@ -83,7 +88,9 @@ def run_sweep_spec(sweep, out: Path, cluster: str, workers: int, dry_run: bool =
         if bar is not None:
             bar.close()
     for res in results:
-        if isinstance(res, dict) and res.get("error"):
+        if isinstance(res, dict) and res.get("locked"):
+            print(f"skipped {res.get('run_id') or 'a run'}: {res['locked'].strip().splitlines()[-1]}", file=sys.stderr)
+        elif isinstance(res, dict) and res.get("error"):
             print(f"job error (exit {res.get('code')}): {res['error'].strip().splitlines()[-1]}", file=sys.stderr)
     if cluster != "slurm" or wait:
         wait_for_live(runs, root)
@@ -120,7 +127,11 @@ def cmd_sweep(args) -> int:
     if st:
         print(f"{root}: " + " ".join(f"{k}={v}" for k, v in st["counts"].items()))
     bad = {k: v for k, v in st.get("counts", {}).items() if k in ("failed",)}
-    return 1 if bad else 0
+    never = st.get("counts", {}).get("pending", 0) if not (args.no_wait and args.cluster in ("slurm", "auto")) else 0
+    if never:  # the sweep waited for its jobs, yet these runs have no status: their jobs never started a run
+        print(f"{never} run(s) never started (state pending): see the job errors above and the logs under "
+              f"{root / 'logs'}", file=sys.stderr)
+    return 1 if bad or never else 0
 
 
 def cmd_quickstart(args) -> int:

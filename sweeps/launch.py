@@ -2,7 +2,9 @@
 
 Re-runs are idempotent by run id: ``completed`` and ``diverged`` runs are never resubmitted;
 ``preempted``, ``cancelled``, stale ``running`` and missing runs are; ``failed`` only with
-``retry_failed``; a live ``running`` run is left alone (and waited for locally). Nothing is
+``retry_failed``; a live ``running`` run, or one whose lock (``<root>/<run_id>.lock``) another
+process holds, is left alone (and waited for locally), checked again right before each local
+submission; a job that finds the lock held exits 2 and is reported as skipped. Nothing is
 overwritten: the run folder rules of :mod:`suite.runner` apply inside every job.
 
 Facts about submitit 1.5 that shape this module: its local executor starts every submitted
@@ -28,7 +30,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from suite.config import RunSpec
-from suite.runfolder import atomic_write_json, is_stale, read_json, read_jsonl
+from suite.runfolder import atomic_write_json, is_stale, lock_holder, lock_path, read_json, read_jsonl
 from sweeps.spec import Resources, SweepSpec
 
 TERMINAL = ("completed", "diverged")
@@ -48,7 +50,7 @@ class SweepJob:
         import torch
 
         from suite.errors import BadInput
-        from suite.runner import execute
+        from suite.runner import FolderLocked, execute
         from suite.spec import spec_from_dict
 
         from suite import distributed
@@ -63,6 +65,8 @@ class SweepJob:
             if spec.train.world_size > 1:  # one data-parallel rank per task of this job
                 distributed.init_from_submitit(spec.train.world_size, spec.train.device)
             code, run_dir = execute(spec, Path(self.root))
+        except FolderLocked as e:  # another process (a second sweep, a manual run) trains it
+            return {"code": 2, "locked": str(e), "run_id": submitted}
         except BadInput as e:
             return {"code": 2, "error": str(e)}
         except Exception:  # noqa: BLE001 - never let submitit's debug executor open pdb
@@ -86,23 +90,38 @@ class SweepJob:
         return submitit.helpers.DelayedSubmission(SweepJob(self.spec_dict, self.root))
 
 
+def locked_by(root: Path, run_id: str) -> Optional[str]:
+    """``pid P on HOST`` when another process holds the run's lock, else None."""
+    holder = lock_holder(lock_path(root, run_id))
+    return None if holder is None else f"pid {holder.get('pid', '?')} on {holder.get('host', '?')}"
+
+
 def run_state(root: Path, run_id: str) -> tuple[str, Optional[str]]:
     """(state, reason) of a run: ``pending`` when it has no status yet; ``stale`` for a
-    ``running`` status whose process or heartbeat is gone."""
+    ``running`` status whose process or heartbeat is gone; ``running`` (reason ``locked by ...``)
+    for a run whose lock a live process holds and that has not finished."""
     st = read_json(root / run_id / "status.json")
+    state = "pending" if st is None else st.get("state", "pending")
+    if state not in TERMINAL:
+        holder = locked_by(root, run_id)
+        if holder is not None:
+            return "running", f"locked by {holder}"
     if st is None:
         return "pending", None
-    if st.get("state") == "running" and is_stale(st):
+    if state == "running" and is_stale(st):
         return "stale", f"no heartbeat since {st.get('updated_at')}"
-    return st.get("state", "pending"), st.get("reason")
+    return state, st.get("reason")
 
 
 def to_submit(runs: list[RunSpec], root: Path, retry_failed: bool) -> tuple[list[RunSpec], dict[str, list[str]]]:
     """Runs that need a job now, and the skipped ones by reason."""
     todo, skipped = [], {}
     for r in runs:
-        state, _ = run_state(root, r.run_id)
-        if state in TERMINAL or state == "running" or (state == "failed" and not retry_failed):
+        state, reason = run_state(root, r.run_id)
+        if state == "running" and reason and reason.startswith("locked by"):
+            print(f"skipping {r.run_id}: {reason} (another sweep or run trains it)", file=sys.stderr)
+            skipped.setdefault("locked (held by another process)", []).append(r.run_id)
+        elif state in TERMINAL or state == "running" or (state == "failed" and not retry_failed):
             skipped.setdefault(state if state != "failed" else "failed (use --retry-failed)", []).append(r.run_id)
         else:
             todo.append(r)
@@ -190,6 +209,13 @@ def _local_throttled(ex, runs, fns, root: Path, workers: int, progress) -> list[
         while pending or running:
             while pending and len(running) < workers:
                 r, fn = pending.pop(0)
+                holder = locked_by(root, r.run_id)
+                if holder is not None:  # taken since the sweep started (a second sweep of the same spec)
+                    results.append({"code": 2, "locked": f"locked by {holder}", "run_id": r.run_id})
+                    done += 1
+                    if progress:
+                        progress(done, len(runs))
+                    continue
                 job = ex.submit(fn)
                 _record_jobs(root, [(r.run_id, job)])
                 running.append((r, job))
@@ -248,4 +274,4 @@ def status(root: Path) -> dict:
             "runs": by_state}
 
 
-__all__ = ["SweepJob", "launch", "status", "to_submit", "write_manifest", "run_state", "wait_for_live"]
+__all__ = ["SweepJob", "launch", "status", "to_submit", "write_manifest", "run_state", "wait_for_live", "locked_by"]

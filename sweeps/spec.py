@@ -18,17 +18,23 @@ Keys (see ``sweeps/example.yaml`` for a complete commented spec):
                 ``{factor: rollout.prompts_per_step, base: 16, power: 0.5, variants: [sqrt-lr]}``
                 sets ``optim.lr = lr₀·(value/base)^power`` for the listed arm variants (lr₀ is
                 the lr the run would have without the rule); other arms keep lr₀ (no retuning)
+``tuning``      options of ``rlsuite sweep tune`` (:mod:`sweeps.tune`): ``lr``, ``seeds``, ``knobs``,
+                ``metric`` (and the ``record`` a tuned spec carries)
+``allow_identical_arms``  ``true`` to run arms that resolve to the same settings under different
+                ``variant`` labels (refused by default: usually a typo in an arm's ``set``)
 
 Validation reports every problem at once, each with its location (``algorithms[2].set: …``).
+``name`` must be one safe folder name (no ``/``, not ``.``/``..``, no leading dot, printable).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, ClassVar, Optional
 
 import yaml
 
@@ -37,7 +43,8 @@ from suite.errors import BadInput
 from suite.registry import suggest
 
 SPEC_KEYS = ("name", "tasks", "algorithms", "seeds", "budget", "model", "base", "factors", "set", "resources",
-             "description", "tuning", "lr_scaling")
+             "description", "tuning", "lr_scaling", "allow_identical_arms")
+TUNING_KEYS = ("lr", "seeds", "knobs", "metric", "record")
 BUNDLED = Path(__file__).resolve().parent
 
 
@@ -73,6 +80,12 @@ class Resources:
     max_requeues: int = 3
     """How often a timed-out or preempted job is requeued."""
 
+    ranges: ClassVar[dict[str, str]] = {
+        "gpus_per_node": "[0, inf)", "cpus_per_task": "[1, inf)", "tasks_per_node": "[1, inf)", "nodes": "[1, inf)",
+        "mem_gb": "(0, inf)", "timeout_min": "[1, inf)", "array_parallelism": "[1, inf)", "signal_delay_s": "[0, inf)",
+        "max_requeues": "[0, inf)"}
+    """Declared ranges (:class:`suite.config.Range`), checked by :func:`suite.config.build`."""
+
 
 @dataclass(frozen=True)
 class Arm:
@@ -97,6 +110,7 @@ class SweepSpec:
     resources: Resources = field(default_factory=Resources)
     tuning: dict = field(default_factory=dict)
     lr_scaling: dict = field(default_factory=dict)
+    allow_identical_arms: bool = False
     source: str = ""
 
 
@@ -135,7 +149,13 @@ def load(name_or_path: str) -> SweepSpec:
     """Parse and structurally validate a sweep spec (names are checked by :func:`expand`)."""
     path = resolve_path(name_or_path)
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except IsADirectoryError:
+        raise BadInput(f"sweep spec {path}: is a folder; give a YAML file or a bundled spec name") from None
+    except UnicodeDecodeError:
+        raise BadInput(f"sweep spec {path}: not UTF-8 text; give a YAML file or a bundled spec name") from None
+    except OSError as e:
+        raise BadInput(f"sweep spec {path}: cannot read it ({e.strerror})") from None
     except yaml.YAMLError as e:
         raise BadInput(f"{path}: not valid YAML: {e}") from None
     if not isinstance(raw, dict):
@@ -149,10 +169,15 @@ def parse(raw: dict, source: str = "<spec>") -> SweepSpec:
         if k not in SPEC_KEYS:
             errors.append(f"{source}: unknown key '{k}'; {suggest(str(k), list(SPEC_KEYS))}valid: {', '.join(SPEC_KEYS)}")
     name = raw.get("name")
-    if not isinstance(name, str) or not name or "/" in name:
-        errors.append(f"{source}: 'name' must be a non-empty string without '/'")
+    if not safe_name(name):
+        errors.append(f"{source}: 'name' must be one folder name (results go to <out>/<name>/): a non-empty "
+                      f"printable string without '/' or '\\', not '.' or '..' and not starting with '.', got {name!r}")
     tasks = []
-    for i, t in enumerate(raw.get("tasks") or []):
+    tasks_raw = raw.get("tasks") or []
+    if not isinstance(tasks_raw, list):
+        errors.append(f"{source}: 'tasks' must be a list of task names or {{name, set}}, got {tasks_raw!r}")
+        tasks_raw = []
+    for i, t in enumerate(tasks_raw):
         if isinstance(t, str):
             tasks.append((t, {}))
         elif isinstance(t, dict) and isinstance(t.get("name"), str) and set(t) <= {"name", "set"}:
@@ -172,7 +197,8 @@ def parse(raw: dict, source: str = "<spec>") -> SweepSpec:
         for i, a in enumerate(algos_raw):
             if isinstance(a, str):
                 arms.append(Arm(a))
-            elif isinstance(a, dict) and isinstance(a.get("name"), str) and set(a) <= {"name", "variant", "set"}:
+            elif isinstance(a, dict) and isinstance(a.get("name"), str) and set(a) <= {"name", "variant", "set"} \
+                    and isinstance(a.get("variant"), (str, type(None))):
                 arms.append(Arm(a["name"], a.get("variant"), a.get("set") or {}))
             else:
                 errors.append(f"{source}: algorithms[{i}]: expected a name or {{name, variant, set}}, got {a!r}")
@@ -181,7 +207,8 @@ def parse(raw: dict, source: str = "<spec>") -> SweepSpec:
     seeds_raw = raw.get("seeds", 3)
     if isinstance(seeds_raw, int) and not isinstance(seeds_raw, bool) and seeds_raw > 0:
         seeds = tuple(range(seeds_raw))
-    elif isinstance(seeds_raw, list) and seeds_raw and all(isinstance(s, int) and s >= 0 for s in seeds_raw):
+    elif isinstance(seeds_raw, list) and seeds_raw and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
+                                                           for s in seeds_raw):
         seeds = tuple(seeds_raw)
     else:
         seeds = ()
@@ -195,23 +222,68 @@ def parse(raw: dict, source: str = "<spec>") -> SweepSpec:
         errors.append(f"{source}: 'factors' maps section.key to a non-empty list of values")
         factors = {}
     res_errors: list[str] = []
-    resources = build(Resources, raw.get("resources") or {}, "resources", res_errors)
+    res_raw = raw.get("resources") or {}
+    if not isinstance(res_raw, dict):
+        res_errors.append(f"'resources' must be a mapping of {', '.join(f.name for f in dataclasses.fields(Resources))}, "
+                          f"got {res_raw!r}")
+        res_raw = {}
+    resources = build(Resources, res_raw, "resources", res_errors)
     errors += [f"{source}: {e}" for e in res_errors]
-    if resources is not None:
-        errors += [f"{source}: resources.{k} must be ≥ 1, got {getattr(resources, k)}"
-                   for k in ("tasks_per_node", "nodes") if getattr(resources, k) < 1]
+    tuning = raw.get("tuning") or {}
+    errors += [f"{source}: {p}" for p in _tuning_problems(tuning)]
+    if not isinstance(tuning, dict):
+        tuning = {}
+    allow_identical = raw.get("allow_identical_arms", False)
+    if not isinstance(allow_identical, bool):
+        errors.append(f"{source}: 'allow_identical_arms' must be true or false, got {allow_identical!r}")
     base = raw.get("base", "task")
     if not isinstance(base, str):
         errors.append(f"{source}: 'base' must be 'task', 'none' or a checkpoint path")
     lr_scaling = raw.get("lr_scaling") or {}
     if lr_scaling and (not isinstance(lr_scaling, dict) or set(lr_scaling) != {"factor", "base", "power", "variants"}
-                       or lr_scaling.get("factor") not in factors):
-        errors.append(f"{source}: 'lr_scaling' needs factor (one of the factors), base, power and variants")
+                       or not isinstance(lr_scaling.get("factor"), str) or lr_scaling["factor"] not in factors
+                       or not _finite(lr_scaling.get("base"), positive=True)
+                       or not _finite(lr_scaling.get("power")) or not isinstance(lr_scaling.get("variants"), list)):
+        errors.append(f"{source}: 'lr_scaling' needs factor (one of the factors), base (a number > 0), power (a "
+                      f"number) and variants (a list of arm variants)")
     if errors:
         raise BadInput(errors)
     return SweepSpec(lr_scaling=dict(lr_scaling), name=name, tasks=tuple(tasks), algorithms=tuple(arms), seeds=seeds, budget=dict(budget),
                      model=str(raw.get("model", "tiny")), base=base, factors=dict(factors), set=raw.get("set") or {},
-                     resources=resources or Resources(), tuning=raw.get("tuning") or {}, source=source)
+                     resources=resources or Resources(), tuning=tuning, allow_identical_arms=allow_identical,
+                     source=source)
+
+
+def safe_name(name: Any) -> bool:
+    """One safe path component: non-empty, printable, no separator, not ``.``/``..``, no leading dot."""
+    return isinstance(name, str) and bool(name) and name.isprintable() and "/" not in name and "\\" not in name \
+        and not name.startswith(".")
+
+
+def _finite(x: Any, positive: bool = False) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and (x > 0 or not positive)
+
+
+def _tuning_problems(t: Any) -> list[str]:
+    """Problems of the ``tuning`` mapping (:mod:`sweeps.tune`)."""
+    if not isinstance(t, dict):
+        return [f"'tuning' must be a mapping with keys {', '.join(TUNING_KEYS)}, got {t!r}"]
+    out = [f"unknown key 'tuning.{k}'; {suggest(str(k), list(TUNING_KEYS))}valid: {', '.join(TUNING_KEYS)}"
+           for k in t if k not in TUNING_KEYS]
+    if "lr" in t and not (isinstance(t["lr"], list) and t["lr"] and all(_finite(v, positive=True) for v in t["lr"])):
+        out.append(f"'tuning.lr' must be a non-empty list of learning rates > 0, got {t['lr']!r}")
+    if "seeds" in t and not (isinstance(t["seeds"], list) and t["seeds"] and all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in t["seeds"])):
+        out.append(f"'tuning.seeds' must be a non-empty list of non-negative ints, got {t['seeds']!r}")
+    if "knobs" in t and not (isinstance(t["knobs"], dict) and all(
+            isinstance(v, dict) and len(v) == 1 and all(isinstance(x, list) and x for x in v.values())
+            for v in t["knobs"].values())):
+        out.append(f"'tuning.knobs' maps an algorithm to {{field: [values]}} (one field), got {t['knobs']!r}")
+    if "metric" in t and not isinstance(t["metric"], str):
+        out.append(f"'tuning.metric' must be a metric name such as greedy_acc, got {t['metric']!r}")
+    if "record" in t and not isinstance(t["record"], dict):
+        out.append(f"'tuning.record' must be a mapping (written by rlsuite sweep tune), got {t['record']!r}")
+    return out
 
 
 def _factor_label(combo: dict) -> str:
@@ -224,6 +296,7 @@ def expand(sweep: SweepSpec) -> list[RunSpec]:
 
     errors: list[str] = []
     runs: list[RunSpec] = []
+    arm_of: list[int] = []  # algorithms[i] of each run
     keys = list(sweep.factors)
     combos = [dict(zip(keys, vals)) for vals in itertools.product(*sweep.factors.values())] or [{}]
     model, base_sets = sweep.model, []
@@ -251,6 +324,7 @@ def expand(sweep: SweepSpec) -> list[RunSpec]:
                             spec = resolve(task, arm.name, model, seed, sets=sets + [("optim.lr", lr)],
                                            budgets=list(sweep.budget.items()), **kw)
                         runs.append(spec)
+                        arm_of.append(ai)
                     except BadInput as e:
                         where = f"tasks[{ti}]={task}, algorithms[{ai}]={arm.name}"
                         errors += [f"{where}: {p}" for p in e.problems]  # deduplicated below
@@ -270,7 +344,29 @@ def expand(sweep: SweepSpec) -> list[RunSpec]:
     if dupes:
         raise BadInput(f"{sweep.source}: arms that resolve to identical runs: {', '.join(dupes)}; "
                        "give them different settings or drop one")
+    if not sweep.allow_identical_arms:
+        errors += _identical_arms(sweep, runs, arm_of)
+    if errors:
+        raise BadInput(errors)
     return runs
+
+
+def _identical_arms(sweep: SweepSpec, runs: list[RunSpec], arm_of: list[int]) -> list[str]:
+    """Pairs of arms whose runs all differ only in their ``variant`` label (the same training
+    twice). Arms that coincide at some factor levels only (e.g. two lr rules at the base batch
+    size) are different arms."""
+    ids: dict[int, set[str]] = {}
+    for r, ai in zip(runs, arm_of):
+        ids.setdefault(ai, set()).add(dataclasses.replace(r, variant=None, factors={}).run_id)  # id without labels
+    pairs = [(i, j) for i in sorted(ids) for j in sorted(ids) if i < j and ids[i] == ids[j]]
+
+    def arm(i: int) -> str:
+        a = sweep.algorithms[i]
+        return f"algorithms[{i}] ({a.name}{f', variant {a.variant!r}' if a.variant else ''})"
+
+    return [f"{sweep.source}: {arm(i)} and {arm(j)} resolve to identical settings (only the variant label differs); "
+            f"give them different settings, drop one, or set allow_identical_arms: true to run both"
+            for i, j in pairs]
 
 
 def as_dict(sweep: SweepSpec) -> dict:

@@ -32,6 +32,13 @@ class TaskConfig:
     name: str = ""
     """Registry name of the task (set from ``--task``; not a knob)."""
 
+    ranges: ClassVar[dict[str, str]] = {}
+    """The declared range of every numeric field of a task config: field name → interval such as
+    ``"(0, 0.5)"`` or ``"[1, inf)"`` (:class:`suite.config.Range`), merged over the MRO, checked
+    at resolution (exit 2, nothing written); NaN and ±inf are refused for every float field. The
+    same mechanism as :attr:`algorithms.base.AlgoConfig.ranges` (see there); the contract test
+    ``tests/contract/test_config_ranges.py`` covers every registered task."""
+
 
 @dataclass(frozen=True)
 class Grade:
@@ -197,16 +204,22 @@ def data_root() -> Path:
     return Path(os.environ.get("RLSUITE_DATA", "../shared/data"))
 
 
-def read_jsonl(path: Path, required: Sequence[str]) -> list[dict]:
-    """Read a JSONL file; a malformed row or a row missing ``required`` fields → BadInput
-    naming the file, line and problem."""
+def read_jsonl(path: Path, required: Sequence[str], types: Optional[dict[str, Any]] = None) -> list[dict]:
+    """Read a JSONL file; a line that is not UTF-8 text, a malformed row, a row missing
+    ``required`` fields or (with ``types``: field → type or tuple of types) a field of the wrong
+    type → BadInput naming the file, line and problem."""
     rows = []
     try:
-        fh = open(path, encoding="utf-8")
+        fh = open(path, "rb")
     except OSError as e:
         raise BadInput(f"cannot read {path}: {e.strerror}") from None
     with fh:
-        for n, line in enumerate(fh, 1):
+        for n, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise BadInput(f"{path}:{n}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column {e.start + 1}); "
+                               f"expected JSONL, one JSON object per line") from None
             if not line.strip():
                 continue
             try:
@@ -217,7 +230,25 @@ def read_jsonl(path: Path, required: Sequence[str]) -> list[dict]:
             if missing:
                 raise BadInput(f"{path}:{n}: row lacks field(s) {', '.join(missing)}; "
                                f"expected fields: {', '.join(required)}")
+            for k, tp in (types or {}).items():
+                if k in row and not _has_type(row[k], tp):
+                    raise BadInput(f"{path}:{n}: field '{k}' must be {_type_words(tp)}, got {json.dumps(row[k])}")
             rows.append(row)
     if not rows:
         raise BadInput(f"{path}: no rows")
     return rows
+
+
+def _has_type(value: Any, tp: Any) -> bool:
+    if isinstance(tp, tuple):
+        return any(_has_type(value, t) for t in tp)
+    if tp is list:  # a list of strings (test lists, gold answer lists)
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, tp)
+
+
+def _type_words(tp: Any) -> str:
+    names = {str: "a string", int: "an integer", list: "a list of strings"}
+    return " or ".join(names.get(t, t.__name__) for t in (tp if isinstance(tp, tuple) else (tp,)))

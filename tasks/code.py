@@ -7,23 +7,37 @@ test 500 / prompt 10), or local JSONL through ``task.data_path`` (a file, or a f
 ``humaneval*.jsonl`` / ``mbpp*.jsonl``, e.g. ``$RLSUITE_DATA/code``). Rows keep the datasets'
 own fields.
 
-Grading (openai/human-eval ``execution.py`` and the MBPP paper): the program is run in
-:mod:`tasks.sandbox` with a per-program timeout (3 s, as human-eval), batched over the
-sandbox's worker pool; it passes when it runs to its end without an exception. A program
-that fails or times out is a wrong answer; a program the *sandbox* could not run (status
-``sandbox_error``: its worker died or hung twice, or the sandbox setup failed) makes the grade
-a grade error (``Grade.error``), and a sandbox that cannot start raises ``SandboxError``.
+Grading (openai/human-eval ``execution.py`` and the MBPP paper): each completion is graded
+by a *judged job* (:class:`tasks.sandbox.Judged`) in :mod:`tasks.sandbox` with a per-job
+timeout (3 s, as human-eval), batched over the sandbox's worker pool: the candidate's solution
+runs in one sandboxed process, the trusted tests in another (the judge), which calls the
+candidate's functions through proxies; arguments and results cross as JSON of builtin types
+(tuple/list/set/dict/bool/int/float/None/str kept apart), so every ``==``, tolerance and
+``check`` runs on builtin values in the judge, never through the candidate's ``__eq__``, and
+the candidate's process never holds the tests or the pass token (version 2; version 1 ran
+the tests in the program's own process, where an ``__eq__`` that always answers True, a
+``sys.settrace`` hook or a walk up the stack to the pass token got reward 1). The job passes
+when the tests run to their end. A job that fails or times out is a wrong answer; one the
+*sandbox* could not run (status ``sandbox_error``: its worker died or hung twice, or the
+sandbox setup failed) makes the grade a grade error (``Grade.error``), and a sandbox that
+cannot start raises ``SandboxError``. Not supported (none in the sample data's 134 + 200 rows):
+tests that pass a function to the candidate or check that it mutated an argument in place.
 
-* HumanEval: ``prompt + completion + "\\n" + test + "\\n" + f"check({entry_point})"``.
+* HumanEval: the candidate's process runs ``prompt + completion``; the judge runs the prompt
+  (so helpers the tests call, e.g. ``poly``, are the dataset's, not a redefinition), then
+  ``test + "\\n" + f"check({entry_point})"`` with the entry point bound to the candidate's
+  function (:func:`humaneval_program` is the same program as one text, the version-1 way).
   A completion is the function *body* continuing the prompt, cut at the Codex stop
   sequences (``\\nclass``, ``\\ndef``, ``\\n#``, ``\\nif``, ``\\nprint``). When the
   completion instead holds the full ``def entry_point`` (chat models: the first fenced
   block that defines it, else the first Python block), the program is
   ``prompt + "\\n" + code + ...``: the prompt's stub (signature + docstring, itself a valid
   function) keeps its imports and helper functions, and the completion's ``def`` replaces it.
-* MBPP: ``code + "\\n" + test_setup_code + "\\n" + "\\n".join(test_list)`` where ``code`` is
-  the first fenced Python block of the completion, else the completion cut at ``[DONE]`` or a
-  closing fence.
+* MBPP: the candidate's process runs ``code + "\\n" + test_setup_code``, the judge
+  ``test_setup_code`` and the asserts of ``test_list``, with the names the reference solution
+  defines (and any other name neither the setup nor the builtins provide) bound to the
+  candidate's, where ``code`` is the first fenced Python block of the completion, else the
+  completion cut at ``[DONE]`` or a closing fence.
 
 Reward: ``all`` = 1 if every test passes (the standard metric), ``fraction`` = the share of
 tests that pass, each test run as its own program (MBPP: each assert of ``test_list``;
@@ -47,7 +61,10 @@ pass these tests:\\n\\n{tests}" (plus a newline in ``complete`` style).
 from __future__ import annotations
 
 import ast
+import builtins
+import functools
 import re
+import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +72,7 @@ from typing import Any, Literal, Optional, Sequence
 
 from suite.errors import BadInput
 from tasks.base import Grade, Task, TaskConfig, hash_split, read_jsonl, register
-from tasks.sandbox import Layer, Sandbox, SandboxConfig, SandboxUnavailable
+from tasks.sandbox import Judged, Layer, Sandbox, SandboxConfig, SandboxUnavailable
 
 HUMANEVAL_ID = "openai/openai_humaneval"
 MBPP_ID = "google-research-datasets/mbpp"
@@ -127,6 +144,89 @@ def mbpp_program(row: dict, completion: str, tests: Optional[Sequence[str]] = No
     return f"{mbpp_code(completion)}\n{row.get('test_setup_code') or ''}\n" + "\n".join(tests) + "\n"
 
 
+def _parse(code: str) -> Optional[ast.Module]:
+    with warnings.catch_warnings():  # e.g. invalid escape sequences in MBPP reference code
+        warnings.simplefilter("ignore")
+        try:
+            return ast.parse(code)
+        except SyntaxError:
+            return None
+
+
+def _top_level_names(code: str) -> set[str]:
+    """Names ``code`` binds at module level (defs, classes, assignments, imports)."""
+    tree = _parse(code)
+    if tree is None:
+        return set()
+    out: set[str] = set()
+    for st in tree.body:
+        if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(st.name)
+            continue
+        for n in ast.walk(st):
+            if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load):
+                out.add(n.id)
+            elif isinstance(n, (ast.Import, ast.ImportFrom)):
+                out.update((a.asname or a.name).split(".")[0] for a in n.names if a.name != "*")
+    return out
+
+
+def _free_names(code: str) -> set[str]:
+    """Names ``code`` reads and binds nowhere (conservatively: a name bound in any scope is out)."""
+    tree = _parse(code)
+    if tree is None:
+        return set()
+    loads, binds = set(), set()
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Name):
+            (loads if isinstance(n.ctx, ast.Load) else binds).add(n.id)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            binds.add(n.name)
+        elif isinstance(n, ast.arg):
+            binds.add(n.arg)
+        elif isinstance(n, (ast.Import, ast.ImportFrom)):
+            binds.update((a.asname or a.name).split(".")[0] for a in n.names)
+        elif isinstance(n, ast.ExceptHandler) and n.name:
+            binds.add(n.name)
+    return loads - binds
+
+
+@functools.lru_cache(maxsize=4096)
+def remote_names(tests: str, context: str = "", reference: str = "", first: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The names a judge binds to the candidate's objects (see :class:`tasks.sandbox.Judged`):
+    ``first``, then each name the tests read without binding that the ``reference`` solution
+    binds at top level (even a builtin's name it shadows, e.g. an MBPP ``sum``), or that
+    neither the trusted ``context`` nor the builtins provide."""
+    ref, ctx = _top_level_names(reference), _top_level_names(context)
+    rest = sorted(n for n in _free_names(tests) if n not in first
+                  and (n in ref or (n not in ctx and not hasattr(builtins, n))))
+    return tuple(first) + tuple(rest)
+
+
+def humaneval_job(row: dict, completion: str, test: Optional[str] = None) -> Judged:
+    """The judged job that grades ``completion``: the candidate's process runs the prompt and
+    the completion (as :func:`humaneval_program` assembles them, without the tests); the judge
+    runs the prompt (its helpers, e.g. ``poly``, are the trusted ones), then the test code and
+    ``check(entry_point)``, with the entry point bound to the candidate's function."""
+    code, full = humaneval_code(row, completion)
+    solution = row["prompt"] + ("\n" + code if full else code)
+    entry = row["entry_point"]
+    tests = f"{row['test'] if test is None else test}\n\ncheck({entry})\n"
+    return Judged(solution=solution + "\n", tests=tests, context=row["prompt"],
+                  remote=remote_names(tests, row["prompt"], "", (entry,)))
+
+
+def mbpp_job(row: dict, completion: str, tests: Optional[Sequence[str]] = None) -> Judged:
+    """The judged job for MBPP: the candidate's process runs the code and ``test_setup_code``
+    (as in :func:`mbpp_program`, whose names the code may use); the judge runs the setup code
+    and the asserts, with the names the reference ``code`` defines bound to the candidate's."""
+    tests = row["test_list"] if tests is None else tests
+    setup = row.get("test_setup_code") or ""
+    body = "\n".join(tests) + "\n"
+    return Judged(solution=f"{mbpp_code(completion)}\n{setup}\n", tests=body, context=setup,
+                  remote=remote_names(setup + "\n" + body, setup, row.get("code") or ""))
+
+
 def split_check(test: str) -> list[str]:
     """HumanEval test code split into one variant per assert-bearing statement of ``check``
     (the other statements of its body kept, in order). Falls back to ``[test]``."""
@@ -156,6 +256,9 @@ def split_check(test: str) -> list[str]:
 
 @dataclass(frozen=True, kw_only=True)
 class CodeConfig(TaskConfig):
+    ranges = {"train_fraction": "[0, 1)", "val_fraction": "(0, 0.5)", "timeout_s": "(0, inf)",
+              "cache_size": "[0, inf)", "sandbox_workers": "[1, inf)", "sandbox_memory_mb": "[64, inf)"}
+    """Declared ranges of this class's numeric fields (see ``TaskConfig.ranges``)."""
     data_path: Optional[str] = None
     """Local JSONL file or folder (``humaneval*.jsonl`` / ``mbpp*.jsonl``); None = the hub."""
     reward: Literal["all", "fraction"] = "all"
@@ -264,6 +367,8 @@ class CodeTask(Task):
     Config = CodeConfig
     hf_id: str = ""
     file_glob: str = ""
+    FIELD_TYPES: dict = {}
+    """Types of the local JSONL rows' fields (checked on load: file:line on a mismatch)."""
 
     def __init__(self, cfg: CodeConfig) -> None:
         super().__init__(cfg)
@@ -335,10 +440,10 @@ class CodeTask(Task):
             files = sorted(p.glob(self.file_glob))
             if not files:
                 raise BadInput(f"{self.name}: folder {p} has no {self.file_glob} file")
-            return [r for f in files for r in read_jsonl(f, required)]
+            return [r for f in files for r in read_jsonl(f, required, self.FIELD_TYPES)]
         if not p.exists():
             raise BadInput(f"{self.name}: task.data_path {p} does not exist")
-        return read_jsonl(p, required)
+        return read_jsonl(p, required, self.FIELD_TYPES)
 
     def _hub(self, *args: str):
         try:
@@ -365,12 +470,13 @@ _PRESETS = {
 class HumanEval(CodeTask):
     name = "humaneval"
     summary = "HumanEval: complete a Python function; reward = its tests pass in the sandbox."
-    version = "1"
+    version = "2"  # 2: judged jobs (the tests run outside the candidate's process)
     citation = "Chen et al. 2021, Evaluating Large Language Models Trained on Code, arXiv:2107.03374"
     presets = _PRESETS
     hf_id = HUMANEVAL_ID
     file_glob = "[Hh]uman[Ee]val*.jsonl"
     FIELDS = ("task_id", "prompt", "canonical_solution", "test", "entry_point")
+    FIELD_TYPES = {"task_id": (str, int), "prompt": str, "canonical_solution": str, "test": str, "entry_point": str}
 
     def splits(self) -> dict[str, list[dict]]:
         if self._splits is None:
@@ -389,10 +495,10 @@ class HumanEval(CodeTask):
     def extracted(self, example: dict, completion: str) -> str:
         return humaneval_code(example, completion)[0]
 
-    def programs(self, example: dict, completion: str) -> list[str]:
+    def programs(self, example: dict, completion: str) -> list[Judged]:
         if self.cfg.reward == "fraction":
-            return [humaneval_program(example, completion, t) for t in split_check(example["test"])]
-        return [humaneval_program(example, completion)]
+            return [humaneval_job(example, completion, t) for t in split_check(example["test"])]
+        return [humaneval_job(example, completion)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -405,13 +511,14 @@ class MBPPConfig(CodeConfig):
 class MBPP(CodeTask):
     name = "mbpp"
     summary = "MBPP: write a Python function from a description and 3 asserts; reward = the asserts pass."
-    version = "1"
+    version = "2"  # 2: judged jobs
     citation = "Austin et al. 2021, Program Synthesis with Large Language Models, arXiv:2108.07732"
     presets = _PRESETS
     Config = MBPPConfig
     hf_id = MBPP_ID
     file_glob = "mbpp*.jsonl"
     FIELDS = ("task_id", "text", "code", "test_list")
+    FIELD_TYPES = {"task_id": int, "text": str, "code": str, "test_list": list}
 
     def splits(self) -> dict[str, list[dict]]:
         if self._splits is None:
@@ -447,7 +554,7 @@ class MBPP(CodeTask):
     def extracted(self, example: dict, completion: str) -> str:
         return mbpp_code(completion)
 
-    def programs(self, example: dict, completion: str) -> list[str]:
+    def programs(self, example: dict, completion: str) -> list[Judged]:
         if self.cfg.reward == "fraction":
-            return [mbpp_program(example, completion, [t]) for t in example["test_list"]]
-        return [mbpp_program(example, completion)]
+            return [mbpp_job(example, completion, [t]) for t in example["test_list"]]
+        return [mbpp_job(example, completion)]

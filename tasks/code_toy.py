@@ -104,6 +104,10 @@ def generate(n: int, seed: int = 1234) -> list[Problem]:
 
 @dataclass(frozen=True, kw_only=True)
 class CodeToyConfig(TaskConfig):
+    ranges = {"n_problems": "[1000, inf)", "val_fraction": "(0, 0.2)", "warm_target": "(0, 1)",
+              "warm_max_steps": "[1, inf)", "timeout_s": "(0, inf)", "cache_size": "[0, inf)",
+              "sandbox_workers": "[1, inf)"}
+    """Declared ranges of this class's numeric fields (see ``TaskConfig.ranges``)."""
     n_problems: int = 20000
     """Problems generated (from a fixed seed) before the split."""
     val_fraction: float = 0.01

@@ -27,6 +27,7 @@ from typing import Any, Optional, Sequence
 from suite.errors import BadInput
 from tasks.base import Grade, Task, TaskConfig, direction_hint, hash_split, read_jsonl, register
 from tasks.math_grading import MathVerifyPool, last_boxed, last_number
+from tasks.rowlines import line_of
 
 HF_ID = "openai/gsm8k"
 
@@ -34,6 +35,19 @@ HF_ID = "openai/gsm8k"
 def gold_answer(answer: str) -> str:
     """``"... #### 1,000"`` → ``"1000"``."""
     return answer.split("####")[-1].strip().replace(",", "")
+
+
+def read_gsm8k(path: Path) -> list[dict]:
+    """GSM8K rows: string ``question`` and ``answer``, the answer ending in ``#### <final answer>``.
+    A row without that gold line is a BadInput naming the file and its lines (the gold would
+    silently be the whole solution text)."""
+    rows = read_jsonl(path, ("question", "answer"), {"question": str, "answer": str})
+    bad = [i for i, r in enumerate(rows) if "####" not in r["answer"] or not gold_answer(r["answer"])]
+    if bad:
+        lines = ", ".join(str(line_of(path, i)) for i in bad[:10]) + (", …" if len(bad) > 10 else "")
+        raise BadInput(f"{path}: {len(bad)} row(s) have an 'answer' without a '#### <final answer>' line "
+                       f"(line(s) {lines}); GSM8K golds are the text after ####")
+    return rows
 
 
 def extract_prediction(completion: str) -> Optional[str]:
@@ -46,6 +60,9 @@ def extract_prediction(completion: str) -> Optional[str]:
 
 @dataclass(frozen=True, kw_only=True)
 class GSM8KConfig(TaskConfig):
+    ranges = {"val_fraction": "(0, 0.5)", "format_reward": "[0, 1]", "grader_workers": "[1, inf)",
+              "grade_timeout_s": "[1, inf)"}
+    """Declared ranges of this class's numeric fields (see ``TaskConfig.ranges``)."""
     data_path: Optional[str] = None
     """Local JSONL file or folder (train*/test*.jsonl); None = the Hugging Face dataset."""
     val_fraction: float = 0.05
@@ -104,7 +121,6 @@ class GSM8K(Task):
         return self._splits
 
     def _load(self) -> tuple[list[dict], Optional[list[dict]]]:
-        fields = ("question", "answer")
         path = self.cfg.data_path
         if path is None:
             try:
@@ -120,11 +136,10 @@ class GSM8K(Task):
             trains, tests = sorted(p.glob("train*.jsonl")), sorted(p.glob("test*.jsonl"))
             if not trains or not tests:
                 raise BadInput(f"gsm8k: folder {p} needs train*.jsonl and test*.jsonl files")
-            return ([r for f in trains for r in read_jsonl(f, fields)],
-                    [r for f in tests for r in read_jsonl(f, fields)])
+            return [r for f in trains for r in read_gsm8k(f)], [r for f in tests for r in read_gsm8k(f)]
         if not p.exists():
             raise BadInput(f"gsm8k: task.data_path {p} does not exist")
-        return read_jsonl(p, fields), None
+        return read_gsm8k(p), None
 
     def prompt(self, example: dict) -> Any:
         instruction = f"{self.cfg.instruction}\n" if self.cfg.instruction else ""

@@ -63,6 +63,8 @@ def canonical(ans: str) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class MathConfig(TaskConfig):
+    ranges = {"val_fraction": "(0, 0.5)", "grader_workers": "[1, inf)", "grade_timeout_s": "[1, inf)"}
+    """Declared ranges of this class's numeric fields (see ``TaskConfig.ranges``)."""
     data_path: Optional[str] = None
     """Local JSONL file or folder (train*/test*.jsonl); None = the Hugging Face datasets."""
     val_fraction: float = 0.05

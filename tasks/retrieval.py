@@ -174,6 +174,9 @@ def _build(corpus: Path, folder: Path, bm25s) -> dict:
                     row = json.loads(raw)
                 except json.JSONDecodeError as e:
                     raise BadInput(f"{corpus}:{n}: not valid JSON ({e.msg})") from None
+                except UnicodeDecodeError as e:
+                    raise BadInput(f"{corpus}:{n}: not UTF-8 text (byte 0x{raw[e.start]:02x} at column "
+                                   f"{e.start + 1}); expected JSONL, one JSON object per line") from None
                 texts.append(to_passage(row, f"{corpus}:{n}")["contents"])
                 offsets.append(pos)
             pos += len(raw)

@@ -157,6 +157,8 @@ class SearchEnv(Environment):
 
 @dataclass(frozen=True, kw_only=True)
 class SearchConfig(TaskConfig):
+    ranges = {"top_k": "[1, inf)", "val_fraction": "(0, 0.5)", "test_fraction": "(0, 0.5)"}
+    """Declared ranges of this class's numeric fields (see ``TaskConfig.ranges``)."""
     data_path: Optional[str] = None
     """Questions: a JSONL file or a folder (train*/test*.jsonl, or *questions*.jsonl, plus
     corpus.jsonl); None = the Hugging Face dataset ``PeterJinGo/nq_hotpotqa_train``."""

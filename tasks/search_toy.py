@@ -86,6 +86,9 @@ def render(hits: Sequence[Hit]) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class SearchToyConfig(TaskConfig):
+    ranges = {"n_entities": "[50, inf)", "top_k": "[1, 2]", "val_fraction": "(0, 0.3)", "warm_target": "(0, 1)",
+              "warm_max_steps": "[1, inf)"}
+    """Declared ranges of this class's numeric fields (see ``TaskConfig.ranges``)."""
     n_entities: int = 600
     """Entities in the synthetic world (two passages and two questions each)."""
     top_k: int = 1

@@ -10,12 +10,17 @@ Layers (what each one adds; ``rlimit`` is always on):
   (CPU, address space, file size, open files, no core), a wall-clock timeout that kills the
   whole process group and whatever it left behind, a clean environment, no inherited
   descriptors, all capabilities dropped when running as root, and a seccomp guard: no
-  ptrace, no System V IPC, signals only to itself, and no new processes unless RLIMIT_NPROC
-  can count them per sandbox (``uid`` layer). It does **not** hide files or the network.
+  ptrace, no System V IPC, signals only to itself, no file-metadata changes (chmod, chown,
+  utime, extended attributes, inode-flag ioctls, truncate by path: Landlock does not cover
+  them, and root without capabilities still owns the host's files), and no new processes
+  unless RLIMIT_NPROC can count them per sandbox (``uid`` layer). It does **not** hide files
+  or the network.
 * ``uid`` (root only) — the program runs as a dedicated unprivileged uid per worker
   (allocated under a lock, so concurrent runs on a node never share one), which makes
   RLIMIT_NPROC effective (``max_procs``) and hides files that are not world-readable
-  (``/etc/shadow``, ``/root``). The interpreter must be readable by that uid (``python``).
+  (``/etc/shadow``, ``/root``) — not world-readable data such as a dataset file. The
+  interpreter must be readable by that uid: with ``python=None``, where the running one is
+  not (e.g. under ``/root``), a world-usable ``/usr/bin/python3`` of the same version is used.
   The network stays open, world-writable directories stay writable and ``/proc`` still
   shows other processes' command lines.
 * ``landlock`` — Landlock (kernel ≥ 5.13; no root, no namespaces: the layer for shared
@@ -28,10 +33,13 @@ Layers (what each one adds; ``rlimit`` is always on):
   writable), read-only binds of ``/usr`` and the interpreter, a size-limited tmpfs as
   scratch, ``--die-with-parent``; nested user namespaces disabled.
 
-Programs run in forked children of a pre-started interpreter per worker (a *zygote*,
+Jobs run in forked children of a pre-started interpreter per worker (a *zygote*,
 ``warm=True``), inside the same layers; ``warm=False`` starts a fresh sandbox and
-interpreter per program. A program *passes* when it runs to its end without an exception;
-``exit()``/``os._exit()`` do not count (see :mod:`tasks.sandbox._inside`).
+interpreter per job. A plain job (a program, ``str``) *passes* when it runs to its end
+without an exception; ``exit()``/``os._exit()`` do not count. A :class:`Judged` job (what the
+code tasks grade with) runs the candidate's solution in one process and the trusted tests in
+another, the judge, which calls the candidate through proxies on builtin values and alone
+holds the pass token (see :mod:`tasks.sandbox._inside`).
 
 Example::
 
@@ -40,13 +48,16 @@ Example::
         [r.status for r in sb.run_many(["assert 1 + 1 == 2", "while True: pass"], timeout_s=1)]
         # ['passed', 'timeout']
 
-``python -m tasks.sandbox`` prints the detection report; ``benchmarks/sandbox.py`` measures each
-layer's rate and runs the hostile battery (:mod:`tasks.sandbox.battery`) on it.
+``python -m tasks.sandbox`` prints the detection report and the share of the reward hacks of
+:mod:`tasks.sandbox.battery` each available layer catches; ``benchmarks/sandbox.py`` measures
+each layer's rate and runs the hostile battery and the reward hacks on it.
 
 Requirements: Linux on x86_64 or aarch64 (the seccomp filter's syscall tables). Limits that
 remain: scratch outside bwrap is bounded per file, not in total; a program can use up to
-``max_procs`` × ``memory_mb`` with the uid layer (no cgroup); the pass token defeats exit-code
-hacks but not a program that reads the grader's own stack frames.
+``max_procs`` × ``memory_mb`` with the uid layer (no cgroup); a *plain* job's pass token is in
+the program's own process (a program that reads the stack frames can forge it: use
+:class:`Judged` jobs to grade); with ``rlimit`` alone nothing hides the answers on disk or stops
+a program rewriting the interpreter's files.
 """
 
 from __future__ import annotations
@@ -173,6 +184,30 @@ class RunResult:
             if hits:
                 return hits[-1]
         return self.status
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A judged job: the candidate's ``solution`` runs in one sandboxed process, and the trusted
+    ``tests`` run in another (the judge, which never runs candidate code and alone holds the
+    job's pass token), with each name of ``remote`` bound to the candidate's object of that name
+    (a call on it is a request to the candidate's process; values cross as JSON of builtin
+    types, so every ``==``, tolerance and ``check`` of the tests runs on builtin values in the
+    judge). ``context`` is trusted code the judge runs first (e.g. HumanEval's prompt, whose
+    helpers such as ``poly`` the tests call). A remote name the solution does not define falls
+    back to a builtin of that name, else is unbound (a NameError in the tests). Passes when the
+    tests run to their end. Not supported: tests passing functions to the candidate, or
+    checking that it mutated an argument in place (arguments cross by value)."""
+
+    solution: str
+    tests: str
+    context: str = ""
+    remote: tuple[str, ...] = ()
+
+    def __contains__(self, text: str) -> bool:
+        """Whether ``text`` occurs in the solution, the tests or the context."""
+        return text in self.solution or text in self.tests or text in self.context
+
 
 
 # ---------------------------------------------------------------------------------------
@@ -369,10 +404,53 @@ def _probe_bwrap(info: dict, user: Optional[int]) -> tuple[bool, str]:
     return True, "namespaces, read-only binds, tmpfs scratch, no capabilities"
 
 
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def world_usable(path: str) -> bool:
+    """Whether every user may run ``path``: the file is world-readable and -executable and
+    every folder above it world-searchable (a quick check; the uid probe decides)."""
+    import stat
+
+    real = os.path.realpath(path)
+    try:
+        if (os.stat(real).st_mode & (stat.S_IROTH | stat.S_IXOTH)) != (stat.S_IROTH | stat.S_IXOTH):
+            return False
+        d = os.path.dirname(real)
+        while True:
+            if not os.stat(d).st_mode & stat.S_IXOTH:
+                return False
+            if d == "/":
+                return True
+            d = os.path.dirname(d)
+    except OSError:
+        return False
+
+
 @functools.lru_cache(maxsize=8)
 def detect(python: Optional[str] = None, uid_base: int = 61000, uid_count: int = 1024) -> Detection:
-    """Probe which layers work on this machine for ``python`` (cached per process)."""
-    py = _python_path(python)
+    """Probe which layers work on this machine for ``python`` (cached per process).
+
+    With ``python=None`` as root, where the running interpreter is not usable by other users
+    (e.g. under ``/root``) and so the ``uid`` layer fails, a world-usable ``/usr/bin/python3``
+    of the same Python version is used instead when the uid layer works with it (the report
+    says so); set ``python`` to choose explicitly."""
+    d = _detect(_python_path(python), uid_base, uid_count)
+    if python is None and d.euid == 0 and not d.available["uid"] and os.path.exists(SYSTEM_PYTHON) \
+            and _python_path(SYSTEM_PYTHON) != d.python and world_usable(SYSTEM_PYTHON):
+        alt = _detect(_python_path(SYSTEM_PYTHON), uid_base, uid_count)
+        same = alt.python_info.get("version", "").split(".")[:2] == d.python_info.get("version", "?").split(".")[:2]
+        if alt.available["uid"] and same and all(alt.available[x] or not d.available[x] for x in LAYERS):
+            alt.reasons["uid"] += (f" (the running interpreter {d.python} is not usable by other users: "
+                                   f"{SYSTEM_PYTHON} runs the programs)")
+            return alt
+        if alt.available["uid"] and not same:
+            d.reasons["uid"] += (f"; {SYSTEM_PYTHON} would work but is Python {alt.python_info.get('version')}, "
+                                 f"not {d.python_info.get('version')}: set the sandbox python to use it")
+    return d
+
+
+def _detect(py: str, uid_base: int, uid_count: int) -> Detection:
     avail = {x: False for x in LAYERS}
     why = {x: "" for x in LAYERS}
     info, err = _probe_python(py)
@@ -431,9 +509,17 @@ def detect(python: Optional[str] = None, uid_base: int = 61000, uid_count: int =
 # workers
 
 
-def _job_frame(code: str, timeout: float) -> bytes:
-    body = f"{timeout!r}\n".encode() + code.encode("utf-8", "surrogateescape")
-    return struct.pack(">I", len(body)) + body
+def _job_frame(job: "str | Judged", timeout: float) -> bytes:
+    """``>I`` + ``b"<kind> <timeout> <length>..."``, then the job's texts raw (see
+    ``_inside.read_frame``): a plain program, or a judged job's solution and test spec."""
+    if isinstance(job, Judged):
+        spec = json.dumps({"tests": job.tests, "context": job.context, "remote": list(job.remote)})
+        segs = [job.solution.encode("utf-8", "surrogateescape"), spec.encode()]
+        kind = "judged"
+    else:
+        segs, kind = [job.encode("utf-8", "surrogateescape")], "plain"
+    head = f"{kind} {timeout!r} {' '.join(str(len(x)) for x in segs)}".encode()
+    return struct.pack(">I", len(head)) + head + b"".join(segs)
 
 
 def _parse_frame(body: bytes) -> dict:
@@ -485,7 +571,7 @@ class _Worker:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def submit(self, idx: int, code: str, timeout: float) -> None:
+    def submit(self, idx: int, code: "str | Judged", timeout: float) -> None:
         self.job = idx
         self.deadline = time.monotonic() + timeout + 2.0 + (0 if self.ready else self.START_GRACE_S)
         try:
@@ -589,8 +675,9 @@ class Sandbox:
                 "preimport": list(PREIMPORT) if c.warm else [],
                 "limits": {"cpu_s": int(c.timeout_s) + 2, "as_bytes": c.memory_mb << 20,
                            "fsize_bytes": c.file_mb << 20, "nofile": 64,
-                           # with bwrap the uid also owns bwrap and the zygote (≈3 processes)
-                           "nproc": (c.max_procs + 3 * ("bwrap" in L)) if "uid" in L else None}}
+                           # with bwrap the uid also owns bwrap and the zygote (≈3 processes);
+                           # a judged job's judge is one more process of the uid
+                           "nproc": (c.max_procs + 1 + 3 * ("bwrap" in L)) if "uid" in L else None}}
         src = inside_source() + "\nserve(eval(sys.argv[1], {'__builtins__': {}}))\n"  # argv: a dict literal
         py = [self.python, "-S", "-s", "-B", "-c", src]
         plans = []
@@ -617,11 +704,13 @@ class Sandbox:
             self._workers = [_Worker(p, self.python) for p in self._plans()]
 
     # -- running ------------------------------------------------------------------------
-    def run(self, code: str, timeout_s: Optional[float] = None) -> RunResult:
+    def run(self, code: "str | Judged", timeout_s: Optional[float] = None) -> RunResult:
         return self.run_many([code], timeout_s)[0]
 
-    def run_many(self, codes: Sequence[str], timeout_s: Optional[float] = None) -> list[RunResult]:
-        """Run every program (in parallel over the workers); results in input order."""
+    def run_many(self, codes: Sequence["str | Judged"], timeout_s: Optional[float] = None) -> list[RunResult]:
+        """Run every job (in parallel over the workers); results in input order. A job is a
+        plain program (passes when it runs to its end) or a :class:`Judged` one (passes when
+        the judge's tests run to their end against the candidate's solution)."""
         timeout = float(timeout_s or self.cfg.timeout_s)
         if timeout > self.cfg.timeout_s + 1e-9:
             raise ValueError(f"timeout {timeout} s exceeds the sandbox's timeout_s ({self.cfg.timeout_s}), which "
@@ -725,8 +814,10 @@ class Sandbox:
 def main() -> None:
     import argparse
 
-    ap = argparse.ArgumentParser(description="Show which sandbox layers work on this machine.")
+    ap = argparse.ArgumentParser(description="Show which sandbox layers work on this machine, and the share of "
+                                             "the reward hacks each one catches.")
     ap.add_argument("--python", default=None)
+    ap.add_argument("--no-hacks", action="store_true", help="only the detection report")
     args = ap.parse_args()
     d = detect(args.python)
     print(d.report())
@@ -734,6 +825,27 @@ def main() -> None:
         print("auto uses:", "+".join(d.choose(SandboxConfig(python=args.python))))
     except SandboxUnavailable as e:
         print("auto:", e)
+    if args.no_hacks:
+        return
+    from tasks.sandbox.battery import hacks_claimed, run_reward_hacks
+
+    print("reward hacks caught (wrong HumanEval and MBPP answers graded by the code tasks' judged jobs):")
+    for layers in [(x,) for x in LAYERS if d.available[x]] + [("auto",)]:
+        try:
+            sb = Sandbox(SandboxConfig(layers=layers, python=args.python, workers=2, allow_unisolated=True))
+        except SandboxUnavailable as e:
+            print(f"  {'+'.join(layers):<26} not available: {e}")
+            continue
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                outs = run_reward_hacks(sb, Path(tmp) / "gold")
+        finally:
+            sb.close()
+        must = hacks_claimed(sb.layers)
+        missed = [o.hack + ("" if o.hack in must else " (not claimed: this layer hides no files)")
+                  for o in outs if not o.caught]
+        print(f"  {'+'.join(sb.layers):<26} {sum(o.caught for o in outs)}/{len(outs)}"
+              + (f"; not caught: {', '.join(missed)}" if missed else ""))
 
 
 if __name__ == "__main__":

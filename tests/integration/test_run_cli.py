@@ -70,7 +70,8 @@ def test_run_writes_the_run_folder_contract(tmp_path, capsys):
     finals = [e for e in evals if e["final"]]
     assert sorted(e["split"] for e in finals) == ["test", "val"]
     assert all("eval/arith/greedy_acc" in e and e["eval_seed"] == 1234 for e in evals)
-    assert len(evals) == 1 + 3 + 2  # base, evals at 1/4, 1/2, 3/4 of the budget, final val + test
+    assert len(evals) == 2 + 3 + 2  # base on val and test, evals at 1/4, 1/2, 3/4 of the budget, final val + test
+    assert [(e["step"], e["split"]) for e in evals[:2]] == [(0, "val"), (0, "test")]
     sample = read_jsonl(rd / "samples.jsonl")[0]
     assert {"prompt", "completion", "reward", "parsed", "gold", "step", "split"} <= set(sample)
     env = json.loads((rd / "env.json").read_text())

@@ -333,7 +333,8 @@ def test_summary_says_no_algorithm_is_distinguishable():
                                "the base (base (step 0), 74.0%) or from another algorithm")
     assert "reaches" not in lines[0]  # no ranking sentence
     foot = render.verdict_footer(v, 0.95)
-    assert "Holm-adjusted over the 3 comparisons (1 pairs + 2 vs the base) of task arith" in foot
+    assert "Holm-adjusted within each family — the 2 comparisons with the base and the 1 pairs of algorithms " \
+           "of task arith" in foot
     assert "alpha = 0.05" in foot
 
 

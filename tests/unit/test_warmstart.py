@@ -48,12 +48,14 @@ def test_the_committed_base_loads_and_its_sha_is_in_env_and_identity(name):
 
 def test_the_base_sha_is_part_of_the_run_id(monkeypatch):
     spec = resolve("arith", "grpo", "tiny", 0)
+    rid = spec.run_id  # (a property: computed now, before the patches)
     man = warmstart.committed_base("arith", spec.task, "tiny")
     real = warmstart.committed_base
     monkeypatch.setattr(warmstart, "committed_base", lambda *a: {**real(*a), "sha256": "0" * 64})
-    assert resolve("arith", "grpo", "tiny", 0).run_id != spec.run_id
+    other = resolve("arith", "grpo", "tiny", 0).run_id
     monkeypatch.setattr(warmstart, "committed_base", lambda *a: None)
-    assert resolve("arith", "grpo", "tiny", 0).run_id != spec.run_id
+    built = resolve("arith", "grpo", "tiny", 0).run_id
+    assert len({rid, other, built}) == 3
     assert man["sha256"] != "0" * 64
 
 
