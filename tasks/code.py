@@ -203,6 +203,16 @@ def remote_names(tests: str, context: str = "", reference: str = "", first: tupl
     return tuple(first) + tuple(rest)
 
 
+@functools.lru_cache(maxsize=1024)
+def prompt_context(prompt: str) -> str:
+    """The prompt as code the judge can run: itself (HumanEval's end in a docstring, a valid
+    body), else with a ``pass`` body added, else nothing (then its helpers are the candidate's)."""
+    for code in (prompt, prompt.rstrip("\n") + "\n    pass\n"):
+        if _parse(code) is not None:
+            return code
+    return ""
+
+
 def humaneval_job(row: dict, completion: str, test: Optional[str] = None) -> Judged:
     """The judged job that grades ``completion``: the candidate's process runs the prompt and
     the completion (as :func:`humaneval_program` assembles them, without the tests); the judge
@@ -212,8 +222,9 @@ def humaneval_job(row: dict, completion: str, test: Optional[str] = None) -> Jud
     solution = row["prompt"] + ("\n" + code if full else code)
     entry = row["entry_point"]
     tests = f"{row['test'] if test is None else test}\n\ncheck({entry})\n"
-    return Judged(solution=solution + "\n", tests=tests, context=row["prompt"],
-                  remote=remote_names(tests, row["prompt"], "", (entry,)))
+    context = prompt_context(row["prompt"])
+    return Judged(solution=solution + "\n", tests=tests, context=context,
+                  remote=remote_names(tests, context, "", (entry,)))
 
 
 def mbpp_job(row: dict, completion: str, tests: Optional[Sequence[str]] = None) -> Judged:

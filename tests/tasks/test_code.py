@@ -23,8 +23,10 @@ from tasks.code import (
     MBPPConfig,
     carve,
     fenced_code,
+    humaneval_job,
     humaneval_program,
     mbpp_code,
+    mbpp_job,
     mbpp_program,
     split_check,
     truncate,
@@ -74,6 +76,23 @@ def test_mbpp_code_and_program():
     row = {"test_list": ["assert f(1) == 1", "assert f(2) == 2"], "test_setup_code": "import math"}
     expected = "def f(x): return x\nimport math\nassert f(1) == 1\nassert f(2) == 2\n"
     assert mbpp_program(row, "def f(x): return x") == expected
+
+
+def test_judged_jobs_split_solution_and_tests():
+    job = humaneval_job(ROW, "    return a + b\n\ndef junk():\n    pass\n")
+    assert job.solution == ROW["prompt"] + "    return a + b\n" + "\n"  # the Codex stops apply as before
+    assert job.tests == ROW["test"] + "\n\ncheck(add)\n" and job.context == ROW["prompt"] and job.remote == ("add",)
+    assert "check" not in job.solution
+    row = {"prompt": "def helper(x):\n    return 2 * x\n\n\ndef f(x):\n    \"\"\"Doc.\"\"\"\n", "entry_point": "f",
+           "test": "def check(candidate):\n    assert candidate(1) == helper(1)\n    assert f(2) == other(2)\n"}
+    assert humaneval_job(row, "    return 2\n").remote == ("f", "other")  # helper: the prompt's own, in the judge
+    mb = {"test_list": ["assert sum(3, 1) == 2", "assert math.isclose(area(1), 3.14, rel_tol=0.01)"],
+          "code": "import math\ndef sum(a, b):\n    return a - b\ndef area(r):\n    return math.pi * r * r",
+          "test_setup_code": "import re"}
+    job = mbpp_job(mb, "def sum(a, b): return a - b")
+    assert job.remote == ("area", "math", "sum")  # a builtin the reference shadows is the candidate's
+    assert job.context == "import re" and job.solution == "def sum(a, b): return a - b\nimport re\n"
+    assert "BROKEN" not in job and "sum(3, 1)" in job  # texts can be searched as with program strings
 
 
 def test_split_check_keeps_setup_statements():
@@ -216,3 +235,17 @@ def test_humaneval_run_with_the_tiny_model(code_dir, tmp_path, capsys):
                  "--budget", "samples=16", "--set", "eval.max_prompts=4", "--set", "rollout.max_new_tokens=32",
                  "--set", "model.warm_start=none", "--out", str(tmp_path)])
     assert code == 0, capsys.readouterr().err
+
+
+def test_redefining_a_prompt_helper_or_eq_no_longer_passes(humaneval, code_dir):
+    rows = {r["task_id"]: r for r in read_jsonl(code_dir / "humaneval.jsonl", HumanEval.FIELDS)}
+    row = rows["HumanEval/32"]  # find_zero: the tests assert poly(coeffs, candidate(coeffs)) ≈ 0
+    poly_hack = "```python\ndef poly(xs, x):\n    return 0\n\n\ndef find_zero(xs: list):\n    return 0.0\n```\n"
+    eq_hack = ("```python\nclass A:\n    def __eq__(s, o):\n        return True\n\n\n"
+               "def has_close_elements(numbers, threshold):\n    return A()\n```\n")
+    row0 = rows["HumanEval/0"]
+    native = humaneval.sandbox.run_many([humaneval_program(row, poly_hack), humaneval_program(row0, eq_hack)])
+    assert [r.status for r in native] == ["passed", "passed"]  # how version 1 graded them
+    g = humaneval.grade_batch([row, row0], [poly_hack, eq_hack])
+    assert [x.correct for x in g] == [False, False] and [x.error for x in g] == [None, None]
+    assert g[1].error_class == "AssertionError"

@@ -12,6 +12,7 @@ for it when the running one is not readable (e.g. under ``/root``).
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -32,7 +33,11 @@ SYSTEM_PYTHON = "/usr/bin/python3"
 
 
 def _python_for(layer: str):
-    """The interpreter to test ``layer`` with (the uid layer may need a world-readable one)."""
+    """The interpreter to test ``layer`` with (the uid layer may need a world-readable one;
+    ``landlock-running``: Landlock with the running interpreter even where ``detect()`` picks
+    /usr/bin/python3, i.e. root without the uid layer, Landlock's files-only protection)."""
+    if layer == "landlock-running":
+        return sys.executable
     if layer in ("uid", "auto") and not detect().available["uid"] and os.path.exists(SYSTEM_PYTHON):
         return SYSTEM_PYTHON
     return None
@@ -40,6 +45,7 @@ def _python_for(layer: str):
 
 def _require(layer: str) -> Detection:
     d = detect(_python_for(layer))
+    layer = layer.split("-")[0]
     if layer != "auto" and not d.available[layer]:
         msg = f"sandbox layer '{layer}' unavailable here: {d.reasons[layer]}"
         required = os.environ.get("RLSUITE_REQUIRE_SANDBOX", "")
@@ -50,7 +56,7 @@ def _require(layer: str) -> Detection:
 
 
 def _cfg(layer: str, **kw) -> SandboxConfig:
-    layers = ("auto",) if layer == "auto" else (layer,)
+    layers = ("auto",) if layer == "auto" else (layer.split("-")[0],)
     return SandboxConfig(layers=layers, python=_python_for(layer), allow_unisolated=layer == "rlimit",
                          timeout_s=kw.pop("timeout_s", 3.0), **kw)
 
@@ -98,6 +104,15 @@ def test_auto_stacks_every_available_layer_and_explicit_layers_must_exist():
     assert d.choose(SandboxConfig(layers=("landlock",))) == ("landlock", "rlimit")
     with pytest.raises(SandboxUnavailable, match="layer 'uid' is not available: uid reason"):
         d.choose(SandboxConfig(layers=("uid",)))
+
+
+def test_metadata_calls_are_in_every_filter():
+    from tasks.sandbox._inside import _METADATA, _NR, ARCH, RET_ALLOW
+
+    for prog in (seccomp_program(1, False, True, True), seccomp_program(1, True, False, False)):
+        checked = {k for code, _, _, k in prog if code == 0x15}
+        assert {_NR[ARCH][n] for n in _METADATA if n in _NR[ARCH]} <= checked
+        assert 0x40086602 in checked and prog[-3][3] == RET_ALLOW  # FS_IOC_SETFLAGS
 
 
 def test_seccomp_program_fits_and_differs_by_policy():
@@ -178,7 +193,7 @@ def test_fresh_interpreters_mode():
 # -- the hostile battery per layer -----------------------------------------------------------
 
 
-@pytest.mark.parametrize("layer", ["auto", "bwrap", "landlock", "uid", "rlimit"])
+@pytest.mark.parametrize("layer", ["auto", "bwrap", "landlock", "uid", "rlimit", "landlock-running"])
 def test_hostile_battery(layer, tmp_path):
     _require(layer)
     box = Sandbox(_cfg(layer, workers=1, memory_mb=256))
