@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from suite.runfolder import read_jsonl
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -26,7 +28,7 @@ def gains_table(root: Path) -> list[str]:
     gains: dict[str, dict[int, float]] = {}
     for run in sorted(p for p in root.iterdir() if (p / "evals.jsonl").exists()):
         spec = json.loads((run / "spec.json").read_text())
-        ev = [json.loads(x) for x in open(run / "evals.jsonl")]
+        ev = read_jsonl(run / "evals.jsonl")
         key = next((k for k in ev[0] if k.startswith("eval/") and k.endswith("/greedy_acc")), None)
         test = [e for e in ev if e["split"] == "test" and key in e]
         if len(test) < 2 or test[0]["step"] != 0 or not test[-1].get("final"):
@@ -49,12 +51,17 @@ def main(spec: str, results: str, title: str, note: str = "") -> None:
     ap = argparse.ArgumentParser(description=f"run the `{spec}` sweep and write {results}")
     ap.add_argument("--out", type=Path, default=None, help="sweep root (default: a temporary folder)")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--report-only", type=float, default=None, metavar="WALL_MIN",
+                    help="the sweep already ran into --out (in WALL_MIN minutes): only rebuild the results file")
     args = ap.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix=f"rlsuite-{spec}-"))
     t0 = time.time()
-    res = subprocess.run([sys.executable, "-m", "suite.cli", "sweep", "run", spec, "--out", str(out),
-                          "--workers", str(args.workers)], cwd=ROOT)
-    wall = time.time() - t0
+    if args.report_only is not None:  # the runs are already in --out: rebuild the results file only
+        res = subprocess.CompletedProcess([], 0)
+    else:
+        res = subprocess.run([sys.executable, "-m", "suite.cli", "sweep", "run", spec, "--out", str(out),
+                              "--workers", str(args.workers)], cwd=ROOT)
+    wall = time.time() - t0 if args.report_only is None else 60 * args.report_only
     if res.returncode not in (0, 1):
         sys.exit(f"sweep failed with exit {res.returncode}")
     from reports.build import build_report
@@ -73,8 +80,16 @@ def main(spec: str, results: str, title: str, note: str = "") -> None:
     parts += ["## Gain over the base per seed", "", *gains_table(out / name), ""]
     if (report / "ablation.md").exists():
         parts += ["## Ablation (each arm vs its base, paired over seeds)", "", (report / "ablation.md").read_text()]
-    if (report / "stability_runs.md").exists():
-        parts += ["## Stability per run", "", (report / "stability_runs.md").read_text()]
+    if (report / "stability_counts.md").exists():
+        parts += [(report / "stability_counts.md").read_text()]
+    flagged = (report / "stability_runs.csv")
+    if flagged.exists() and len(flagged.read_text().strip().splitlines()) > 1:
+        parts += [(report / "stability_runs.md").read_text()]
+    else:
+        parts += ["## Flagged runs", "", "No flagged runs: every scored run is stable."]
+    summary = (report / "report.md").read_text().split("## Summary", 1)[-1].split("\n## ", 1)[0].strip()
+    at = parts.index("Scores: final greedy test accuracy, %.")
+    parts[at:at] = ["## Summary (from the report)", "", summary, ""]
     path = ROOT / results
     path.write_text("\n".join(parts) + "\n")
     print(path.read_text())

@@ -21,10 +21,13 @@ from suite import warmstart
 from suite.cli import main
 from suite.runfolder import read_jsonl
 
-# smallest per-seed gain of greedy test accuracy measured for GRPO and PPO at the default
-# budget (benchmarks/results/learning.md, AMD EPYC): see the closing assert
-MIN_MEASURED_GAIN = {"grpo": None, "ppo": None}
-MARGIN = 0.05
+# smallest per-seed gain of greedy test accuracy measured at the default budget from the
+# committed base (AMD EPYC): +0.095 (ppo seed 2; grpo's smallest +0.130; benchmarks/results/
+# learning.md, and +9.5 points is also the smallest of all 12 baselines in baselines.md).
+# The margin is at most half of it.
+MIN_MEASURED_GAIN = 0.095
+MARGIN = 0.045
+assert MARGIN <= MIN_MEASURED_GAIN / 2
 
 
 @pytest.mark.slow
