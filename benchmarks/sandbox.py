@@ -2,9 +2,12 @@
 
 For every layer combination this machine provides, in one invocation: programs per second
 with ``--workers`` workers, warm (forked from a zygote) and fresh (a new sandbox and
-interpreter per program), side by side with a plain ``subprocess`` + ``setrlimit`` baseline
-(no isolation), as a ratio; then the hostile battery per combination. Writes
-``benchmarks/results/sandbox.md``.
+interpreter per program), for plain programs and for judged jobs (the solution and the tests
+in two processes, what the code tasks grade with), side by side with a plain ``subprocess`` +
+``setrlimit`` baseline (no isolation), as a ratio; then the hostile battery and the reward
+hacks per combination; then, where ``$RLSUITE_DATA/code`` exists, the grading of every
+canonical HumanEval / MBPP solution of the sample data (pass rate and time, judged jobs vs
+the version-1 single programs). Writes ``benchmarks/results/sandbox.md``.
 
     python benchmarks/sandbox.py [--workers 2] [--warm-n 600] [--fresh-n 60] [--repeats 3] [--results PATH]
 
@@ -30,8 +33,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tasks.sandbox import Sandbox, SandboxConfig, SandboxUnavailable, detect  # noqa: E402
-from tasks.sandbox.battery import ITEMS, Env, claimed, run_battery  # noqa: E402
+from tasks.sandbox import Judged, Sandbox, SandboxConfig, SandboxUnavailable, detect  # noqa: E402
+from tasks.sandbox.battery import (ITEMS, Env, claimed, hacks_claimed, run_battery,  # noqa: E402
+                                   run_reward_hacks)
 
 TRIVIAL = "assert sum(range(10)) == 45\n"
 HUMANEVAL_LIKE = ("from typing import List\n\n\n"
@@ -41,6 +45,10 @@ HUMANEVAL_LIKE = ("from typing import List\n\n\n"
                   "                return True\n    return False\n\n\n"
                   "def check(candidate):\n    assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.3) == True\n"
                   "    assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.05) == False\n\ncheck(has_close_elements)\n")
+_SOL, _TEST = HUMANEVAL_LIKE.split("\n\n\ndef check", 1)
+JUDGED_HE = Judged(solution=_SOL + "\n", tests="def check" + _TEST, context="", remote=("has_close_elements",))
+CPU = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if ln.startswith("model name")), platform.processor() or "?") if Path("/proc/cpuinfo").exists() else "?"
 
 
 def plain_subprocess_rate(python: str, n: int, workers: int, code: str, flags: tuple[str, ...] = ("-S",)) -> float:
@@ -77,6 +85,38 @@ def sandbox_rate(cfg: SandboxConfig, n: int, code: str, repeats: int) -> tuple[f
         return statistics.median(rates), ("+".join(sb.layers) + (f" ({len(bad)} not passed: {bad[:3]})" if bad else ""))
 
 
+def grade_samples(data: Path, workers: int) -> list[str]:
+    """Every canonical solution of the sample data, graded as the tasks grade (judged jobs) and
+    as the version-1 single programs, on the default layers; pass counts and seconds."""
+    import tasks.code  # noqa: F401
+    from tasks.base import read_jsonl
+    from tasks.code import MBPP, CodeConfig, HumanEval, MBPPConfig, humaneval_program, mbpp_program
+
+    lines = [f"## Grading the sample data's canonical solutions ({workers} workers, default layers)", "",
+             "| task | rows | judged jobs (version 2): passed | seconds | rows/s | single programs (version 1): "
+             "passed | seconds | rows/s |", "|---|---|---|---|---|---|---|---|"]
+    for cls, cfgc, fname, sol, prog in ((HumanEval, CodeConfig, "humaneval.jsonl", "canonical_solution",
+                                         humaneval_program),
+                                        (MBPP, MBPPConfig, "mbpp_sample.jsonl", "code", mbpp_program)):
+        rows = read_jsonl(data / fname, cls.FIELDS)
+        task = cls(cfgc(name=cls.name, data_path=str(data), sandbox_workers=workers, cache_size=0))
+        try:
+            task.grade_batch(rows[:2 * workers], [r[sol] for r in rows[:2 * workers]])  # workers up
+            t0 = time.perf_counter()
+            g = task.grade_batch(rows, [r[sol] for r in rows])
+            tj = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            rs = task.sandbox.run_many([prog(r, r[sol]) for r in rows], task.cfg.timeout_s)
+            tp = time.perf_counter() - t0
+            layers = "+".join(task.sandbox.layers)
+        finally:
+            task.close()
+        lines.append(f"| {cls.name} ({layers}) | {len(rows)} | {sum(x.correct for x in g)} | {tj:.2f} | "
+                     f"{len(rows) / tj:.0f} | {sum(r.passed for r in rs)} | {tp:.2f} | {len(rows) / tp:.0f} |")
+        print(lines[-1], flush=True)
+    return lines + [""]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workers", type=int, default=2)
@@ -85,6 +125,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="timed batches per cell; the median is reported")
     ap.add_argument("--system-python", default="/usr/bin/python3")
     ap.add_argument("--skip-battery", action="store_true")
+    ap.add_argument("--data", type=Path, default=Path(os.environ.get("RLSUITE_DATA", ROOT.parent / "shared" / "data"))
+                    / "code", help="sample data for the canonical-solution grading (skipped when absent)")
     ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results" / "sandbox.md")
     args = ap.parse_args()
     load0 = os.getloadavg()
@@ -92,10 +134,10 @@ def main() -> None:
     sysd = detect(args.system_python) if os.path.exists(args.system_python) else None
     combos = [("rlimit",), ("uid",), ("landlock",), ("bwrap",), ("bwrap", "landlock"), ("bwrap", "uid", "landlock")]
     lines = ["# Sandbox layers: throughput and the hostile battery", "",
-             f"Machine: {platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}, "
+             f"Machine: {CPU}, {platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}, "
              f"load average before {load0[0]:.1f} (shared machine: rates are noisy). "
              f"Command: `python benchmarks/sandbox.py --workers {args.workers}`.", "",
-             "Detection (running interpreter):", "", "```", d.report(), "```", ""]
+             "Detection (default interpreter, `python=None`):", "", "```", d.report(), "```", ""]
     if sysd is not None and sysd.python != d.python:
         lines += [f"Detection ({args.system_python}):", "", "```", sysd.report(), "```", ""]
     rows, plans = [], []
@@ -106,7 +148,7 @@ def main() -> None:
             det, py = sysd, args.system_python
         if not all(det.available[x] for x in combo):
             why = "; ".join(f"{x}: {det.reasons[x]}" for x in combo if not det.available[x])
-            rows.append(f"| {'+'.join(combo)} | — | — | — | — | not available: {why} |")
+            rows.append(f"| {'+'.join(combo)} | — | — | — | — | — | — | not available: {why} |")
             continue
         plans.append((combo, py))
     base_py = d.python
@@ -119,7 +161,7 @@ def main() -> None:
         res = {}
         used = ""
         for warm in (True, False):
-            for name, code in (("trivial", TRIVIAL), ("humaneval", HUMANEVAL_LIKE)):
+            for name, code in (("trivial", TRIVIAL), ("humaneval", HUMANEVAL_LIKE), ("judged", JUDGED_HE)):
                 cfg = SandboxConfig(layers=combo, python=py, workers=args.workers, warm=warm,
                                     allow_unisolated=combo == ("rlimit",))
                 try:
@@ -131,8 +173,10 @@ def main() -> None:
         pyname = Path(py or base_py).name + (f" ({py})" if py else "")
         rows.append(f"| {used} | {res[(True, 'trivial')]:.0f} ({res[(True, 'trivial')] / base['trivial']:.1f}×) | "
                     f"{res[(True, 'humaneval')]:.0f} ({res[(True, 'humaneval')] / base['humaneval']:.1f}×) | "
+                    f"{res[(True, 'judged')]:.0f} ({res[(True, 'judged')] / base['humaneval']:.1f}×) | "
                     f"{res[(False, 'trivial')]:.0f} ({res[(False, 'trivial')] / base['trivial']:.2f}×) | "
                     f"{res[(False, 'humaneval')]:.0f} ({res[(False, 'humaneval')] / base['humaneval']:.2f}×) | "
+                    f"{res[(False, 'judged')]:.0f} ({res[(False, 'judged')] / base['humaneval']:.2f}×) | "
                     f"{pyname} |")
     lines += [f"## Programs per second ({args.workers} workers; ratio to the plain-subprocess baseline)", "",
               f"Baseline, plain `subprocess` + `setrlimit` (no isolation), a fresh `python -S -c` per program: "
@@ -140,10 +184,11 @@ def main() -> None:
               f"(`python -c`) {with_site:.0f}/s (trivial). The sandbox's interpreters also run with `-S`. "
               f"Each cell is the median of {args.repeats} timed batches. "
               f"Warm: {args.warm_n} programs forked from a zygote per worker; fresh: {args.fresh_n} programs, a new "
-              "sandbox + interpreter each.", "",
-              "| layers | warm, trivial | warm, HumanEval-like | fresh, trivial | fresh, HumanEval-like "
-              "| interpreter |",
-              "|---|---|---|---|---|---|", *rows, ""]
+              "sandbox + interpreter each. *Judged*: the HumanEval-like program as a judged job (the solution "
+              "and the tests in two processes, calls crossing as JSON), ratio to the HumanEval-like baseline.", "",
+              "| layers | warm, trivial | warm, HumanEval-like | warm, judged | fresh, trivial | "
+              "fresh, HumanEval-like | fresh, judged | interpreter |",
+              "|---|---|---|---|---|---|---|---|", *rows, ""]
     if not args.skip_battery:
         lines += ["## Hostile battery", "",
                   "✔ contained; ✘ not contained although the combination claims it (a bug); "
@@ -170,6 +215,29 @@ def main() -> None:
                     lines.append(f"|  ↳ {o.item} | " + o.detail.replace("|", "/") + " |" + " |" * len(ITEMS))
             print(combo, [(o.item, o.contained) for o in outs], flush=True)
         lines.append("")
+        lines += ["## Reward hacks", "",
+                  "Wrong HumanEval and MBPP answers that try to be graded correct (`tasks/sandbox/battery.py`), "
+                  "graded by the code tasks' judged jobs; a hack is caught when both answers are graded wrong. "
+                  "*Naive harness*: how many of the 26 answers pass when the tests run in the program's own "
+                  "process (version 1).", "",
+                  "| layers | caught | claimed caught | not caught | naive harness: passed |", "|---|---|---|---|---|"]
+        for combo, py in plans:
+            sb = Sandbox(SandboxConfig(layers=combo, python=py, workers=args.workers,
+                                       allow_unisolated=combo == ("rlimit",)))
+            try:
+                with tempfile.TemporaryDirectory() as tmp:
+                    outs = run_reward_hacks(sb, Path(tmp) / "gold", native=True)
+            finally:
+                sb.close()
+            must = hacks_claimed(sb.layers)
+            missed = ", ".join(o.hack for o in outs if not o.caught) or "—"
+            lines.append(f"| {'+'.join(sb.layers)} | {sum(o.caught for o in outs)}/{len(outs)} | "
+                         f"{sum(o.caught for o in outs if o.hack in must)}/{len(must)} | {missed} | "
+                         f"{sum(o.native_passed for o in outs)}/{2 * len(outs)} |")
+            print(lines[-1], flush=True)
+        lines.append("")
+    if args.data.exists():
+        lines += grade_samples(args.data, args.workers)
     load1 = os.getloadavg()
     lines += [f"Load average after: {load1[0]:.1f}. Python {platform.python_version()} "
               f"(`{sys.executable}`). On a shared machine expect ±20% run to run even for medians."]

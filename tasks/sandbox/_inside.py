@@ -479,6 +479,11 @@ _INF = float("inf")
 MAX_MESSAGE = 32 << 20
 MAX_ITEMS = 1 << 20
 _FACTORIES = ("int", "float", "str", "list", "tuple", "set", "dict", "bool", "frozenset", "bytes")
+_MODULES = frozenset(("math", "cmath", "re", "string", "collections", "itertools", "functools", "heapq", "bisect",
+                      "operator", "random", "statistics", "fractions", "decimal", "typing", "copy", "datetime",
+                      "json", "hashlib", "array", "textwrap", "unicodedata", "numbers", "enum", "dataclasses",
+                      "time", "calendar", "struct", "binascii", "base64", "difflib", "pprint", "io"))
+"""Modules a result may name (e.g. an MBPP test's ``math``, imported by the solution)."""
 _NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.")
 
 
@@ -702,8 +707,12 @@ def _decode(v, refs):
         return dict(enumerate(items())).values()
     if tag == "items":
         return dict(pairs()).items()
-    if tag == "module" and type(x) is str and _name(x, "") == x:
-        __import__(x)  # the judge's sys.path holds only the interpreter's read-only folders
+    if tag == "module" and type(x) is str:
+        if refs is not None:
+            return sys.modules.get(x)
+        if x not in sys.modules and x not in _MODULES:  # never an import the candidate chose freely
+            raise ProtocolError(f"module {_short(x, 40)!r} is not one the judge imports")
+        __import__(x)  # (the judge's sys.path holds only the interpreter's read-only folders)
         return sys.modules[x]
     if tag == "ref" and type(v.get("id")) is int:
         if refs is None:

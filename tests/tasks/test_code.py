@@ -249,3 +249,13 @@ def test_redefining_a_prompt_helper_or_eq_no_longer_passes(humaneval, code_dir):
     g = humaneval.grade_batch([row, row0], [poly_hack, eq_hack])
     assert [x.correct for x in g] == [False, False] and [x.error for x in g] == [None, None]
     assert g[1].error_class == "AssertionError"
+
+
+def test_redefining_a_builtin_the_tests_call_does_not_help(humaneval):
+    row = {"task_id": "T/abs", "prompt": "def half(x: float) -> float:\n    \"\"\"Half of x.\"\"\"\n",
+           "entry_point": "half", "canonical_solution": "    return x / 2\n",
+           "test": "def check(candidate):\n    assert abs(candidate(3.0) - 1.5) < 1e-9\n"}
+    hack = "```python\nimport builtins\nbuiltins.abs = lambda x: 0\nabs = lambda x: 0\n\n\ndef half(x):\n    return 7\n```\n"
+    assert humaneval.sandbox.run(humaneval_program(row, hack)).passed  # version 1 was fooled
+    g = humaneval.grade_batch([row, row], [hack, row["canonical_solution"]])
+    assert [x.correct for x in g] == [False, True]

@@ -77,6 +77,7 @@ def test_other_objects_cross_as_opaque_references():
 
 @pytest.mark.parametrize("bad", [{"$": "pickle", "v": "gASV"}, {"a": 1}, {"$": "tuple", "v": 1}, {"$": "float", "v": "1"},
                                  {"$": "defaultdict", "f": "os.system", "v": []}, {"$": "module", "v": "os; x"},
+                                 {"$": "module", "v": "antigravity"},
                                  {"$": "range", "v": [1.5, 2, 1]}, {"$": "deque", "v": [], "m": -1}])
 def test_the_judge_refuses_malformed_values(bad):
     with pytest.raises(ProtocolError):
@@ -121,6 +122,7 @@ SEMANTICS = [  # (solution, tests, remote, expected status, expected error class
     ("def sum(a, b):\n    return a - b\n", "assert sum(3, 1) == 2", ("sum",), "passed", None),
     ("x = 1\n", "assert sum([3, 1]) == 4", ("sum",), "passed", None),  # not defined: the builtin
     ("x = 1\n", "assert g(1) == 1", ("g",), "failed", "NameError"),
+    ("import math\ndef f():\n    return 0.5\n", "assert math.isclose(f(), 0.5)", ("f", "math"), "passed", None),
     (ADD, "assert f(lambda: 1, 2) == 3", ("f",), "failed", "TypeError"),  # functions do not cross
     ("def f(xs):\n    xs.append(1)\n", "xs = []\nf(xs)\nassert xs == []", ("f",), "passed", None),  # by value
     ("def f():\n    return (i * i for i in range(4))\n", "assert list(f()) == [0, 1, 4, 9]", ("f",), "passed", None),
