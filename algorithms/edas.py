@@ -99,8 +99,8 @@ class EDAS(DAPO):
                    "β = 0.3 with DAPO, 0.2 with GRPO when unset; warm-up measured in training progress")
     switches = ("base", "alpha", "beta", "kappa", "warmup_frac", "none_class", "equivalence")
     inert = {"alpha": "acts only where a group's wrong answers fall into ≥ 2 classes; the contract harness "
-                      "carries no parsed answers (covered in test_seed_a)",
-             "equivalence": "the contract harness carries neither error classes nor parsed answers (covered in test_seed_a)"}
+                      "carries no parsed answers (covered by its hand tests in tests/unit/)",
+             "equivalence": "the contract harness carries neither error classes nor parsed answers (covered by its hand tests in tests/unit/)"}
     tune_knob = ("alpha", (0.2, 0.4, 0.6))
     Config = EDASConfig
     cfg: EDASConfig

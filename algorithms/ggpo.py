@@ -65,7 +65,8 @@ def group_contrast(u: torch.Tensor, group_ids: torch.Tensor, beta: float, kind: 
 
 @dataclass(frozen=True, kw_only=True)
 class GGPOConfig(AlgoConfig):
-    ranges = {"beta": "(0, inf)", "refresh_every": "[1, inf)", "clip_eps": "[0, 1]"}
+    ranges = {"beta": "(0, inf)", "refresh_every": "[1, inf)", "clip_eps_low": "[0, 1]",
+              "clip_eps_high": "[0, 1]"}
     """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     beta: float = 0.05
     """β of the KL-regularised objective: temperature of U and of the log-mean-exp contrast."""
@@ -75,8 +76,12 @@ class GGPOConfig(AlgoConfig):
     """T: copy π_θ into π_ref every T optimizer updates (null = never)."""
     loss_type: Literal["reinforce", "ppo_clip", "squared_gap"] = "reinforce"
     """REINFORCE −sg(Â)·log π, PPO-clip token surrogate, or squared-gap regression."""
-    clip_eps: float = 0.2
-    """ε of the PPO clip (loss_type = ppo_clip only)."""
+    clip_eps_low: float = 0.2
+    """ε_low of the PPO clip (loss_type = ppo_clip only)."""
+    clip_eps_high: float = 0.2
+    """ε_high of the PPO clip (loss_type = ppo_clip only)."""
+    legacy_id_keys = ("clip_eps",)
+    """Run ids were hashed with ``clip_eps`` (one ε both sides) before the rename: kept when the two agree."""
     aggregation: AggMode = "seq-mean-token-mean"
 
     def __post_init__(self) -> None:
@@ -102,7 +107,8 @@ class GGPO(Algorithm):
     )
     switches = ("contrast", "refresh_every", "loss_type", "beta")
     inert = {"refresh_every": "acts only in after_update (reference refresh), not in the per-batch hooks",
-             "clip_eps": "used only with loss_type = ppo_clip (default reinforce)"}
+             "clip_eps_low": "used only with loss_type = ppo_clip (default reinforce)",
+             "clip_eps_high": "used only with loss_type = ppo_clip (default reinforce)"}
     tune_knob = ("beta", (0.01, 0.05, 0.1))
     Config = GGPOConfig
     cfg: GGPOConfig
@@ -139,7 +145,7 @@ class GGPO(Algorithm):
     def loss(self, fwd: Forward, batch: Batch, ctx: Context):
         c, mask = self.cfg, batch.loss_mask
         if c.loss_type == "ppo_clip":
-            return clipped_surrogate(fwd.logp, batch.old_logp, batch.adv, mask, c.clip_eps, c.clip_eps)
+            return clipped_surrogate(fwd.logp, batch.old_logp, batch.adv, mask, c.clip_eps_low, c.clip_eps_high)
         adv = batch.adv
         if c.loss_type == "squared_gap":  # ∂/∂log π_t of ½(U(θ) − Φ)²/β = −(U(θ) − Φ), U(θ) at the current θ
             live = self._u(batch.rewards, fwd.logp.detach(), batch.ref_logp, mask) - batch.extras["ggpo_baseline"]

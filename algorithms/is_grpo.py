@@ -122,9 +122,9 @@ class ISGRPO(GRPO):
                 "reading")
     inert = {**dict.fromkeys(("alpha", "is_weight", "renormalise", "sigma_min", "sigma_prior", "sigma_source",
                               "ema_decay", "with_replacement"), "acts via sample_prompts and the σ̂ table: a fresh "
-                             "entry samples uniformly (w ≡ 1); see test_seed_a"), "orthogonality": "metric only",
+                             "entry samples uniformly (w ≡ 1); see its hand tests in tests/unit/"), "orthogonality": "metric only",
              **dict.fromkeys(("reading", "response_cap"), "acts through the replay hook (a fresh entry has no "
-                             "stale groups yet); see test_seed_a")}
+                             "stale groups yet); see its hand tests in tests/unit/")}
     tune_knob = ("alpha", (0.5, 1.0))
     Config = ISGRPOConfig
     cfg: ISGRPOConfig

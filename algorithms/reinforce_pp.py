@@ -45,10 +45,14 @@ def discounted_returns(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: f
 
 @dataclass(frozen=True, kw_only=True)
 class ReinforcePPConfig(AlgoConfig):
-    ranges = {"clip_eps": "[0, 1]", "gamma": "[0, 1]"}
+    ranges = {"clip_eps_low": "[0, 1]", "clip_eps_high": "[0, 1]", "gamma": "[0, 1]"}
     """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
-    clip_eps: float = 0.2
-    """ε of the clipped ratio (OpenRLHF 0.11.2's ``--actor.eps_clip`` default)."""
+    clip_eps_low: float = 0.2
+    """ε_low of the clipped ratio (OpenRLHF 0.11.2's ``--actor.eps_clip`` default, both sides)."""
+    clip_eps_high: float = 0.2
+    """ε_high of the clipped ratio."""
+    legacy_id_keys = ("clip_eps",)
+    """Run ids were hashed with ``clip_eps`` (one ε both sides) before the rename: kept when the two agree."""
     gamma: float = 1.0
     """Discount of the token-reward return."""
     kl_coef: float = 0.001
@@ -77,15 +81,20 @@ class ReinforcePP(Algorithm):
         return AdvOut(adv=masked_whiten(returns, batch.loss_mask))
 
     def loss(self, fwd: Forward, batch: Batch, ctx: Context):
-        return clipped_surrogate(fwd.logp, batch.old_logp, batch.adv, batch.loss_mask, self.cfg.clip_eps, self.cfg.clip_eps)
+        return clipped_surrogate(fwd.logp, batch.old_logp, batch.adv, batch.loss_mask, self.cfg.clip_eps_low,
+                                 self.cfg.clip_eps_high)
 
 
 @dataclass(frozen=True, kw_only=True)
 class ReinforcePPBaselineConfig(AlgoConfig):
-    ranges = {"clip_eps": "[0, 1]"}
+    ranges = {"clip_eps_low": "[0, 1]", "clip_eps_high": "[0, 1]"}
     """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
-    clip_eps: float = 0.2
-    """ε of the clipped ratio."""
+    clip_eps_low: float = 0.2
+    """ε_low of the clipped ratio."""
+    clip_eps_high: float = 0.2
+    """ε_high of the clipped ratio."""
+    legacy_id_keys = ("clip_eps",)
+    """Run ids were hashed with ``clip_eps`` (one ε both sides) before the rename: kept when the two agree."""
     kl_coef: float = 0.001
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
     kl_where: Literal["loss", "reward"] = "loss"

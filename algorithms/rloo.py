@@ -42,12 +42,16 @@ def leave_one_out_advantage(rewards: torch.Tensor, group_ids: torch.Tensor) -> t
 
 @dataclass(frozen=True, kw_only=True)
 class RLOOConfig(AlgoConfig):
-    ranges = {"clip_eps": "[0, 1]"}
+    ranges = {"clip_eps_low": "[0, 1]", "clip_eps_high": "[0, 1]"}
     """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     mode: Literal["verl", "paper"] = "verl"
     """``verl``: PPO-clip token loss; ``paper``: sequence-level REINFORCE without clipping."""
-    clip_eps: float = 0.2
-    """ε of the clipped ratio (verl mode)."""
+    clip_eps_low: float = 0.2
+    """ε_low of the clipped ratio, 1 − ε_low (verl mode)."""
+    clip_eps_high: float = 0.2
+    """ε_high of the clipped ratio, 1 + ε_high (verl mode)."""
+    legacy_id_keys = ("clip_eps",)
+    """Run ids were hashed with ``clip_eps`` (one ε both sides) before the rename: kept when the two agree."""
     kl_coef: float = 0.001
     kl_estimator: Literal["k1", "k2", "k3"] = "k1"
     kl_where: Literal["loss", "reward"] = "reward"
@@ -80,4 +84,5 @@ class RLOO(Algorithm):
     def loss(self, fwd: Forward, batch: Batch, ctx: Context):
         if self.cfg.mode == "paper":
             return policy_gradient_loss(fwd.logp, batch.adv, batch.loss_mask), {}
-        return clipped_surrogate(fwd.logp, batch.old_logp, batch.adv, batch.loss_mask, self.cfg.clip_eps, self.cfg.clip_eps)
+        return clipped_surrogate(fwd.logp, batch.old_logp, batch.adv, batch.loss_mask, self.cfg.clip_eps_low,
+                                 self.cfg.clip_eps_high)

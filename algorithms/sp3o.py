@@ -23,8 +23,8 @@ import torch
 
 from algorithms.base import AdvOut, Context, register
 from algorithms.ppo import PPO, PPOConfig
-from suite.ops import clipped_value_loss, explained_variance, gae, group_mean_std
-from suite.ops import masked_mean, masked_var, masked_whiten
+from suite.ops import (clipped_value_loss, explained_variance, gae, group_mean_std, masked_mean, masked_var,
+                       masked_whiten)
 from suite.types import Batch, Forward
 
 

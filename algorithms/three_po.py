@@ -64,7 +64,8 @@ def perturbation(params: dict[str, torch.Tensor], sigma: float, k: int, antithet
 @dataclass(frozen=True, kw_only=True)
 class ThreePOConfig(AlgoConfig):
     ranges = {"sigma": "[0, inf)", "n_perturb": "[1, inf)", "unperturbed_frac": "[0, 1]", "tis_cap": "(0, inf)",
-              "clip_eps": "[0, inf)", "target_kl": "(0, inf)", "sigma_lr": "[0, inf)"}
+              "clip_eps_low": "[0, inf)", "clip_eps_high": "[0, inf)",
+              "target_kl": "(0, inf)", "sigma_lr": "[0, inf)"}
     """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     sigma: float = 0.02
     """Perturbation scale relative to each tensor's RMS (0 recovers the base algorithm)."""
@@ -82,8 +83,12 @@ class ThreePOConfig(AlgoConfig):
     """Truncated-IS cap C on π_old/π_{θ+ε} (null = no IS correction)."""
     loss: Literal["ppo", "cispo"] = "ppo"
     """Surrogate after the IS weight."""
-    clip_eps: float = 0.2
-    """ε of the PPO clip (or ε_high of the CISPO truncation)."""
+    clip_eps_low: float = 0.2
+    """ε_low of the PPO clip (unused by CISPO)."""
+    clip_eps_high: float = 0.2
+    """ε_high of the PPO clip (or of the CISPO truncation)."""
+    legacy_id_keys = ("clip_eps",)
+    """Run ids were hashed with ``clip_eps`` (one ε both sides) before the rename: kept when the two agree."""
     sigma_mode: Literal["fixed", "adaptive"] = "fixed"
     """Keep σ, or adapt it towards ``target_kl``."""
     target_kl: float = 0.02
@@ -170,10 +175,10 @@ class ThreePO(Algorithm):
     def loss(self, fwd: Forward, batch: Batch, ctx: Context):
         w = batch.extras["tis_weight"]
         if self.cfg.loss == "cispo":
-            loss, m = cispo_loss(fwd.logp, batch.old_logp, batch.adv, batch.loss_mask, None, self.cfg.clip_eps)
+            loss, m = cispo_loss(fwd.logp, batch.old_logp, batch.adv, batch.loss_mask, None, self.cfg.clip_eps_high)
         else:
             loss, m = clipped_surrogate(fwd.logp, batch.old_logp, batch.adv, batch.loss_mask,
-                                        self.cfg.clip_eps, self.cfg.clip_eps)
+                                        self.cfg.clip_eps_low, self.cfg.clip_eps_high)
         return w * loss, m
 
     def state_dict(self) -> dict:

@@ -14,6 +14,8 @@ import sys
 import time
 from pathlib import Path
 
+from suite.runfolder import read_jsonl
+
 ROOT = Path(__file__).resolve().parent.parent
 CLI = "import sys; from suite.cli import main; sys.exit(main(sys.argv[1:]))"
 
@@ -25,7 +27,7 @@ def run_cli(args: list[str], label: str, boot: str = CLI) -> dict:
     if res.returncode != 0:
         raise RuntimeError(f"{label} failed (exit {res.returncode}):\n{res.stderr[-3000:]}")
     run_dir = Path(res.stdout.strip().splitlines()[-1].split("run_dir: ")[1])
-    evals = [json.loads(x) for x in open(run_dir / "evals.jsonl")]
+    evals = read_jsonl(run_dir / "evals.jsonl")
     return {"run_dir": run_dir, "val": [e for e in evals if e["split"] == "val"],
             "test": [e for e in evals if e["split"] == "test"],
             "status": json.load(open(run_dir / "status.json")), "env": json.load(open(run_dir / "env.json")),

@@ -65,8 +65,8 @@ def main(spec: str, results: str, title: str, note: str = "") -> None:
     if res.returncode not in (0, 1):
         sys.exit(f"sweep failed with exit {res.returncode}")
     from reports.build import build_report
-    from suite.warmstart import cpu_model
     from reports.config import ReportConfig
+    from suite.warmstart import cpu_model
     from sweeps.spec import load
 
     name = load(spec).name

@@ -34,10 +34,14 @@ import scipy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reports import ReportConfig, build_report, synthetic  # noqa: E402
+from reports import (  # noqa: E402
+    ReportConfig,
+    build_report,
+    stats,  # noqa: E402
+    synthetic,
+)
 from reports.load import load_runs  # noqa: E402
 from reports.scores import score_runs  # noqa: E402
-from reports import stats  # noqa: E402
 
 TASKS = ["arith", "gsm8k", "math", "mbpp", "nq"]
 RESULTS = Path(__file__).resolve().parent / "results" / "report_scale.md"

@@ -34,8 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tasks.sandbox import Judged, Sandbox, SandboxConfig, SandboxUnavailable, detect  # noqa: E402
-from tasks.sandbox.battery import (ITEMS, Env, claimed, hacks_claimed, run_battery,  # noqa: E402
-                                   run_reward_hacks)
+from tasks.sandbox.battery import ITEMS, Env, claimed, hacks_claimed, run_battery, run_reward_hacks  # noqa: E402
 
 TRIVIAL = "assert sum(range(10)) == 45\n"
 HUMANEVAL_LIKE = ("from typing import List\n\n\n"

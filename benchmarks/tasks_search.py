@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from suite.runfolder import read_jsonl
+
 ROOT = Path(__file__).resolve().parent.parent
 CLI = [sys.executable, "-m", "suite.cli"]
 
@@ -43,7 +45,7 @@ def one(algo: str, seed: int, out: Path) -> dict:
     if proc.returncode != 0:
         raise RuntimeError(f"{algo} seed {seed} failed:\n{stderr[-2000:]}")
     run_dir = Path(stdout.strip().splitlines()[-1].split("run_dir: ")[1])
-    evals = [json.loads(x) for x in open(run_dir / "evals.jsonl")]
+    evals = read_jsonl(run_dir / "evals.jsonl")
     val = [e for e in evals if e["split"] == "val"]
     test = [e for e in evals if e["split"] == "test"]
     status_doc = json.load(open(run_dir / "status.json"))

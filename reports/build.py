@@ -22,7 +22,7 @@ from reports.errors import ReportError
 from reports.figures import Figure, build_figures
 from reports.load import RunSet, load_runs
 from reports.render import Block, render_html, render_markdown, summary_lines, verdict_footer, write_table
-from reports.scores import BASE_LABEL, Scored, config_fingerprint, score_runs
+from reports.scores import Scored, config_fingerprint, score_runs
 from reports.tables import Table
 
 MAX_PROBLEMS_SHOWN = 50

@@ -11,12 +11,13 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from reports.build import build_report
 from reports.config import X_AXES, ReportConfig
 from reports.errors import ReportError
 from reports.stability import StabilityThresholds
 from reports.stats import CI_CHOICES
 
+REPORT_EXTRA = ("seaborn", "matplotlib")
+"""Top-level modules of the ``report`` extra (``pip install -e ".[report]"``)."""
 STABILITY_FIELDS = tuple(f.name for f in dataclasses.fields(StabilityThresholds))
 
 
@@ -84,7 +85,16 @@ def config_from_args(args: argparse.Namespace) -> ReportConfig:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Run a report; print the path of report.html. Returns 0, or 2 on bad input."""
+    """Run a report; print the path of report.html. Returns 0, or 2 on bad input or a missing
+    report extra (one line naming the install command)."""
+    try:
+        from reports.build import build_report  # the figures need the report extra (seaborn, matplotlib)
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] not in REPORT_EXTRA:
+            raise
+        print(f"rlsuite report: error: {exc.name} is not installed; install the report extra: "
+              f'pip install -e ".[report]"', file=sys.stderr)
+        return 2
     try:
         cfg = config_from_args(args)
         out = args.out if args.out is not None else Path(args.root) / "report"

@@ -44,6 +44,7 @@ import pandas as pd
 from reports.config import BUDGET_KEYS
 from reports.errors import ReportError
 from reports.stability import NONFINITE_COL
+from suite.runfolder import read_jsonl  # stdlib only: the reports still need nothing from the trainer
 
 RUN_COLUMNS = (
     "run_id", "path", "task", "algo", "variant", "algorithm", "sweep", "seed", "state",
@@ -114,41 +115,6 @@ def read_json(path: Path, problems: list[str], *, required: bool = False) -> dic
         problems.append(f"{path}: not a JSON object; skipped")
         return None
     return obj
-
-
-def read_jsonl(path: Path, problems: list[str], *, keep_last: int | None = None) -> list[dict]:
-    """Parse a JSONL file of objects, skipping bad lines (NaN/Infinity tokens accepted).
-
-    keep_last: parse only the last N non-empty lines (for large sample files).
-    """
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
-    except FileNotFoundError:
-        return []
-    except OSError as exc:
-        problems.append(f"{path}: unreadable ({exc}); skipped")
-        return []
-    text = raw.decode("utf-8", errors="replace")
-    lines = text.split("\n")
-    complete_end = text.endswith("\n")
-    numbered = [(i, ln) for i, ln in enumerate(lines, 1) if ln.strip()]
-    if keep_last is not None:
-        numbered = numbered[-keep_last:]
-    rows = []
-    for i, line in numbered:
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            last = i == len(lines) and not complete_end
-            what = "truncated last line (still being written?)" if last else "invalid JSON"
-            problems.append(f"{path}:{i}: {what}; line skipped")
-            continue
-        if isinstance(obj, dict):
-            rows.append(obj)
-        else:
-            problems.append(f"{path}:{i}: not a JSON object; line skipped")
-    return rows
 
 
 def _dig(obj: Any, *keys: str, default: Any = None) -> Any:

@@ -27,6 +27,7 @@ from reports.config import ReportConfig
 from reports.errors import ReportError
 from reports.load import RunSet
 from reports.stability import classify_run
+from suite.config import identity_doc  # stdlib + yaml only: no trainer import
 
 BASE_LABEL = "base (step 0)"
 PARTIAL_STATES = ("running", "preempted", "cancelled")
@@ -123,12 +124,9 @@ def score_run(ev: pd.DataFrame, state: str, cfg: ReportConfig) -> tuple[float, s
 
 
 def config_fingerprint(spec: dict) -> str:
-    """Hash of a spec without its run id and seeds (runs of one configuration share it)."""
-    def strip(obj):
-        if isinstance(obj, dict):
-            return {k: strip(v) for k, v in obj.items() if k != "run_id" and "seed" not in k.lower()}
-        return obj
-    blob = json.dumps(strip(spec), sort_keys=True, default=str)
+    """Hash of a spec's run identity without its run seed (runs of one configuration share it):
+    :func:`suite.config.identity_doc`, the rule of the run id (stdlib only, no trainer import)."""
+    blob = json.dumps(identity_doc(spec, seed=False), sort_keys=True, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:6]
 
 

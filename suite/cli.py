@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+import reports.cli as report_cli
+import sweeps.cli as sweep_cli
 from suite.config import BUDGET_KEYS, load_yaml_config, parse_assignment
 from suite.errors import BadInput
 from suite.registry import UnknownName
@@ -53,20 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="regenerate the committed base in suite/bases/ (different bytes on another CPU model)")
     ws.add_argument("--threads", type=int, default=1, help="torch threads for the rebuild (default 1)")
     ws.add_argument("--json", action="store_true")
-    for hook in _EXTENSIONS:
-        hook(sub)
-    try:
-        import reports.cli as report_cli
-
-        report_cli.add_arguments(sub.add_parser("report", help="leaderboards with CIs, stability counts, "
-                                                "ablations, curves, time-to-target"))
-        COMMANDS["report"] = report_cli.main
-    except ImportError:  # the report extra (seaborn) is not installed
-        pass
+    sweep_cli.add_arguments(sub)
+    report_cli.add_arguments(sub.add_parser("report", help="leaderboards with CIs, stability counts, "
+                                            "ablations, curves, time-to-target"))
     return ap
-
-
-_EXTENSIONS: list = []  # sweeps/reports subcommand installers (import side effects below)
 
 
 def _spec_from_args(args, algo: Optional[str], budgets: Sequence[str] = ()):
@@ -170,15 +162,15 @@ def cmd_warmstart(args) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "eval": cmd_eval, "list": cmd_list, "warmstart": cmd_warmstart}
+COMMANDS = {"run": cmd_run, "eval": cmd_eval, "list": cmd_list, "warmstart": cmd_warmstart,
+            **sweep_cli.COMMANDS, "report": report_cli.main}
+"""Subcommand → function (args → exit code); each package's subcommands are registered explicitly
+(``add_arguments`` in :func:`build_parser`). Optional dependencies are imported inside the command,
+which names the extra to install when one is missing (exit 2)."""
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    try:
-        import sweeps.cli  # noqa: F401  (installs the sweep/quickstart subcommands when present)
-    except ImportError:
-        pass
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.cmd](args)
@@ -190,7 +182,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 130
 
 
-if __name__ == "__main__":  # `python -m suite.cli`: use the importable module, where extensions register
-    from suite.cli import main as _main
-
-    sys.exit(_main())
+if __name__ == "__main__":  # `python -m suite.cli`
+    sys.exit(main())

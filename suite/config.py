@@ -24,6 +24,7 @@ import hashlib
 import json
 import math
 import re
+import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -350,6 +351,81 @@ def drop_later_defaults(d: dict) -> dict:
     return d
 
 
+ALIASES: dict[str, tuple[str, ...]] = {"clip_eps": ("clip_eps_low", "clip_eps_high")}
+"""Renamed fields: old key → the new fields it sets, each to its value. The old key is accepted
+(``--set``, ``--config``, sweeps, old ``spec.json`` documents) by every class that has all of its
+new fields, with a deprecation message printed once per process; a new field given as well wins."""
+
+NOT_IN_ID = {"train": ("checkpoint_every", "world_size"), "rollout": ("vllm_gpu_memory",)}
+"""Settings that do not change results: checkpointing, the data-parallel width (the same run by
+construction, ``suite/distributed.py``; a run may resume with another one) and a resource setting."""
+
+LABELS = ("sweep", "factors", "tuning")
+"""Top-level labels of a spec document that are not in the run id."""
+
+
+def unalias(section: dict, keys: Optional[list[str]] = None) -> dict:
+    """``section`` with each old key of :data:`ALIASES` (or of ``keys``) replaced by its new fields
+    (a new field already present wins); a copy, the caller's dict is left as it was."""
+    out = dict(section)
+    for old, new in ALIASES.items():
+        if old in out and (keys is None or old in keys):
+            v = out.pop(old)
+            for k in new:
+                out.setdefault(k, v)
+    return out
+
+
+def identity_doc(d: dict, *, seed: bool = True, new_names: bool = True) -> dict:
+    """The run identity: the part of a spec document (``RunSpec.to_dict()`` or a ``spec.json``)
+    that defines a run, in one canonical form. Used by :attr:`RunSpec.config_hash` (the run id),
+    by the runner (does a folder hold this run?) and by the reports (runs of one configuration:
+    ``seed=False`` leaves the run seed out). Labels, the run id itself, :data:`NOT_IN_ID` and the
+    :data:`LATER_DEFAULTS` at their defaults are left out; a ``variant`` is in it when set (two
+    arms never share a folder); with ``new_names``, renamed algo fields (:data:`ALIASES`: an old
+    ``spec.json`` may hold the old key) are in their new names."""
+    d = {k: v for k, v in d.items() if k not in LABELS and k != "run_id" and (seed or k != "seed")}
+    if d.get("variant") is None:
+        d.pop("variant", None)
+    d = drop_later_defaults(d)
+    for sec, keys in NOT_IN_ID.items():
+        d[sec] = {k: v for k, v in d.get(sec, {}).items() if k not in keys}
+    d["algo"] = unalias(d.get("algo", {})) if new_names else dict(d.get("algo", {}))
+    return d
+
+
+def identity_hash(d: dict, legacy_keys: tuple[str, ...] = (), base: Optional[str] = None,
+                  task_version: Optional[str] = None) -> str:
+    """The 8-hex config hash of a run id: sha256 of :func:`identity_doc`. ``legacy_keys``: old
+    keys of :data:`ALIASES` the entry's ids were hashed under (its class's ``legacy_id_keys``):
+    when the new fields agree they are hashed as the old key, so those ids stay as they were.
+    ``base``: the committed warm-start base's sha256 (``suite.warmstart.base_identity``).
+    ``task_version``: the task class's ``version``; in the identity from version 2 on (a task whose
+    data, prompts or grading changed can never resume or pool under an old id; version-1 tasks
+    keep the ids they had before versions were hashed)."""
+    d = identity_doc(d, new_names=False)  # a RunSpec's document: its fields as they are
+    algo = d["algo"]
+    for old in legacy_keys:
+        new = ALIASES[old]
+        if all(k in algo for k in new) and len({json.dumps(algo[k]) for k in new}) == 1:
+            algo[old] = algo[new[0]]
+            for k in new:
+                del algo[k]
+    if base is not None:  # the committed base's bytes are part of the identity (suite/warmstart.py)
+        d["base_sha256"] = base
+    if task_version is not None and str(task_version) != "1":
+        d["task_version"] = str(task_version)
+    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:8]
+
+
+def _task_version(name: str) -> Optional[str]:
+    """The registered task's ``version`` (None for a name the registry does not know)."""
+    import tasks  # noqa: F401  (registration)
+    from tasks.base import TASKS
+
+    return str(TASKS.get(name).version) if name in TASKS else None
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """A fully resolved run: what ``spec.json`` holds (plus the sweep labels)."""
@@ -378,20 +454,10 @@ class RunSpec:
 
     @property
     def config_hash(self) -> str:
-        d = self.to_dict()
-        for k in ("sweep", "factors", "tuning") + (("variant",) if self.variant is None else ()):
-            d.pop(k)  # a named variant is part of the identity: two arms never share a folder
-        d["train"].pop("checkpoint_every")
-        d["train"].pop("world_size")  # the same run by construction (suite/distributed.py), elastic resume
-        d = drop_later_defaults(d)  # the defaults keep the run ids from before those settings existed
-        d["rollout"].pop("vllm_gpu_memory")  # a resource setting (and absent from older spec.json files)
         from suite.warmstart import base_identity
 
-        base = base_identity(self)
-        if base is not None:  # the committed base's bytes are part of the identity (suite/warmstart.py)
-            d["base_sha256"] = base
-        blob = json.dumps(d, sort_keys=True, default=str).encode()
-        return hashlib.sha256(blob).hexdigest()[:8]
+        return identity_hash(self.to_dict(), getattr(type(self.algo), "legacy_id_keys", ()), base_identity(self),
+                             _task_version(self.task.name))
 
     @property
     def run_id(self) -> str:
@@ -485,6 +551,23 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
+_ALIAS_WARNED: set[str] = set()
+
+
+def _accept_aliases(values: dict, names: list[str], section: str) -> dict:
+    """``values`` with the old keys of :data:`ALIASES` that this class renamed mapped to their new
+    fields; each old key prints one deprecation line (stderr) per process."""
+    old = [k for k in values if k in ALIASES and k not in names and all(n in names for n in ALIASES[k])]
+    if not old:
+        return values
+    for k in old:
+        if k not in _ALIAS_WARNED:
+            _ALIAS_WARNED.add(k)
+            new = " and ".join(f"{section}.{n}" for n in ALIASES[k])
+            print(f"rlsuite: {section}.{k} is deprecated; it sets {new} (use those)", file=sys.stderr)
+    return unalias(values, old)
+
+
 def build(cls: type, values: dict, section: str, errors: list[str]) -> Any:
     """Instantiate dataclass ``cls`` from ``values``; append problems to ``errors`` (wrong types,
     non-finite floats, values outside the class's declared ``ranges``, its own ``__post_init__``
@@ -493,6 +576,7 @@ def build(cls: type, values: dict, section: str, errors: list[str]) -> Any:
     names = [f.name for f in dataclasses.fields(cls) if f.init]
     kwargs: dict[str, Any] = {}
     out_of_range: list[str] = []
+    values = _accept_aliases(values, names, section)
     for key, value in values.items():
         if key not in names:
             shown = [n for n in names if n != "name"]

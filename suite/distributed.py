@@ -9,7 +9,7 @@ Exactness strategy (a W-process run equals the one-process run with the same glo
 * rollout generation is sharded: each rank generates a contiguous shard of the rows of each
   generation call (whole prompt groups when W divides P) and the records are all-gathered
   (``all_gather_object``) and concatenated in rank order. Sampling noise must not depend on
-  the split, so ``rollout.rng=row`` is required (:class:`suite.sampler.RowNoise`);
+  the split, so ``rollout.rng=row`` is required (:class:`suite.engines.RowNoise`);
 * scoring passes (π_old, π_ref, values) run on the full gathered batch on every rank
   (correctness first: bitwise the same inputs as one process; they are not sharded);
 * the update is sharded: each rank runs forward/backward on its contiguous shard of every

@@ -22,8 +22,8 @@ from typing import Any, Optional, Sequence
 import torch
 
 from suite.config import EvalConfig
+from suite.engines import SamplingParams
 from suite.rollout import collect
-from suite.sampler import SamplingParams
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

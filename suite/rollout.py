@@ -14,7 +14,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from suite.sampler import RowNoise, SamplingParams
+from suite.engines import RowNoise, SamplingParams
 from suite.types import Rollout
 
 
@@ -41,7 +41,7 @@ def collect(engine, tokenizer, prompts: Sequence[list[int]], params: SamplingPar
             behaviour_ids: Optional[Sequence[int]] = None) -> tuple[Rollout, dict[str, float]]:
     """Roll out one completion per entry of ``prompts`` (already expanded G times).
 
-    ``generator``: a ``torch.Generator``, or a :class:`suite.sampler.RowNoise` whose ``rows``
+    ``generator``: a ``torch.Generator``, or a :class:`suite.engines.RowNoise` whose ``rows``
     are the global ids of ``prompts`` (row-invariant sampling, ``rollout.rng=row``).
 
     Returns the record (``scores``/``rewards`` zero, to be filled by the trainer) and rollout

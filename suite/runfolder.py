@@ -86,18 +86,41 @@ def read_json(path: Path) -> Optional[dict]:
         return None
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    """Rows of a JSONL file; a torn last line (killed writer) is ignored."""
-    rows = []
+def read_jsonl(path: Path, problems: Optional[list[str]] = None, *, keep_last: Optional[int] = None) -> list[dict]:
+    """The JSON objects of a JSONL file (the one reader of run-folder logs: the engine, sweeps,
+    reports and benchmarks). A missing file gives no rows; a line that is not a JSON object (a
+    torn last line of a killed writer, say) is skipped; NaN/Infinity tokens are accepted. With
+    ``problems``, each skipped line and an unreadable file add a message there.
+
+    keep_last: parse only the last N non-empty lines (for large sample files).
+    """
+    note = problems.append if problems is not None else (lambda _msg: None)
     try:
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
-    except OSError:
-        pass
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        note(f"{path}: unreadable ({exc}); skipped")
+        return []
+    text = raw.decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    complete_end = text.endswith("\n")
+    numbered = [(i, ln) for i, ln in enumerate(lines, 1) if ln.strip()]
+    if keep_last is not None:
+        numbered = numbered[-keep_last:]
+    rows = []
+    for i, line in numbered:
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            last = i == len(lines) and not complete_end
+            note(f"{path}:{i}: {'truncated last line (still being written?)' if last else 'invalid JSON'}; line skipped")
+            continue
+        if isinstance(obj, dict):
+            rows.append(obj)
+        else:
+            note(f"{path}:{i}: not a JSON object; line skipped")
     return rows
 
 

@@ -30,7 +30,7 @@ from typing import Callable, Optional
 
 import torch
 
-from suite.config import RunSpec, drop_later_defaults
+from suite.config import RunSpec, identity_doc
 from suite.errors import BadInput
 from suite.runfolder import (RunFolder, RunLock, RunLocked, atomic_write_json, env_info, is_disk_full, is_stale,
                              lock_path, read_json)
@@ -67,12 +67,9 @@ def check_existing(run_dir: Path, spec: RunSpec) -> tuple[Optional[int], int]:
 
 
 def _semantic(d: dict) -> dict:
-    """A spec document without the fields that do not change results (labels, checkpointing)."""
-    d = {k: v for k, v in d.items() if k not in ("sweep", "factors", "tuning")}
-    d["train"] = {k: v for k, v in d.get("train", {}).items() if k != "checkpoint_every"}
-    d["rollout"] = {k: v for k, v in d.get("rollout", {}).items() if k != "vllm_gpu_memory"}
-    d["train"].pop("world_size", None)  # a run may resume with another world size (same run)
-    return drop_later_defaults(d)  # settings at their defaults, absent from older spec.json files
+    """A spec document without the fields that do not change results: the run identity
+    (:func:`suite.config.identity_doc`, the same rule as the run id)."""
+    return identity_doc(d)
 
 
 class FolderLocked(BadInput):
@@ -94,12 +91,18 @@ class _Claim:
 
     def __call__(self) -> tuple[Optional[int], int]:
         if self.take_lock:
+            # stop signals wait until the lock is ours and recorded here (so that `release` in the
+            # caller's finally removes it); a SIGTERM inside `acquire` would leave the file behind
+            sigs = {signal.SIGTERM, signal.SIGINT, signal.SIGUSR2}
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, sigs)
             try:
                 self.lock = RunLock(lock_path(self.run_dir.parent, self.spec.run_id), self.spec.run_id).acquire()
             except RunLocked as e:
                 raise FolderLocked(f"{self.run_dir} is locked by another run (pid {e.holder.get('pid', '?')} on "
                                f"{e.holder.get('host', '?')}, heartbeat {e.holder.get('heartbeat', '?')}; lock "
                                f"{e.path}); not starting a second copy", e.holder) from None
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         code, attempt = check_existing(self.run_dir, self.spec)
         return code, attempt
 
@@ -227,8 +230,8 @@ def _execute(spec: RunSpec, out: Path, run_dir: Path, world, claim: _Claim,
     import algorithms  # noqa: F401
     import tasks  # noqa: F401
     from algorithms.base import ALGORITHMS
-    from suite.models import load_model
     from suite.distributed import launch_local
+    from suite.models import load_model
     from suite.trainer import Trainer
     from suite.warmstart import warm_started
     from tasks.base import TASKS

@@ -190,8 +190,8 @@ def measure(task_name: str, model_name: str = "tiny", model=None, tok=None) -> d
     """Greedy val and test accuracy of a base as a default run's step-0 eval computes them
     (the task's preset eval settings, the first ``eval.max_prompts`` prompts of each split)."""
     import tasks  # noqa: F401
+    from suite.engines import make_engine
     from suite.evaluate import evaluate
-    from suite.sampler import make_engine
     from suite.spec import resolve
     from suite.trainer import encode_prompt
     from tasks.base import TASKS
@@ -220,7 +220,8 @@ def rebuild(task_name: str, model_name: str = "tiny", num_threads: int = 1) -> d
 
     import tasks  # noqa: F401
     from suite.errors import BadInput
-    from suite.models import MODELS, load_model as load
+    from suite.models import MODELS
+    from suite.models import load_model as load
     from suite.spec import resolve
     from tasks.base import TASKS, Task
 

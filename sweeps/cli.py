@@ -1,4 +1,5 @@
-"""``rlsuite sweep run|status``, ``rlsuite quickstart`` (installed into :mod:`suite.cli`).
+"""``rlsuite sweep run|tune|status``, ``rlsuite quickstart``: :func:`add_arguments` and
+:data:`COMMANDS`, registered explicitly by :mod:`suite.cli` (this module never imports it).
 
 ``--out`` is the root for every sweep command: results go to ``<root>/<sweep name>/<run_id>/``
 (default root ``results/``); the quickstart report to ``<root>/quickstart/report/``.
@@ -6,16 +7,15 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
-from suite import cli as _cli
 from suite.errors import BadInput
 
 
-def _add(sub) -> None:
+def add_arguments(sub) -> None:
+    """Add the ``sweep`` and ``quickstart`` subcommands to ``sub`` (an argparse subparsers object)."""
     sw = sub.add_parser("sweep", help="expand and launch sweeps (submitit: SLURM job arrays or local)")
     ssub = sw.add_subparsers(dest="sweep_cmd", required=True)
     run = ssub.add_parser("run", help="run every missing run of a sweep spec")
@@ -40,65 +40,8 @@ def _add(sub) -> None:
     qs.add_argument("--reps", type=int, default=2000, help="bootstrap resamples of the report")
 
 
-def _progress_bar(total: int):
-    from tqdm import tqdm
-
-    bar = tqdm(total=total, unit="run", file=sys.stderr, dynamic_ncols=True)
-
-    def update(done: int, _total: int) -> None:
-        bar.n = done
-        bar.refresh()
-
-    return bar, update
-
-
-def run_sweep(spec_ref: str, out: Path, cluster: str, workers: int, dry_run: bool = False,
-              retry_failed: bool = False, wait: bool = True, progress: bool = True) -> tuple[Path, dict]:
-    from sweeps.spec import load
-
-    return run_sweep_spec(load(spec_ref), out, cluster, workers, dry_run, retry_failed, wait, progress)
-
-
-def run_sweep_spec(sweep, out: Path, cluster: str, workers: int, dry_run: bool = False,
-                   retry_failed: bool = False, wait: bool = True, progress: bool = True) -> tuple[Path, dict]:
-    """Expand (validating everything first), skip what is done, launch the rest, wait."""
-    from sweeps.launch import launch, status, to_submit, wait_for_live, write_manifest
-    from sweeps.spec import expand
-
-    runs = expand(sweep)
-    root = out / sweep.name
-    if dry_run:
-        for r in runs:
-            print(f"{r.run_id}\ttask={r.task.name}\talgo={r.algo.name}\tseed={r.seed}\tvariant={r.variant or '-'}")
-        return root, {}
-    from suite.spec import out_dir_problem
-
-    problem = out_dir_problem(root)
-    if problem:
-        raise BadInput(problem)
-    write_manifest(sweep, runs, root)
-    todo, skipped = to_submit(runs, root, retry_failed)
-    for why, ids in skipped.items():
-        print(f"skipping {len(ids)} {why} run(s)", file=sys.stderr)
-    print(f"{sweep.name}: {len(runs)} runs, {len(todo)} to run", file=sys.stderr)
-    bar, update = _progress_bar(len(todo)) if progress and todo and cluster != "slurm" else (None, None)
-    try:
-        results = launch(todo, root, cluster, sweep.resources, workers=workers, wait=wait, progress=update)
-    finally:
-        if bar is not None:
-            bar.close()
-    for res in results:
-        if isinstance(res, dict) and res.get("locked"):
-            print(f"skipped {res.get('run_id') or 'a run'}: {res['locked'].strip().splitlines()[-1]}", file=sys.stderr)
-        elif isinstance(res, dict) and res.get("error"):
-            print(f"job error (exit {res.get('code')}): {res['error'].strip().splitlines()[-1]}", file=sys.stderr)
-    if cluster != "slurm" or wait:
-        wait_for_live(runs, root)
-    return root, status(root)
-
-
 def cmd_sweep(args) -> int:
-    from sweeps.launch import status
+    from sweeps.launch import run_sweep, status
 
     if args.sweep_cmd == "tune":
         from sweeps.tune import tune
@@ -135,6 +78,8 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_quickstart(args) -> int:
+    from sweeps.launch import run_sweep
+
     root, st = run_sweep("quickstart", args.out, "local", args.workers)
     print(f"{root}: " + " ".join(f"{k}={v}" for k, v in st["counts"].items()), file=sys.stderr)
     report_dir = root / "report"
@@ -163,10 +108,4 @@ def _plain_table(root: Path) -> str:
     return "\n".join(lines)
 
 
-def _install(sub) -> None:
-    _add(sub)
-
-
-_cli._EXTENSIONS.append(_install)
-_cli.COMMANDS["sweep"] = cmd_sweep
-_cli.COMMANDS["quickstart"] = cmd_quickstart
+COMMANDS = {"sweep": cmd_sweep, "quickstart": cmd_quickstart}

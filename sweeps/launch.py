@@ -20,12 +20,10 @@ from the checkpoint. ``scancel`` (SIGTERM) leaves the run ``cancelled``.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -49,11 +47,10 @@ class SweepJob:
     def __call__(self) -> dict:
         import torch
 
+        from suite import distributed
         from suite.errors import BadInput
         from suite.runner import FolderLocked, execute
         from suite.spec import spec_from_dict
-
-        from suite import distributed
 
         torch.set_num_threads(self.spec_dict["train"]["num_threads"])
         try:
@@ -148,7 +145,7 @@ def _record_jobs(root: Path, jobs: list[tuple[str, object]]) -> None:
 
 
 def make_executor(cluster: str, root: Path, res: Resources):
-    import submitit
+    import submitit  # noqa: F401  (fails early, before any job, without the slurm extra)
 
     folder = root / "logs" / "%j"
     if cluster == "debug":
@@ -170,7 +167,7 @@ def make_executor(cluster: str, root: Path, res: Resources):
 def launch(runs: list[RunSpec], root: Path, cluster: str, res: Resources, workers: int = 2, wait: bool = True,
            progress: Optional[Callable[[int, int], None]] = None) -> list[dict]:
     """Submit ``runs`` and (locally, or with ``wait``) wait for them. Returns job results."""
-    import submitit
+    import submitit  # noqa: F401  (fails early, before any job, without the slurm extra)
 
     if not runs:
         return []
@@ -275,3 +272,64 @@ def status(root: Path) -> dict:
 
 
 __all__ = ["SweepJob", "launch", "status", "to_submit", "write_manifest", "run_state", "wait_for_live", "locked_by"]
+
+
+# ---------------------------------------------------------------------------------------
+# One sweep end to end (``rlsuite sweep run``, ``rlsuite quickstart``, ``sweeps.tune``).
+
+
+def _progress_bar(total: int):
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, unit="run", file=sys.stderr, dynamic_ncols=True)
+
+    def update(done: int, _total: int) -> None:
+        bar.n = done
+        bar.refresh()
+
+    return bar, update
+
+
+def run_sweep(spec_ref: str, out: Path, cluster: str, workers: int, dry_run: bool = False,
+              retry_failed: bool = False, wait: bool = True, progress: bool = True) -> tuple[Path, dict]:
+    from sweeps.spec import load
+
+    return run_sweep_spec(load(spec_ref), out, cluster, workers, dry_run, retry_failed, wait, progress)
+
+
+def run_sweep_spec(sweep, out: Path, cluster: str, workers: int, dry_run: bool = False,
+                   retry_failed: bool = False, wait: bool = True, progress: bool = True) -> tuple[Path, dict]:
+    """Expand (validating everything first), skip what is done, launch the rest, wait."""
+    from sweeps.spec import expand
+
+    runs = expand(sweep)
+    root = out / sweep.name
+    if dry_run:
+        for r in runs:
+            print(f"{r.run_id}\ttask={r.task.name}\talgo={r.algo.name}\tseed={r.seed}\tvariant={r.variant or '-'}")
+        return root, {}
+    from suite.errors import BadInput
+    from suite.spec import out_dir_problem
+
+    problem = out_dir_problem(root)
+    if problem:
+        raise BadInput(problem)
+    write_manifest(sweep, runs, root)
+    todo, skipped = to_submit(runs, root, retry_failed)
+    for why, ids in skipped.items():
+        print(f"skipping {len(ids)} {why} run(s)", file=sys.stderr)
+    print(f"{sweep.name}: {len(runs)} runs, {len(todo)} to run", file=sys.stderr)
+    bar, update = _progress_bar(len(todo)) if progress and todo and cluster != "slurm" else (None, None)
+    try:
+        results = launch(todo, root, cluster, sweep.resources, workers=workers, wait=wait, progress=update)
+    finally:
+        if bar is not None:
+            bar.close()
+    for res in results:
+        if isinstance(res, dict) and res.get("locked"):
+            print(f"skipped {res.get('run_id') or 'a run'}: {res['locked'].strip().splitlines()[-1]}", file=sys.stderr)
+        elif isinstance(res, dict) and res.get("error"):
+            print(f"job error (exit {res.get('code')}): {res['error'].strip().splitlines()[-1]}", file=sys.stderr)
+    if cluster != "slurm" or wait:
+        wait_for_live(runs, root)
+    return root, status(root)

@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from suite.config import ALIASES
 from suite.runfolder import atomic_write_json, atomic_write_text, read_jsonl
 from sweeps.spec import Arm, SweepSpec, expand, load
 
@@ -46,18 +47,22 @@ def _grid(sweep: SweepSpec) -> list[tuple[Arm, Arm, dict]]:
         if override:
             knob = next(iter(override.items()))
         knob_values = list(knob[1]) if knob else [None]
+        fields = {f.name for f in dataclasses.fields(ALGORITHMS.get(arm.name).Config)}
+        # a knob may name an old key of suite.config.ALIASES (clip_eps: both clip bounds at once)
+        knob_keys = (ALIASES.get(knob[0], (knob[0],)) if knob[0] not in fields else (knob[0],)) if knob else ()
         for lr in lrs:
             for kv in knob_values:
-                point = {"optim.lr": float(lr)} | ({f"algo.{knob[0]}": kv} if knob else {})
+                point = {"optim.lr": float(lr)} | {f"algo.{k}": kv for k in knob_keys}
+                named = {"optim.lr": float(lr)} | ({f"algo.{knob[0]}": kv} if knob else {})
                 label = ",".join(f"{k.split('.')[-1]}={v:g}" if isinstance(v, float) else f"{k.split('.')[-1]}={v}"
-                                 for k, v in point.items())
+                                 for k, v in named.items())
                 variant = f"{arm.variant}|{label}" if arm.variant else label
                 out.append((arm, Arm(arm.name, variant, {**arm.set, **point}), point))
     return out
 
 
 def tune(spec_ref: str, out: Path, cluster: str, workers: int) -> Path:
-    from sweeps.cli import run_sweep_spec
+    from sweeps.launch import run_sweep_spec
 
     sweep = load(spec_ref)
     t = sweep.tuning or {}

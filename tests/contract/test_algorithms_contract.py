@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -25,7 +24,6 @@ from suite.runfolder import read_jsonl
 from suite.runner import execute
 from suite.sampler import KVSampler, SamplingParams
 from suite.spec import resolve
-
 from tests.fakes import OBS, TwoTurnEnv  # noqa: E402  (registers the fake tasks)
 
 ALGOS = ALGORITHMS.names()

@@ -16,7 +16,7 @@ import algorithms  # noqa: F401  (registration)
 import tasks  # noqa: F401
 from algorithms.base import ALGORITHMS
 from suite.cli import main
-from suite.config import (BudgetConfig, EvalConfig, OptimConfig, RolloutConfig, TrainConfig, declared_ranges,
+from suite.config import (ALIASES, BudgetConfig, EvalConfig, OptimConfig, RolloutConfig, TrainConfig, declared_ranges,
                           numeric_fields, range_problems)
 from suite.errors import BadInput
 from suite.spec import resolve
@@ -61,8 +61,9 @@ def test_every_numeric_field_has_a_range_admitting_default_and_tuning_grid(kind,
     for f in fields:
         assert not range_problems(cls, f, getattr(cfg, f), f), (name, f, getattr(cfg, f))
     knob = getattr((ALGORITHMS if kind == "algo" else TASKS).get(name), "tune_knob", None)
-    for v in (knob[1] if knob and knob[0] in ranges else ()):
-        assert not range_problems(cls, knob[0], v, knob[0]), (name, knob[0], v)
+    for key in (ALIASES.get(knob[0], (knob[0],)) if knob else ()):  # an alias knob sets each of its fields
+        for v in (knob[1] if key in ranges else ()):
+            assert not range_problems(cls, key, v, key), (name, key, v)
 
 
 @pytest.mark.parametrize("kind, name", ENTRIES)

@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import subprocess
 import sys
 import textwrap
 
 import pytest
-import torch
 
-from algorithms.base import ALGORITHMS, AdvOut, AlgoConfig, Algorithm
+from algorithms.base import ALGORITHMS, AlgoConfig
 from algorithms.grpo import GRPO
 from suite.cli import main
 from suite.runfolder import read_jsonl
@@ -137,7 +135,7 @@ def test_filter_refill_loop_charges_discarded_samples(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_warm_start_cache_is_built_once_under_concurrency(tmp_path):
-    script = textwrap.dedent(f"""
+    script = textwrap.dedent("""
         import json, sys, torch
         torch.set_num_threads(1)
         from suite.config import ModelConfig
@@ -146,7 +144,7 @@ def test_warm_start_cache_is_built_once_under_concurrency(tmp_path):
         from tasks.arith import Arith, ArithConfig
         m, tok, _ = load_model(ModelConfig())
         info = warm_started(Arith(ArithConfig(name="arith", warm_target=0.0, warm_max_steps=100)), m, tok, "tiny", 1)
-        print(json.dumps({{"cached": info["cached"], "sum": float(sum(p.sum() for p in m.parameters()))}}))
+        print(json.dumps({"cached": info["cached"], "sum": float(sum(p.sum() for p in m.parameters()))}))
     """)
     env = {"RLSUITE_CACHE": str(tmp_path), "PATH": "/usr/bin:/bin"}
     import os

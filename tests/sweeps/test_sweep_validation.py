@@ -6,8 +6,6 @@ Run: pytest tests/sweeps/test_sweep_validation.py
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from suite.cli import main

@@ -18,7 +18,7 @@ import pytest
 from suite.cli import main
 from suite.errors import BadInput
 from suite.runfolder import read_jsonl
-from sweeps.spec import BUNDLED, expand, load, parse
+from sweeps.spec import BUNDLED, expand, load
 
 MINI = """
 name: mini

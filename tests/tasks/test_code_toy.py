@@ -17,7 +17,6 @@ from suite.cli import main
 from tasks.code_toy import CodeToy, CodeToyConfig, Problem, generate
 from tests.conftest import require_sandbox
 
-
 require_sandbox()
 
 

@@ -28,8 +28,8 @@ from suite.models import char_tokenizer
 from suite.rollout import collect
 from suite.sampler import GenOutput, SamplingParams
 from tasks.retrieval import BM25Index, RemoteRetriever, TinyBM25
-from tasks.search import (INVALID, Search, SearchConfig, SearchEnv, exact_match, extract_answer, f1_score,
-                          grade_answer, normalize_answer, render_passages)
+from tasks.search import (INVALID, Search, SearchConfig, SearchEnv, exact_match, extract_answer, f1_score, grade_answer,
+                          normalize_answer, render_passages)
 from tests.conftest import data_dir
 
 REPO = Path(__file__).resolve().parents[2]

@@ -145,7 +145,8 @@ def test_sharing_plan_and_positions_saved_by_hand():
 
 
 def test_unsupported_names_what_it_cannot_serve():
-    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM
+    from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, MistralConfig,
+                              MistralForCausalLM)
 
     gpt2 = GPT2LMHeadModel(GPT2Config(vocab_size=20, n_embd=16, n_layer=1, n_head=2, n_positions=32,
                                       bos_token_id=1, eos_token_id=2))

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from algorithms.base import Context, Group, Revision
-from algorithms.fbos_rl import FBOSConfig, FBOSRL, truncated_is_weight
+from algorithms.fbos_rl import FBOSRL, FBOSConfig, truncated_is_weight
 from suite.types import Batch, Forward
 from tasks.base import Grade, Task
 

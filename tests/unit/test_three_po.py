@@ -1,5 +1,4 @@
-"""CompPO (gated GAE, gates, TAC critic) and 3PO (row assignment, antithetic noise, TIS,
-weights untouched by perturbation, FLOPs equal to GRPO's)."""
+"""3PO: row assignment, antithetic noise, TIS, weights untouched by perturbation, FLOPs equal to GRPO's."""
 
 from __future__ import annotations
 
@@ -9,9 +8,7 @@ import pytest
 import torch
 
 from algorithms.base import ALGORITHMS, Context
-from algorithms.comppo import next_token_values, retention_gate
 from algorithms.three_po import assign_rows, perturbation
-from suite.ops import gae, masked_whiten
 from suite.types import Batch
 
 
@@ -43,64 +40,6 @@ def make(name, **kw):
     return cls(dataclasses.replace(cls.Config(name=name), **kw))
 
 
-def test_gate_formula_by_hand():
-    # c = 0.7, τ = 0.5, κ = 10, g_min = 0.5: g = 0.5 + 0.5·σ(2) = 0.5 + 0.5·0.880797 = 0.940399
-    g = retention_gate(torch.tensor([[0.7, 0.5, 0.3]]), torch.ones(1, 3), 0.5, 10.0, 0.5)
-    torch.testing.assert_close(g, torch.tensor([[0.940399, 0.75, 0.559601]]), atol=1e-6, rtol=0)
-    # τ = None → batch median (0.5): the same numbers
-    torch.testing.assert_close(retention_gate(torch.tensor([[0.7, 0.5, 0.3]]), torch.ones(1, 3), 0.5, 10.0, None), g)
-
-
-def test_next_token_values_skips_masked_tokens():
-    x = torch.tensor([[9.0, 1.0, 2.0, 3.0, 4.0]])
-    mask = torch.tensor([[0.0, 1.0, 0.0, 1.0, 1.0]])
-    # next policy token after t=1 is t=3 (t=2 is an observation); after t=4 none → fill 1
-    assert next_token_values(x, mask).tolist() == [[1.0, 3.0, 3.0, 4.0, 1.0]]
-
-
-def test_constant_gate_recovers_gae_exactly():
-    b = batch()
-    algo = make("comppo", gate="constant", gate_constant=1.0, lam=0.9, gamma=0.95)
-    out = algo.advantages(b, ctx())
-    adv, ret = gae(b.token_rewards, b.values, b.loss_mask, 0.95, 0.9)
-    torch.testing.assert_close(out.adv, masked_whiten(adv, b.loss_mask))
-    torch.testing.assert_close(out.returns, ret)
-
-
-def test_gated_trace_by_hand():
-    # one sequence of 2 policy tokens, γ = λ = 1, V = 0, reward 1 at the last token, gate 0.5 on it:
-    # Â_2 = 1; Â_1 = δ_1 + γλ g_2 Â_2 = 0 + 0.5·1 = 0.5
-    b = batch()
-    mask = torch.tensor([[0, 1, 1, 0, 0]], dtype=torch.float)
-    one = dataclasses.replace(b.select(torch.tensor([1])), loss_mask=mask, values=torch.zeros(1, 5),
-                              token_rewards=torch.tensor([[0, 0, 1.0, 0, 0]]))
-    algo = make("comppo", gate="attention", whiten_adv=False, g_min=0.5, kappa=1e6, tau=0.5)
-    attn = torch.tensor([[0, 0.9, 0.9, 0, 0]])  # c = 0.1 < τ → g = g_min = 0.5
-    out = algo.advantages(dataclasses.replace(one, attn_stat=attn), ctx())
-    torch.testing.assert_close(out.adv[0, 1:3], torch.tensor([0.5, 1.0]))
-
-
-def test_shuffled_gate_permutes_within_each_response_and_position_matches_mean():
-    b = batch()
-    base = make("comppo").gates(b, ctx())
-    shuf = make("comppo", gate="shuffled").gates(b, ctx())
-    for r in range(4):
-        sel = b.loss_mask[r] > 0
-        assert sorted(shuf[r, sel].tolist()) == pytest.approx(sorted(base[r, sel].tolist()))
-    assert not torch.equal(shuf, base)
-    pos = make("comppo", gate="position").gates(b, ctx())
-    m = b.loss_mask
-    assert (pos * m).sum() / m.sum() == pytest.approx(float((base * m).sum() / m.sum()), abs=0.02)
-    assert ((pos[m > 0] >= 0.5 - 1e-6) & (pos[m > 0] <= 1 + 1e-6)).all()
-
-
-def test_critic_switch_selects_the_trainer_critic():
-    assert make("comppo").critic == "mlp_head"
-    assert make("comppo", tac_detach=True).critic == "mlp_head_detached"
-    assert make("comppo", critic="standard").critic == "separate"
-    assert "behav_attn_stat" in make("comppo").needs and "behav_attn_stat" not in make("comppo", gate="constant").needs
-
-
 def test_three_po_row_assignment():
     assert assign_rows(2, 4, 2, "mixed", 0.25) == [1, 2, 1, 2, 1, 2, 1, 2]
     assert assign_rows(3, 2, 2, "per_group", 0.25) == [1, 1, 2, 2, 1, 1]
@@ -130,8 +69,8 @@ def test_three_po_tis_weight_by_hand():
 
 
 def test_perturbation_leaves_trained_weights_bit_identical_and_flops_match_grpo(tmp_path):
-    from suite.runner import execute
     from suite.runfolder import read_jsonl
+    from suite.runner import execute
     from suite.spec import resolve
     from suite.trainer import Trainer
 

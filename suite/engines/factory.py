@@ -1,0 +1,74 @@
+"""Which engine a ``rollout.engine`` setting names, what it can do, and building it.
+
+``auto`` is the kv sampler for the architectures it supports (:data:`KV_ARCHITECTURES`), else
+HF ``generate``. The trainer asks the resolved engine (its class's ``capabilities`` and
+``row_rng``), never its name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from suite.engines.base import KV_ARCHITECTURES
+from suite.errors import BadInput
+
+KV_KINDS = ("kv", "native", "s3r")
+"""The settings whose engine is the hand-written KV forward (Llama-style models only)."""
+
+
+def engine_class(kind: str, model) -> type:
+    """The engine class of ``rollout.engine=kind`` for ``model`` (imports only that engine)."""
+    if kind == "vllm":
+        from suite.engines.vllm import VLLMEngine  # imports vllm itself; BadInput when it or a GPU is missing
+
+        return VLLMEngine
+    if kind == "s3r":
+        from suite.engines.speculative import S3RSampler
+
+        return S3RSampler
+    if kind == "native":
+        from suite.engines.native import NativeKVSampler  # builds its C++ step on first use
+
+        return NativeKVSampler
+    if kind == "kv" or (kind == "auto" and getattr(model.config, "model_type", None) in KV_ARCHITECTURES):
+        from suite.engines.kv import KVSampler
+
+        return KVSampler
+    from suite.engines.hf import HFGenerateEngine
+
+    return HFGenerateEngine
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """A resolved ``rollout.engine``: its class, what it records, whether it takes row noise."""
+
+    cls: type
+    capabilities: frozenset[str]
+    row_rng: bool
+
+
+def resolve_engine(kind: str, model) -> EngineInfo:
+    """The engine ``kind`` would build for ``model``, checked before any is built: BadInput
+    when the architecture is not one the KV forward supports, or when vLLM or a GPU is missing."""
+    arch = getattr(model.config, "model_type", None)
+    if kind in KV_KINDS and arch not in KV_ARCHITECTURES:
+        raise BadInput(f"rollout.engine={kind} supports {', '.join(KV_ARCHITECTURES)} models, "
+                       f"not '{arch}'; use rollout.engine=hf or auto")
+    if kind == "vllm":
+        from suite.engines.vllm import require_vllm
+
+        require_vllm()  # BadInput (exit 2) when vllm or a CUDA device is missing
+    cls = engine_class(kind, model)
+    return EngineInfo(cls, frozenset(cls.capabilities), bool(getattr(cls, "row_rng", False)))
+
+
+def make_engine(kind: str, model, tokenizer, rollout=None):
+    """``kv`` / ``native`` / ``hf`` / ``s3r`` / ``vllm`` / ``auto`` (kv for supported architectures, else hf)."""
+    cls = engine_class(kind, model)
+    if kind == "vllm":
+        return cls(model, tokenizer, rollout)
+    if kind == "s3r":
+        kw = dict(gamma=rollout.s3r_gamma, sink=rollout.s3r_sink, window=rollout.s3r_window) if rollout else {}
+        return cls(model, tokenizer, **kw)
+    return cls(model, tokenizer)

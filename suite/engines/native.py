@@ -1,0 +1,223 @@
+"""``rollout.engine=native``: the kv sampler with its forward and token loop in C++ (CPU, fp32).
+
+At the sizes of the embedded default and the CPU benchmarks a decode step is a few dozen
+small tensor ops whose cost is the per-op round trip (Python, the dispatcher, a temporary
+each), not arithmetic: the eager step of the vs_trl model (hidden 128, batch 32) takes about
+1.2 ms for 34 MFLOP. :class:`NativeKVSampler` keeps everything of :class:`~suite.engines.kv.KVSampler`
+(prefill, shared-prompt prefill, the sampling rules, stop handling, row compaction, weight sync)
+and moves two things to ``suite/native/kv_decode.cpp``:
+
+* the forward of new tokens (one per row in decoding, the prompt in a prefill): RMSNorm, RoPE,
+  the cache write, attention over the cached keys (its (row, head) pairs across torch's
+  threads) and the SwiGLU activation are loops (AVX-512 where the CPU has it, checked at run
+  time; plain loops and ATen's kernels elsewhere), and the
+  matmuls are MKL/oneDNN GEMMs on weights transposed once per weight sync (``[in, out]``: 172
+  vs 287 µs for the step's matmuls on the vs_trl shape at 2 threads, against ``at::linear`` on
+  ``[out, in]``);
+* the token loop (``generate_loop``) in the common case — noise from a ``torch.Generator`` or
+  greedy, no top-p/top-k, no stop strings, no top-K outputs, no attention statistic: the same
+  ATen ops on the same generator as :func:`~suite.engines.sampling.sample_step` and the tracker, so it
+  samples exactly what the Python loop over the same step samples (tested bit for bit), with
+  no Python per token. Other settings run the Python loop over the C++ step.
+
+The transposed copies double the engine's weight memory.
+
+Numerics: fp32 throughout like the eager step, but not bit-identical to it (other summation
+orders in the norms, the attention softmax and the GEMMs; differences of order 1e-6 in the logits,
+tested against the HF forward), so it is its own engine value and its runs have their own
+run ids. The AVX-512 and the plain loops differ at the same order (the exp, the summation
+order), so a run's numbers depend on the CPU as MKL's already do. Prompts (prefills) up to
+``long_prefill`` slots run through the same C++ forward, several tokens per sequence at once;
+longer ones, and calls that need the attention statistic (``behav_attn_stat``), go through the
+eager forward.
+
+Built on first use with ``torch.utils.cpp_extension`` (a C++ compiler and ninja; about 16 s
+once, then cached under ``$TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``, by
+source, torch version and flags); compiled with ``-O3`` (and ``-fopenmp`` on Linux, sharing
+torch's OpenMP runtime) and no ``-march`` — the AVX-512 code sits in functions picked at run
+time — so a cache shared across machines stays valid.
+Refused with one message where it cannot serve: a CUDA device or non-fp32 weights (use
+``rollout.engine=kv``), an activation other than SiLU/GELU/ReLU, or no compiler / ninja.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from suite.errors import BadInput
+from suite.engines.base import KV_ARCHITECTURES, GenOutput, SamplingParams, _TensorTracker
+from suite.engines.kv import KVSampler
+
+SOURCE = Path(__file__).parent.parent / "native" / "kv_decode.cpp"
+ACTIVATIONS = {"silu": 0, "swish": 0, "gelu": 1, "gelu_pytorch_tanh": 2, "gelu_new": 2, "relu": 3}
+"""``config.hidden_act`` values the C++ step implements (→ its activation code)."""
+
+_EXT = None
+
+
+def _ninja() -> Optional[str]:
+    found = shutil.which("ninja")
+    if found:
+        return found
+    try:
+        import ninja  # the PyPI wheel (a dependency): its binary may sit outside PATH
+
+        return os.path.join(ninja.BIN_DIR, "ninja")
+    except ImportError:
+        return None
+
+
+def cxx_compiler() -> Optional[str]:
+    """The C++ compiler torch's builders can use: ``$CXX``, else ``c++``, ``g++`` or ``clang++``
+    from PATH (None when there is none)."""
+    return os.environ.get("CXX") or next((c for c in ("c++", "g++", "clang++") if shutil.which(c)), None)
+
+
+def load_extension():
+    """The compiled module (built once per process; cached on disk by source, torch version and
+    build flags)."""
+    global _EXT
+    if _EXT is not None:
+        return _EXT
+    # torch.utils.cpp_extension builds with $CXX, else `c++`: point $CXX at g++/clang++ where
+    # only those exist
+    cxx = cxx_compiler()
+    if cxx is None:
+        raise BadInput("rollout.engine=native compiles its decode step with a C++ compiler (g++, clang++ or $CXX), "
+                       "and none was found; install one or use rollout.engine=kv")
+    os.environ.setdefault("CXX", cxx)
+    nj = _ninja()
+    if nj is None:
+        raise BadInput("rollout.engine=native builds its decode step with ninja, which was not found "
+                       "(pip install ninja); or use rollout.engine=kv")
+    if shutil.which("ninja") is None:  # cpp_extension runs `ninja` from PATH
+        os.environ["PATH"] = os.path.dirname(nj) + os.pathsep + os.environ.get("PATH", "")
+    from torch.utils.cpp_extension import load
+
+    # OpenMP on Linux (the extension then shares torch's OpenMP runtime, as inductor's compiled
+    # kernels do); elsewhere only the simd pragmas
+    cflags = ["-O3", "-fopenmp" if sys.platform.startswith("linux") else "-fopenmp-simd"]
+    ldflags = ["-fopenmp"] if "-fopenmp" in cflags else []
+    digest = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + " ".join(cflags).encode()).hexdigest()[:12]
+    try:
+        _EXT = load(name=f"rlsuite_kv_decode_{digest}", sources=[str(SOURCE)], extra_cflags=cflags,
+                    extra_ldflags=ldflags, verbose=False)
+    except Exception as e:  # a failed build: the compiler's own error lines, and the way out
+        lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+        errors = [ln for ln in lines if ": error" in ln or ": fatal error" in ln] or lines[-3:] or [type(e).__name__]
+        raise BadInput(f"rollout.engine=native could not build {SOURCE.name}: {' | '.join(errors[:5])}; "
+                       f"use rollout.engine=kv") from e
+    return _EXT
+
+
+def supported(model) -> Optional[str]:
+    """Why the native step cannot serve ``model`` (None when it can)."""
+    arch = getattr(model.config, "model_type", None)
+    if arch not in KV_ARCHITECTURES:
+        return f"'{arch}' models (it supports {', '.join(KV_ARCHITECTURES)}; use rollout.engine=hf or auto)"
+    p = next(model.parameters())
+    if p.device.type != "cpu":
+        return f"a model on {p.device.type} (the native decode step is for the CPU; use rollout.engine=kv)"
+    if p.dtype != torch.float32:
+        return f"{p.dtype} weights (the native decode step is fp32; use rollout.engine=kv)"
+    act = getattr(model.config, "hidden_act", "silu")
+    if act not in ACTIVATIONS:
+        return f"the activation {act!r} (supported: {', '.join(sorted(ACTIVATIONS))}; use rollout.engine=kv)"
+    return None
+
+
+class NativeKVSampler(KVSampler):
+    """:class:`~suite.engines.kv.KVSampler` whose forward (prefills up to ``long_prefill`` slots,
+    decode steps) and token loop run in C++ (see the module docstring)."""
+
+    def __init__(self, model, tokenizer) -> None:
+        why = supported(model)
+        if why is not None:
+            raise BadInput(f"rollout.engine=native cannot serve {why}")
+        self._ext = load_extension()
+        self._act_code = ACTIVATIONS[getattr(model.config, "hidden_act", "silu")]
+        super().__init__(model, tokenizer)
+
+    simd = True
+    """Run the AVX-512 loops where the CPU has them (False: the plain loops and ATen's kernels,
+    which every CPU runs; the tests run both)."""
+
+    def _sources(self) -> list[Optional[Tensor]]:
+        """The tensors of ``_flat`` before transposing: per layer (ln1, qkv_w, qkv_b, o_w, o_b,
+        ln2, gu_w, gu_b, down_w, down_b), then the LM head."""
+        return [t for layer in self._layers for t in layer] + [self.w["lm_head.weight"]]
+
+    _TRANSPOSED = (1, 3, 6, 8)
+    """Positions within a layer's ten tensors that the C++ step takes transposed ([in, out]:
+    the layout its GEMMs run fastest on, see kv_decode.cpp)."""
+
+    def _transposed(self, i: int) -> bool:
+        return i % 10 in self._TRANSPOSED or i == len(self._layers) * 10  # the LM head too
+
+    def _fuse(self) -> None:
+        super()._fuse()
+        empty = torch.empty(0)
+        flat = [empty if t is None else t.t().contiguous() if self._transposed(i) else t.contiguous()
+                for i, t in enumerate(self._sources())]
+        self._flat, self._head_t = flat[:-1], flat[-1]
+
+    def _refresh(self) -> None:
+        """An in-place weight load: the transposed copies are refreshed in place (the other
+        entries are the engine's own tensors, already updated)."""
+        for i, (t, dst) in enumerate(zip(self._sources(), self._flat + [self._head_t])):
+            if t is not None and dst.data_ptr() != t.data_ptr():
+                dst.copy_(t.t() if self._transposed(i) else t)
+
+    long_prefill = 256
+    """Prefills wider than this many slots run through the eager forward: the C++ attention is
+    quadratic loops where SDPA's fused kernel wins on long prompts (tiny model, 2 threads: the
+    C++ prefill 0.38 vs 1.04 ms at 4 × 6 tokens, 9.3 vs 11.8 ms at 8 × 128, 33.8 vs 31.4 ms at
+    4 × 512)."""
+
+    native_loop = True
+    """Run the token loop in C++ where it can (False: always the Python loop; the tests compare
+    the two)."""
+
+    def _decode(self, params: SamplingParams, generator, want_attn: bool, limits: list[int], cache: list[list[Tensor]],
+                logits: Tensor, attn: Optional[Tensor], key_mask: Tensor, next_pos: Tensor, W: int) -> GenOutput:
+        """The token loop in C++ (``generate_loop``: sampling, stop bookkeeping, row compaction
+        and the decode step in one call, no Python per token) where it has the Python loop's
+        exact semantics: noise from a ``torch.Generator`` (or greedy), no top-p/top-k, no stop
+        strings, no top-K outputs, no attention statistic. Anything else: the Python loop."""
+        plain = (self.native_loop and not want_attn and not params.stop_strings and not params.topk and params.top_p >= 1.0
+                 and not (params.top_k and params.top_k < logits.shape[-1])
+                 and (isinstance(generator, torch.Generator) or (generator is None and params.temperature == 0))
+                 and torch.get_default_dtype() == torch.float32)  # sample_step's torch.rand draws in it
+        if not plain:
+            return super()._decode(params, generator, want_attn, limits, cache, logits, attn, key_mask, next_pos, W)
+        stop = torch.tensor(sorted(set(params.stop_ids)), dtype=torch.long)
+        toks, lps, count, eos = self._ext.generate_loop(
+            logits, next_pos, key_mask.bool().contiguous(), W, max(limits) if limits else 0,
+            torch.tensor(limits, dtype=torch.long), stop, float(params.temperature), generator, float(self.compact_frac),
+            [c for layer in cache for c in layer], *self._model_args())
+        return _TensorTracker.assemble(params, count, eos, toks, lps, lps)  # no truncation: trunc_logp = logp
+
+    def _model_args(self) -> tuple:
+        """The C++ functions' model arguments: (layers, embedding, final norm, head [in, out],
+        RoPE cos, signed sin, heads, key/value heads, head dim, eps, activation code, simd)."""
+        cos_t, sin_t = self._rope_table
+        return (self._flat, self.w["embed_tokens.weight"], self.w["norm.weight"], self._head_t, cos_t, sin_t,
+                self.n_heads, self.n_kv, self.head_dim, float(self.eps), self._act_code, self.simd)
+
+    def _forward(self, ids: Tensor, pos: Tensor, cache: list[list[Tensor]], start: int, allowed: Tensor,
+                 key_mask: Tensor, want_attn: bool = False) -> tuple[Tensor, Optional[Tensor]]:
+        if want_attn or (ids.shape[1] > 1 and start + ids.shape[1] > self.long_prefill):
+            return super()._forward(ids, pos, cache, start, allowed, key_mask, want_attn)
+        # the key mask itself: the C++ step applies the causal rule and lets a query see itself,
+        # which is what `allowed` encodes
+        logits = self._ext.decode(ids, pos, key_mask.bool().contiguous(), start, [c for layer in cache for c in layer],
+                                  *self._model_args())
+        return logits, None

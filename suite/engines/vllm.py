@@ -1,0 +1,332 @@
+"""vLLM rollout engine (``rollout.engine=vllm``, the ``vllm`` extra). UNTESTED in this project's CI.
+
+Written against the documented API of vLLM 0.10.2 – 0.33 (the V1 engine): ``vllm.LLM``,
+``SamplingParams``, ``LLM.generate``, ``LLM.apply_model``, ``LLM.reset_prefix_cache`` and the
+engine argument ``logprobs_mode``. Nothing here has run against a real vLLM: the machines this
+project is developed and tested on have no GPU and cannot install vLLM. What *is* tested
+(``tests/unit/test_vllm_engine.py``) is the import guard, the conversion of vLLM's outputs
+into :class:`suite.engines.base.GenOutput` on objects shaped like vLLM's, the mapping of our
+sampling parameters, the per-request seeds and the weight bookkeeping, with a fake ``LLM``.
+
+Same interface as the engines in :mod:`suite.engines`: ``generate(prompts, params, generator,
+want_attn=False, limits=None) → GenOutput``, ``load_weights(state, version)``, ``state()``,
+``version``, ``capabilities`` (``behav_logp`` and ``topk``; no ``behav_attn_stat``).
+
+How it maps onto vLLM:
+
+* **μ log-probs.** The engine is built with ``logprobs_mode="processed_logprobs"``, so the
+  log-prob vLLM returns is ``log_softmax`` of the logits *after* temperature and top-k/top-p
+  (``vllm/v1/sample/ops/topk_topp_sampler.py``; the default ``raw_logprobs`` ignores the
+  temperature). Without truncation (``top_p = 1``, ``top_k = 0``) that *is* μ's untruncated
+  log-prob, log_softmax(logits / T), and equals ``trunc_logp``; at temperature 0 (greedy) it is
+  log_softmax(logits), as in the other engines. With truncation vLLM only reports the
+  truncated distribution, so ``trunc_logp`` is exact and ``logp`` / ``topk_logp`` are NaN
+  (never a silently wrong number); training therefore refuses ``rollout.engine=vllm`` with
+  ``top_p < 1`` or ``top_k > 0`` (:func:`suite.config.check_ranges`); evals, which use only the
+  texts, may truncate.
+* **Top-K** (``SamplingParams(logprobs=K)``): vLLM returns the K most likely tokens plus the
+  sampled one; the K best by log-prob are kept (ids ``[n, K]``, log-probs ``[n, K]``).
+* **Stops**: ``stop_token_ids`` = our stop ids with ``ignore_eos=True`` (so only our ids stop a
+  sample, as in the other engines); the stop token is kept. Stop strings (multi-turn tools) use
+  vLLM's ``stop`` with ``include_stop_str_in_output``; vLLM matches a stop string anywhere in
+  the newly decoded text, the KV sampler only at its end (a rare difference when one token
+  contains a stop string followed by more characters). Reasons: ``eos`` when the last token is
+  a stop id, ``string`` when vLLM finished on a stop string, else ``length``.
+* **Seeds**: one seed per request, drawn from the run's ``generator`` (``SamplingParams.seed``),
+  so a run is reproducible as far as vLLM's kernels are for the same batch (they are not
+  batch-invariant by default, so bitwise equality with the CPU engines is not expected).
+* **Weights**: vLLM is started from the policy's config and tokenizer, written to a temporary
+  folder, with ``load_format="dummy"``; the trainer's weights are then pushed with
+  ``LLM.apply_model(lambda m: m.load_weights(...))`` (vLLM's own HF-name weight loader, which
+  fuses q/k/v and gate/up). The engine core runs in this process
+  (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so tensors are passed by reference, and the prefix
+  cache is reset after every push (cached KV of old weights must not be reused). ``state()``
+  returns a CPU copy of the last weights loaded. One vLLM instance per process and
+  architecture is shared by every ``VLLMEngine`` (the trainer builds a second engine for evals
+  when the behaviour policy is stale): each engine keeps its own CPU copy and re-pushes it when
+  another engine's weights are on the GPU.
+* **Memory**: ``rollout.vllm_gpu_memory`` is vLLM's ``gpu_memory_utilization`` (weights + KV
+  cache); the trainer's model, optimizer and activations must fit in the rest of the GPU.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import math
+import os
+import random
+import tempfile
+import typing
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import torch
+from torch import Tensor
+
+from suite.errors import BadInput
+from suite.engines.base import GenOutput, NoStats, SamplingParams
+
+VLLM_MIN_VERSION = "0.10.2"
+"""``logprobs_mode`` (temperature-scaled log-probs) first appeared in vLLM 0.10.2."""
+INSTALL_HINT = 'pip install -e ".[vllm]" on a machine with a CUDA GPU'
+_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+_uid = itertools.count(1)
+
+
+def _alternatives() -> str:
+    from suite.config import RolloutConfig
+
+    engines = typing.get_args(typing.get_type_hints(RolloutConfig)["engine"])
+    return ", ".join(e for e in engines if e != "vllm")
+
+
+def require_vllm():
+    """Import vLLM and check for a CUDA device; return the ``vllm`` module.
+
+    Raises :class:`BadInput` (CLI exit 2) with one message naming the problem, the fix and the
+    other engines when vLLM is missing, broken, too old, or no CUDA device is visible.
+    """
+    try:
+        import vllm
+    except Exception as e:  # noqa: BLE001 - a missing package and a broken install read the same to the user
+        raise BadInput(f"rollout.engine=vllm needs the 'vllm' package, which cannot be imported here "
+                       f"({type(e).__name__}: {e}); install it with `{INSTALL_HINT}`, or choose another "
+                       f"rollout.engine: {_alternatives()}") from None
+    from packaging.version import InvalidVersion, Version
+
+    found = getattr(vllm, "__version__", "0")
+    try:
+        too_old = Version(found) < Version(VLLM_MIN_VERSION)
+    except InvalidVersion:
+        too_old = False
+    if too_old:
+        raise BadInput(f"rollout.engine=vllm needs vllm>={VLLM_MIN_VERSION} (logprobs_mode), found {found}; "
+                       f"upgrade with `{INSTALL_HINT}`, or choose another rollout.engine: {_alternatives()}")
+    if not torch.cuda.is_available():
+        raise BadInput(f"rollout.engine=vllm needs a CUDA GPU and none is visible (torch.cuda.is_available() "
+                       f"is False); run on a CUDA machine, or choose another rollout.engine: {_alternatives()}")
+    return vllm
+
+
+# ---------------------------------------------------------------------------------------
+# Pure conversions (tested without vLLM on objects with vLLM's attribute names).
+
+
+def exact_logp(params: SamplingParams) -> bool:
+    """Whether vLLM's processed log-probs are μ's untruncated ones for these parameters."""
+    return params.temperature == 0 or (params.top_p >= 1.0 and params.top_k <= 0)
+
+
+def vllm_sampling_kwargs(params: SamplingParams, limit: int, seed: Optional[int]) -> dict[str, Any]:
+    """Keyword arguments of ``vllm.SamplingParams`` for one request (``limit`` ≥ 1 new tokens)."""
+    if 0 < params.temperature < 1e-2:
+        raise ValueError(f"vLLM raises temperatures below 0.01 to 0.01; got {params.temperature}")
+    return dict(
+        n=1, max_tokens=int(limit), temperature=float(params.temperature), top_p=float(params.top_p),
+        top_k=int(params.top_k) if params.top_k > 0 else -1,  # -1 = off in every vLLM version (0 only in newer ones)
+        min_p=0.0, presence_penalty=0.0, frequency_penalty=0.0, repetition_penalty=1.0,
+        seed=seed, stop_token_ids=list(params.stop_ids), ignore_eos=True,
+        stop=list(params.stop_strings) or None, include_stop_str_in_output=True,
+        logprobs=int(params.topk), detokenize=bool(params.stop_strings), skip_special_tokens=False,
+    )
+
+
+def convert_outputs(request_outputs: Sequence[Any], params: SamplingParams, limits: Sequence[int]) -> GenOutput:
+    """vLLM ``RequestOutput`` objects → :class:`GenOutput`.
+
+    ``request_outputs``: one per sample whose limit is ≥ 1, in prompt order (samples with no
+    tokens left were not submitted and come back empty, reason ``length``). Each has
+    ``outputs[0]`` with ``token_ids``, ``logprobs`` (per generated token a mapping token id →
+    object with ``.logprob`` and ``.rank``), ``finish_reason`` (``stop``/``length``) and
+    ``stop_reason``.
+    """
+    K, exact, stop_ids = params.topk, exact_logp(params), set(params.stop_ids)
+    it = iter(request_outputs)
+    ids, logp, trunc, reasons, tk_ids, tk_lp = [], [], [], [], [], []
+    for b, limit in enumerate(limits):
+        if limit <= 0:
+            for acc in (ids, logp, trunc):
+                acc.append([])
+            reasons.append("length")
+            if K:
+                tk_ids.append(torch.zeros(0, K, dtype=torch.long))
+                tk_lp.append(torch.zeros(0, K))
+            continue
+        try:
+            comp = next(it).outputs[0]
+        except StopIteration:
+            raise RuntimeError(f"vLLM returned fewer outputs than submitted prompts (none for sample {b})") from None
+        toks = [int(t) for t in comp.token_ids]
+        lps = comp.logprobs
+        if lps is None or len(lps) != len(toks):
+            raise RuntimeError(f"sample {b}: vLLM returned log-probs for {0 if lps is None else len(lps)} of "
+                               f"{len(toks)} tokens (the engine must request logprobs)")
+        if len(toks) > limit:
+            raise RuntimeError(f"sample {b}: vLLM generated {len(toks)} tokens, more than the limit {limit}")
+        if comp.finish_reason not in ("stop", "length"):
+            raise RuntimeError(f"sample {b}: vLLM finished with {comp.finish_reason!r} (aborted?)")
+        tl = [float(lps[i][t].logprob) for i, t in enumerate(toks)]
+        ids.append(toks)
+        trunc.append(tl)
+        logp.append(tl if exact else [math.nan] * len(toks))
+        if toks and toks[-1] in stop_ids:
+            reasons.append("eos")
+        elif comp.finish_reason == "stop":
+            reasons.append("string")
+        else:
+            reasons.append("length")
+        if K:
+            rows_i, rows_v = [], []
+            for i in range(len(toks)):
+                best = sorted(lps[i].items(), key=lambda kv: (-float(kv[1].logprob), kv[1].rank or 0))[:K]
+                if len(best) < K:
+                    raise RuntimeError(f"sample {b}, token {i}: vLLM returned {len(best)} log-probs, fewer than K={K}")
+                rows_i.append([int(t) for t, _ in best])
+                rows_v.append([float(lp.logprob) for _, lp in best])
+            ti = torch.tensor(rows_i, dtype=torch.long).reshape(len(toks), K)
+            tv = torch.tensor(rows_v, dtype=torch.float).reshape(len(toks), K)
+            tk_ids.append(ti)
+            tk_lp.append(tv if exact else torch.full_like(tv, math.nan))
+    if next(it, None) is not None:
+        raise RuntimeError("vLLM returned more outputs than submitted prompts")
+    return GenOutput(ids=ids, logp=logp, trunc_logp=trunc, stopped=[r != "length" for r in reasons],
+                     stop_reason=reasons, topk_ids=tk_ids if K else None, topk_logp=tk_lp if K else None,
+                     attn_stat=None)
+
+
+# ---------------------------------------------------------------------------------------
+# The engine
+
+
+@dataclass
+class _Shared:
+    """One vLLM instance per process and architecture, and whose weights it holds now."""
+
+    llm: Any
+    tmpdir: Any = None
+    holder: Optional[tuple[int, int]] = None
+    """(engine uid, that engine's load counter) of the weights on the GPU."""
+    max_logprobs: int = 20
+
+
+_SHARED: dict[str, _Shared] = {}
+
+
+@contextmanager
+def _keep_global_rng():
+    """vLLM seeds the global RNGs when it starts; the trainer's global state is put back."""
+    py = random.getstate()
+    try:
+        import numpy as np
+
+        npst = np.random.get_state()
+    except ImportError:  # pragma: no cover
+        np = npst = None
+    try:
+        with torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []):
+            yield
+    finally:
+        random.setstate(py)
+        if np is not None:
+            np.random.set_state(npst)
+
+
+def _build_llm(vllm, model, tokenizer, rollout) -> _Shared:
+    cfg = copy.deepcopy(model.config)
+    if not getattr(cfg, "architectures", None):
+        cfg.architectures = [type(model).__name__]  # set by save_pretrained; models built from a config lack it
+    tmp = tempfile.TemporaryDirectory(prefix="rlsuite-vllm-")
+    cfg.save_pretrained(tmp.name)
+    tokenizer.save_pretrained(tmp.name)
+    dtype = _DTYPES.get(next(model.parameters()).dtype, "float32")
+    max_logprobs = max(20, int(getattr(rollout, "topk", 0) or 0))
+    # The engine core must live in this process: weights are pushed by reference via apply_model.
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    with _keep_global_rng():
+        llm = vllm.LLM(
+            model=tmp.name, tokenizer=tmp.name, dtype=dtype, load_format="dummy", seed=0,
+            generation_config="vllm",  # no sampling defaults (e.g. repetition_penalty) from the model folder
+            logprobs_mode="processed_logprobs", max_logprobs=max_logprobs,
+            gpu_memory_utilization=float(getattr(rollout, "vllm_gpu_memory", 0.3)),
+        )
+    return _Shared(llm=llm, tmpdir=tmp, max_logprobs=max_logprobs)
+
+
+class VLLMEngine(NoStats):
+    """Rollouts with vLLM on the engine's own copy of the weights (see the module docstring)."""
+
+    capabilities = frozenset({"behav_logp", "topk"})
+
+    def __init__(self, model, tokenizer, rollout=None, *, llm=None, vllm_module=None) -> None:
+        """``llm`` / ``vllm_module``: injected fakes for tests; otherwise vLLM is imported
+        (:func:`require_vllm`) and one instance per architecture is started or reused."""
+        self.vllm = vllm_module if vllm_module is not None else require_vllm()
+        self.tok = tokenizer
+        self.uid, self._loads = next(_uid), 0
+        if llm is not None:
+            self.shared = _Shared(llm=llm, max_logprobs=max(20, int(getattr(rollout, "topk", 0) or 0)))
+        else:
+            dtype = _DTYPES.get(next(model.parameters()).dtype, "float32")
+            key = json.dumps([model.config.to_dict(), dtype, type(model).__name__], sort_keys=True, default=str)
+            if key not in _SHARED:
+                _SHARED[key] = _build_llm(self.vllm, model, tokenizer, rollout)
+            self.shared = _SHARED[key]
+        self.version = 0
+        self._cpu: dict[str, Tensor] = {}
+        self.load_weights(model.state_dict(), 0)
+
+    # -- weights -------------------------------------------------------------------------
+    def _push(self, state: dict[str, Tensor]) -> None:
+        items = [(k, v.detach()) for k, v in state.items()]
+
+        def load(model):
+            model.load_weights(iter(items))  # vLLM's loader takes HF names; it returns the names loaded
+
+        self.shared.llm.apply_model(load)
+        if hasattr(self.shared.llm, "reset_prefix_cache"):
+            self.shared.llm.reset_prefix_cache()  # KV cached under the old weights must not be reused
+
+    def load_weights(self, state: dict[str, Tensor], version: int) -> None:
+        """Copy ``state`` (a full or partial policy state dict, HF names) into vLLM and keep a CPU copy."""
+        current = self.shared.holder == (self.uid, self._loads)
+        self._cpu.update({k: v.detach().to("cpu", copy=True) for k, v in state.items()})
+        self._push(state if current else self._cpu)  # another engine's weights are on the GPU: push all of ours
+        self._loads += 1
+        self.shared.holder = (self.uid, self._loads)
+        self.version = version
+
+    def state(self) -> dict[str, Tensor]:
+        return {k: v.clone() for k, v in self._cpu.items()}
+
+    # -- generation ----------------------------------------------------------------------
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams,
+                 generator: Optional[torch.Generator] = None, want_attn: bool = False,
+                 limits: Optional[Sequence[int]] = None) -> GenOutput:
+        if want_attn:
+            raise ValueError("vLLM cannot return attention statistics; use rollout.engine=kv")
+        if params.topk > self.shared.max_logprobs:
+            raise ValueError(f"rollout.topk={params.topk} exceeds the vLLM engine's max_logprobs "
+                             f"({self.shared.max_logprobs})")
+        limits = list(limits) if limits is not None else [params.max_new_tokens] * len(prompts)
+        n = len(prompts)
+        # One seed per sample from the run's generator (drawn for every sample, so the generator
+        # advances the same way whatever the limits are); below 2**31, whatever integer type vLLM keeps seeds in.
+        seeds = torch.randint(0, 2**31 - 1, (n,), generator=generator).tolist() \
+            if generator is not None and params.temperature > 0 else [None] * n
+        active = [b for b in range(n) if limits[b] > 0]
+        if self.shared.holder != (self.uid, self._loads):
+            self._push(self._cpu)  # another engine (e.g. the eval engine) used the shared instance
+            self.shared.holder = (self.uid, self._loads)
+        outs = []
+        if active:
+            sp = [self.vllm.SamplingParams(**vllm_sampling_kwargs(params, limits[b], seeds[b])) for b in active]
+            outs = self.shared.llm.generate([{"prompt_token_ids": list(prompts[b])} for b in active], sp,
+                                            use_tqdm=False)
+        return convert_outputs(outs, params, limits)
+
+
+__all__ = ["VLLMEngine", "require_vllm", "convert_outputs", "vllm_sampling_kwargs", "exact_logp", "VLLM_MIN_VERSION"]

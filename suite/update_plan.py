@@ -1,0 +1,58 @@
+"""Step 6's plan: the learning-rate schedule, the micro-batches of a minibatch per data-parallel
+rank, and the token positions its training forwards compute (charged as FLOPs)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from suite.fast_forward import shared_positions
+from suite.types import Batch, real_width
+
+
+def lr_factor(optim, updates: float, progress: float) -> float:
+    """The learning-rate multiplier: linear warm-up over ``optim.warmup_updates``, then ``optim.schedule``."""
+    o, u = optim, updates
+    if o.warmup_updates and u < o.warmup_updates:
+        return (u + 1) / o.warmup_updates
+    p = progress
+    return {"constant": 1.0, "linear": 1.0 - p, "cosine": 0.5 * (1 + math.cos(math.pi * p))}[o.schedule]
+
+
+def micro_batches(mb: Batch, world_size: int, train) -> list[list[torch.Tensor]]:
+    """Per rank, the row indices of its micro-batches of minibatch ``mb``: the rank's
+    contiguous shard in ``train.micro_batch_size`` chunks, its rows ordered longest first
+    under ``train.bucket_by_length`` (stable, so equal lengths keep their order)."""
+    n, size, t = mb.batch_size, world_size, train
+    dev = mb.tokens.device
+    plan = []
+    for r in range(size):
+        lo_r, hi_r = n * r // size, n * (r + 1) // size
+        rows = torch.arange(lo_r, hi_r, device=dev)
+        if t.bucket_by_length:  # by the last real column: what trimming a micro-batch keeps
+            am = mb.attn_mask[lo_r:hi_r]
+            last = (am * torch.arange(1, am.shape[1] + 1, device=dev)).amax(-1)
+            rows = rows[torch.argsort(last, descending=True, stable=True)]
+        micro = t.micro_batch_size or max(1, hi_r - lo_r)
+        plan.append(list(torch.split(rows, micro)) if len(rows) else [])  # an empty shard: no micro-batch
+    return plan
+
+
+def computed_positions(model, mb: Batch, plan: list[list[torch.Tensor]], prompt_width: int,
+                       want: frozenset[str], bucket_by_length: bool) -> int:
+    """Real token positions the training forwards of minibatch ``mb`` compute, over all
+    ranks' micro-batches ``plan`` (the same number on every rank): all of them, less the
+    prompt positions that ``train.share_prefix`` computes once per group within a micro-batch
+    (as the forward of each, trimmed under ``train.bucket_by_length``, actually does)."""
+    total = int(mb.attn_mask.sum())
+    if not prompt_width:
+        return total
+    for rows in (r for rank in plan for r in rank):
+        tokens, attn = mb.tokens[rows], mb.attn_mask[rows]
+        if bucket_by_length:
+            width = real_width(attn)
+            tokens, attn = tokens[:, :width], attn[:, :width]
+        total -= shared_positions(model, want, tokens, attn, prompt_width)
+    return total
+

@@ -1,0 +1,90 @@
+"""CLI wiring (issue 17 §4): subcommands registered explicitly, a missing optional extra gives one
+message naming it (exit 2), no import cycle between the CLI, the sweeps and the engine; and the
+deprecated ``algo.clip_eps`` alias (§7)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from suite.cli import COMMANDS, build_parser, main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_subcommand_is_registered():
+    sub = next(a for a in build_parser()._actions if a.dest == "cmd")
+    assert set(sub.choices) == set(COMMANDS) >= {"run", "eval", "list", "warmstart", "sweep", "quickstart", "report"}
+
+
+def test_report_without_the_report_extra_names_it_and_exits_2(monkeypatch, tmp_path, capsys):
+    for mod in [m for m in sys.modules if m.split(".")[0] in ("seaborn", "matplotlib")
+                or m in ("reports.build", "reports.figures")]:
+        monkeypatch.delitem(sys.modules, mod)
+    monkeypatch.setitem(sys.modules, "seaborn", None)  # import seaborn raises ImportError
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["report", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and 'pip install -e ".[report]"' in err[0], err
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    """Modules a file imports, at any depth of its code (function-level imports too)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.add(node.module)
+            out |= {f"{node.module}.{a.name}" for a in node.names}
+    return out
+
+
+def test_no_import_cycle_between_cli_sweeps_and_tune():
+    mods = ["suite.cli", "sweeps.cli", "sweeps.tune", "sweeps.launch", "sweeps.spec", "reports.cli"]
+    graph = {m: {n for n in _top_level_imports(ROOT / (m.replace(".", "/") + ".py")) if n in mods and n != m}
+             for m in mods}
+    assert "suite.cli" not in set().union(*(graph[m] for m in mods if m != "suite.cli")), graph
+
+    def reach(m, seen):
+        for n in graph[m]:
+            if n not in seen:
+                seen.add(n)
+                reach(n, seen)
+        return seen
+
+    assert not [m for m in mods if m in reach(m, set())], graph
+
+
+def test_importing_each_cli_module_alone_works_and_the_engine_never_imports_the_cli():
+    code = ("import sys; import {m}; print(json.dumps(sorted(k for k in sys.modules "
+            "if k.split('.')[0] in ('suite', 'sweeps', 'reports'))))")
+    for m in ("sweeps.cli", "sweeps.tune", "suite.cli"):
+        res = subprocess.run([sys.executable, "-c", "import json; " + code.format(m=m)], capture_output=True,
+                             text=True, cwd=ROOT)
+        assert res.returncode == 0, res.stderr
+        loaded = json.loads(res.stdout)
+        if m != "suite.cli":
+            assert "suite.cli" not in loaded, (m, loaded)
+
+
+def test_clip_eps_alias_sets_both_bounds_with_one_deprecation_line(capsys):
+    import suite.config as config
+    from suite.spec import resolve
+
+    config._ALIAS_WARNED.discard("clip_eps")
+    a = resolve("arith", "rloo", "tiny", 0, sets=[("algo.clip_eps", 0.1)])
+    b = resolve("arith", "grpo", "tiny", 0, sets=[("algo.clip_eps", 0.3)])
+    assert (a.algo.clip_eps_low, a.algo.clip_eps_high) == (0.1, 0.1)
+    assert (b.algo.clip_eps_low, b.algo.clip_eps_high) == (0.3, 0.3)
+    err = [ln for ln in capsys.readouterr().err.splitlines() if "deprecated" in ln]
+    assert len(err) == 1 and "algo.clip_eps_low and algo.clip_eps_high" in err[0]
+    new = resolve("arith", "rloo", "tiny", 0, sets=[("algo.clip_eps_low", 0.1), ("algo.clip_eps_high", 0.1)])
+    assert new.run_id == a.run_id
+    with pytest.raises(Exception):
+        resolve("arith", "rloo", "tiny", 0, sets=[("algo.clip_eps", 2.0)])  # out of range, as before
