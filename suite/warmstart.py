@@ -26,12 +26,10 @@ deliberately, since it changes every run id of that task.
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import hashlib
 import json
 import os
 import platform
-import shutil
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -162,28 +160,26 @@ def warm_started(task, model, tokenizer, model_name: str, num_threads: int) -> d
     import torch
     from safetensors.torch import load_model, save_model
 
+    from suite.cache import build_once
+
     folder = cache_root() / "warmstart" / f"{task.name}-{warm_key(task, model_name, num_threads)}"
-    folder.parent.mkdir(parents=True, exist_ok=True)
     extra = {"source": "built", "cpu_model": cpu_model(), "torch": torch.__version__.split("+")[0]}
-    with open(str(folder) + ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (folder / "info.json").exists():
-            tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
-            shutil.rmtree(tmp, ignore_errors=True)
-            info = _build(task, model, tokenizer, num_threads)
-            if info is None:
-                return {}
+
+    def build(tmp: Path) -> Optional[dict]:
+        info = _build(task, model, tokenizer, num_threads)
+        if info is not None:
             print(f"rlsuite: built the {task.name} warm start locally (no committed base matches this task "
                   f"configuration); it is reproducible on this CPU model only ({extra['cpu_model']})", file=sys.stderr)
-            tmp.mkdir()
             save_model(model, str(tmp / "model.safetensors"))
-            (tmp / "info.json").write_text(json.dumps(info))
-            os.replace(tmp, folder)
-            return {**info, **extra, "sha256": sha256_file(folder / "model.safetensors"), "path": str(folder),
-                    "cached": False}
-    load_model(model, str(folder / "model.safetensors"), strict=True)
-    return {**json.loads((folder / "info.json").read_text()), **extra,
-            "sha256": sha256_file(folder / "model.safetensors"), "path": str(folder), "cached": True}
+        return info
+
+    info, built = build_once(folder, build)
+    if info is None:
+        return {}
+    if not built:
+        load_model(model, str(folder / "model.safetensors"), strict=True)
+    return {**info, **extra, "sha256": sha256_file(folder / "model.safetensors"), "path": str(folder),
+            "cached": not built}
 
 
 def measure(task_name: str, model_name: str = "tiny", model=None, tok=None) -> dict[str, float]:

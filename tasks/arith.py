@@ -14,12 +14,10 @@ test accuracy), so every machine starts RL from the same bytes (see :mod:`suite.
 
 from __future__ import annotations
 
-import random
 import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
-import torch
 
 from tasks.base import Grade, Task, TaskConfig, direction_hint, hash_split, register
 
@@ -124,53 +122,8 @@ class Arith(Task):
 
     # -- warm start ----------------------------------------------------------------------
     def warm_start(self, model, tokenizer, seed: int) -> Optional[dict[str, Any]]:
-        """Teacher-forced SFT on train problems until held-out greedy accuracy ≥ warm_target."""
-        from suite.sampler import KVSampler, SamplingParams
+        """Teacher-forced SFT on train problems until held-out greedy accuracy ≥ warm_target
+        (checked every 20 steps; :func:`tasks.warm.answer_sft_warm_start`)."""
+        from tasks.warm import answer_sft_warm_start
 
-        train = self.splits()["train"]
-        rng = random.Random(seed)
-        check = rng.sample(train, 200)
-        check_set = set(check)
-        pool = [p for p in train if p not in check_set]
-        opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.0)
-        eos = tokenizer.eos_token_id
-        acc, step = 0.0, 0
-        params = SamplingParams(max_new_tokens=6, temperature=0.0, stop_ids=(eos,))
-        while step < self.cfg.warm_max_steps:
-            for _ in range(20):
-                batch = [pool[rng.randrange(len(pool))] for _ in range(64)]
-                loss = _sft_loss(model, tokenizer, batch)
-                opt.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-                step += 1
-            eng = KVSampler(model, tokenizer)
-            out = eng.generate([tokenizer.encode(p.text, add_special_tokens=False) for p in check], params)
-            acc = sum(self.grade(p, tokenizer.decode(ids, skip_special_tokens=True)).correct
-                      for p, ids in zip(check, out.ids)) / len(check)
-            if acc >= self.cfg.warm_target:
-                break
-        return {"warm_steps": step, "warm_check_acc": acc}
-
-
-def _sft_loss(model, tokenizer, batch: list[Problem]) -> torch.Tensor:
-    """Cross-entropy on answer tokens (+EOS) of ``prompt answer EOS`` sequences."""
-    from suite.sampler import left_pad
-
-    seqs, n_prompt = [], []
-    for p in batch:
-        pr = tokenizer.encode(p.text, add_special_tokens=False)
-        ans = tokenizer.encode(str(p.answer), add_special_tokens=False) + [tokenizer.eos_token_id]
-        seqs.append(pr + ans)
-        n_prompt.append(len(pr))
-    ids, mask = left_pad(seqs, tokenizer.pad_token_id, "cpu")
-    width = ids.shape[1]
-    target_mask = torch.zeros_like(mask, dtype=torch.float)
-    for b, (s, npr) in enumerate(zip(seqs, n_prompt)):
-        target_mask[b, width - len(s) + npr:] = 1.0
-    pos = (mask.cumsum(-1) - 1).clamp(min=0)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, :-1]
-    logp = torch.log_softmax(logits.float(), -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-    m = target_mask[:, 1:]
-    return -(logp * m).sum() / m.sum()
+        return answer_sft_warm_start(self, model, tokenizer, seed, max_new_tokens=6, check_every=20)

@@ -199,6 +199,18 @@ def hash_split(key: str, fraction: float, salt: str = "val") -> bool:
     return int.from_bytes(h[:8], "big") / 2**64 < fraction
 
 
+def carve_splits(train: list[dict], test: Optional[list[dict]], key: str, fraction: float) -> dict[str, list[dict]]:
+    """Train/val/test from a train file and an optional test file, one rule for every data task:
+    with no test file, test is carved first (``hash_split(row[key], fraction, "test")``), then val
+    from what is left (salt ``"val"``), so a row selected for both lands in test for every task."""
+    if test is None:
+        test = [r for r in train if hash_split(r[key], fraction, "test")]
+        train = [r for r in train if not hash_split(r[key], fraction, "test")]
+    val = [r for r in train if hash_split(r[key], fraction)]
+    train = [r for r in train if not hash_split(r[key], fraction)]
+    return {"train": train, "val": val, "test": test}
+
+
 def data_root() -> Path:
     """``$RLSUITE_DATA`` (default ``../shared/data`` relative to the working directory)."""
     return Path(os.environ.get("RLSUITE_DATA", "../shared/data"))

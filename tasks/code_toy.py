@@ -39,10 +39,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-import torch
 
 from suite.errors import BadInput
-from tasks.arith import _sft_loss
 from tasks.base import Grade, Task, TaskConfig, hash_split, register
 from tasks.code import SANDBOX_INERT, code_feedback
 from tasks.sandbox import Layer, Sandbox, SandboxConfig, SandboxUnavailable
@@ -227,30 +225,8 @@ class CodeToy(Task):
 
     # -- warm start ----------------------------------------------------------------------
     def warm_start(self, model, tokenizer, seed: int) -> Optional[dict[str, Any]]:
-        """Teacher-forced SFT on train problems until held-out greedy accuracy ≥ warm_target."""
-        from suite.sampler import KVSampler, SamplingParams
+        """Teacher-forced SFT on train problems until held-out greedy accuracy ≥ warm_target
+        (checked every 100 steps; :func:`tasks.warm.answer_sft_warm_start`)."""
+        from tasks.warm import answer_sft_warm_start
 
-        train = self.splits()["train"]
-        rng = random.Random(seed)
-        check = rng.sample(train, 200)
-        check_set = set(check)
-        pool = [p for p in train if p not in check_set]
-        opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.0)
-        params = SamplingParams(max_new_tokens=12, temperature=0.0, stop_ids=(tokenizer.eos_token_id,))
-        acc, step = 0.0, 0
-        while step < self.cfg.warm_max_steps:
-            for _ in range(100):
-                batch = [pool[rng.randrange(len(pool))] for _ in range(64)]
-                loss = _sft_loss(model, tokenizer, batch)
-                opt.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-                step += 1
-            out = KVSampler(model, tokenizer).generate(
-                [tokenizer.encode(p.text, add_special_tokens=False) for p in check], params)
-            texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in out.ids]
-            acc = sum(g.correct for g in self.grade_batch(check, texts)) / len(check)
-            if acc >= self.cfg.warm_target:
-                break
-        return {"warm_steps": step, "warm_check_acc": acc}
+        return answer_sft_warm_start(self, model, tokenizer, seed, max_new_tokens=12, check_every=100)

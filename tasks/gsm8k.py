@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from suite.errors import BadInput
-from tasks.base import Grade, Task, TaskConfig, direction_hint, hash_split, read_jsonl, register
+from tasks.base import Grade, Task, TaskConfig, carve_splits, direction_hint, read_jsonl, register
 from tasks.math_grading import MathVerifyPool, last_boxed, last_number
 from tasks.rowlines import line_of
 
@@ -88,7 +88,7 @@ class GSM8KConfig(TaskConfig):
 class GSM8K(Task):
     name = "gsm8k"
     summary = "GSM8K word problems; math-verify on the #### gold (boxed or last-number prediction)."
-    version = "1"
+    version = "2"  # 2: a single data file carves test before val (tasks.base.carve_splits, as math)
     citation = "Cobbe et al. 2021, Training Verifiers to Solve Math Word Problems, arXiv:2110.14168"
     Config = GSM8KConfig
     cfg: GSM8KConfig
@@ -112,12 +112,7 @@ class GSM8K(Task):
     def splits(self) -> dict[str, list[dict]]:
         if self._splits is None:
             train, test = self._load()
-            val = [r for r in train if hash_split(r["question"], self.cfg.val_fraction)]
-            train = [r for r in train if not hash_split(r["question"], self.cfg.val_fraction)]
-            if test is None:  # a single file: carve test the same way
-                test = [r for r in train if hash_split(r["question"], self.cfg.val_fraction, "test")]
-                train = [r for r in train if not hash_split(r["question"], self.cfg.val_fraction, "test")]
-            self._splits = {"train": train, "val": val, "test": test}
+            self._splits = carve_splits(train, test, "question", self.cfg.val_fraction)
         return self._splits
 
     def _load(self) -> tuple[list[dict], Optional[list[dict]]]:

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from suite.errors import BadInput
-from tasks.base import Grade, Task, TaskConfig, hash_split, read_jsonl, register
+from tasks.base import Grade, Task, TaskConfig, carve_splits, read_jsonl, register
 from tasks.math_grading import MathVerifyPool, last_boxed
 from tasks.rowlines import line_of
 
@@ -114,13 +114,7 @@ class Math(Task):
     def splits(self) -> dict[str, list[dict]]:
         if self._splits is None:
             train, test = self._load()
-            f = self.cfg.val_fraction
-            if test is None:  # a single file: carve test the same way
-                test = [r for r in train if hash_split(r["problem"], f, "test")]
-                train = [r for r in train if not hash_split(r["problem"], f, "test")]
-            val = [r for r in train if hash_split(r["problem"], f)]
-            train = [r for r in train if not hash_split(r["problem"], f)]
-            self._splits = {"train": train, "val": val, "test": test}
+            self._splits = carve_splits(train, test, "problem", self.cfg.val_fraction)
         return self._splits
 
     def _load(self) -> tuple[list[dict], Optional[list[dict]]]:

@@ -33,11 +33,9 @@ without a request. Other commands: ``build`` (build the cache ahead of time) and
 from __future__ import annotations
 
 import argparse
-import fcntl
 import hashlib
 import json
 import os
-import shutil
 import sys
 import threading
 import time
@@ -47,6 +45,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Optional, Protocol, Sequence
 
+from suite.cache import build_once
 from suite.errors import BadInput
 
 Hit = dict  # {"document": {"id": str, "contents": str}, "score": float}
@@ -128,17 +127,8 @@ class BM25Index:
         key = json.dumps({"path": str(corpus), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "k1": K1, "b": B,
                           "stopwords": STOPWORDS, "bm25s": bm25s.__version__, "format": INDEX_FORMAT}, sort_keys=True)
         folder = cache_root() / "retrieval" / f"{corpus.stem}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        with open(str(folder) + ".lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not (folder / "info.json").exists():
-                tmp = folder.with_name(folder.name + f".tmp{os.getpid()}")
-                shutil.rmtree(tmp, ignore_errors=True)
-                tmp.mkdir()
-                info = _build(corpus, tmp, bm25s)
-                (tmp / "info.json").write_text(json.dumps({**info, "key": json.loads(key)}))
-                os.replace(tmp, folder)
-        return cls(corpus, folder, json.loads((folder / "info.json").read_text()))
+        info, _ = build_once(folder, lambda tmp: {**_build(corpus, tmp, bm25s), "key": json.loads(key)})
+        return cls(corpus, folder, info)
 
     def passage(self, i: int) -> dict:
         start, end = int(self.offsets[i]), int(self.offsets[i + 1])

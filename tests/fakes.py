@@ -101,3 +101,42 @@ def tiny_variant(kind: str):
                       num_attention_heads=4, num_key_value_heads=2, pad_token_id=0, eos_token_id=2,
                       tie_word_embeddings=True)
     return Qwen2ForCausalLM(cfg), tok
+
+
+# -- builders shared by the hand tests of critic entries (tests/unit/test_comppo.py, test_three_po.py) --
+def hook_ctx(**kw):
+    import torch
+
+    base = dict(step=1, progress=0.0, entropy=None, max_new_tokens=4, group_size=2, prompts_per_step=2, n_train=10,
+                seed=0, policy=None, generator=lambda s: torch.Generator().manual_seed(7), charge=lambda *a: None)
+    from algorithms.base import Context
+
+    return Context(**{**base, **kw})
+
+
+def critic_batch(attn=None):
+    import torch
+
+    from suite.types import Batch
+
+    mask = torch.tensor([[0, 1, 1, 1, 0], [0, 1, 1, 0, 0], [0, 1, 1, 1, 1], [0, 1, 0, 0, 0]], dtype=torch.float)
+    B, T = mask.shape
+    g = torch.Generator().manual_seed(0)
+    values = torch.rand(B, T, generator=g) * mask
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    tr = torch.zeros(B, T)
+    last = (mask * torch.arange(T)).argmax(-1)
+    tr[torch.arange(B), last] = rewards
+    z = torch.zeros(B, dtype=torch.long)
+    return Batch(tokens=torch.ones(B, T, dtype=torch.long), attn_mask=torch.ones(B, T, dtype=torch.long),
+                 loss_mask=mask, behav_logp=-mask, turn_id=z[:, None].expand(B, T), policy_version=z, behaviour_id=z,
+                 group_id=torch.tensor([0, 0, 1, 1]), example_idx=z, scores=rewards, rewards=rewards,
+                 truncated=torch.zeros(B, dtype=torch.bool), prompt_width=1, old_logp=-mask, values=values,
+                 token_rewards=tr, attn_stat=attn if attn is not None else torch.rand(B, T, generator=g) * mask)
+
+
+def make_entry(name, **kw):
+    from algorithms.base import ALGORITHMS
+
+    cls = ALGORITHMS.get(name)
+    return cls(dataclasses.replace(cls.Config(name=name), **kw))

@@ -20,7 +20,8 @@ INTENDED_CHANGES: dict[str, dict[str, str]] = json.loads(CHANGES.read_text())
 """Deliberate run-id changes: spec (or ``_entries``) → {old id: new id}, in ``run_id_changes.json``.
 One change so far: a task's ``version`` is part of the identity from version 2 on (issue 17 §6),
 so the ids of the tasks at version 2 changed — arith (its warm start now stops at 30% checked
-every 20 steps) and humaneval/mbpp (judged grading jobs). The clip rename (clip_eps →
+every 20 steps), humaneval/mbpp (judged grading jobs) and gsm8k (a single data file carves test
+before val, as math does: ``tasks.base.carve_splits``). The clip rename (clip_eps →
 clip_eps_low/clip_eps_high) changes no id: the old key is hashed when both bounds agree."""
 
 
@@ -30,7 +31,7 @@ def test_the_intended_changes_are_the_tasks_at_version_2():
 
     changed = {old.split("__")[0] for ch in INTENDED_CHANGES.values() for old in ch}
     assert changed and all(str(TASKS.get(t).version) != "1" for t in changed), changed
-    assert {"arith", "humaneval", "mbpp"} >= changed
+    assert {"arith", "humaneval", "mbpp", "gsm8k"} >= changed
 
 
 def _expected() -> dict:

@@ -7,37 +7,11 @@ import dataclasses
 import pytest
 import torch
 
-from algorithms.base import ALGORITHMS, Context
 from algorithms.three_po import assign_rows, perturbation
-from suite.types import Batch
+from tests.fakes import critic_batch, hook_ctx, make_entry
 
 
-def ctx(**kw) -> Context:
-    base = dict(step=1, progress=0.0, entropy=None, max_new_tokens=4, group_size=2, prompts_per_step=2, n_train=10,
-                seed=0, policy=None, generator=lambda s: torch.Generator().manual_seed(7), charge=lambda *a: None)
-    return Context(**{**base, **kw})
-
-
-def batch(attn=None) -> Batch:
-    mask = torch.tensor([[0, 1, 1, 1, 0], [0, 1, 1, 0, 0], [0, 1, 1, 1, 1], [0, 1, 0, 0, 0]], dtype=torch.float)
-    B, T = mask.shape
-    g = torch.Generator().manual_seed(0)
-    values = torch.rand(B, T, generator=g) * mask
-    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0])
-    tr = torch.zeros(B, T)
-    last = (mask * torch.arange(T)).argmax(-1)
-    tr[torch.arange(B), last] = rewards
-    z = torch.zeros(B, dtype=torch.long)
-    return Batch(tokens=torch.ones(B, T, dtype=torch.long), attn_mask=torch.ones(B, T, dtype=torch.long),
-                 loss_mask=mask, behav_logp=-mask, turn_id=z[:, None].expand(B, T), policy_version=z, behaviour_id=z,
-                 group_id=torch.tensor([0, 0, 1, 1]), example_idx=z, scores=rewards, rewards=rewards,
-                 truncated=torch.zeros(B, dtype=torch.bool), prompt_width=1, old_logp=-mask, values=values,
-                 token_rewards=tr, attn_stat=attn if attn is not None else torch.rand(B, T, generator=g) * mask)
-
-
-def make(name, **kw):
-    cls = ALGORITHMS.get(name)
-    return cls(dataclasses.replace(cls.Config(name=name), **kw))
+ctx, batch, make = hook_ctx, critic_batch, make_entry
 
 
 def test_three_po_row_assignment():

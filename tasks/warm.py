@@ -1,0 +1,69 @@
+"""The supervised warm start shared by the embedded tasks whose examples are ``(text, answer)``
+problems (``arith``, ``code_toy``): teacher-forced SFT on train problems until greedy accuracy on
+200 held-out train problems reaches the task's ``warm_target``. The committed bases
+(``suite/bases/``) were built by this loop: any change to its arithmetic changes their bytes
+(``tests/unit/test_warmstart.py`` rebuilds arith and compares on the CPU model that built it).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import torch
+
+
+def answer_sft_warm_start(task, model, tokenizer, seed: int, *, max_new_tokens: int, check_every: int,
+                          batch_size: int = 64, lr: float = 2e-3) -> dict[str, Any]:
+    """SFT in rounds of ``check_every`` AdamW steps (``batch_size`` problems drawn with
+    replacement from train minus the check set), each round followed by a greedy check on the
+    200 held-out problems; stops once the check accuracy reaches ``task.cfg.warm_target`` or
+    after ``task.cfg.warm_max_steps`` steps. Returns ``{warm_steps, warm_check_acc}``."""
+    from suite.sampler import KVSampler, SamplingParams
+
+    train = task.splits()["train"]
+    rng = random.Random(seed)
+    check = rng.sample(train, 200)
+    check_set = set(check)
+    pool = [p for p in train if p not in check_set]
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop_ids=(tokenizer.eos_token_id,))
+    acc, step = 0.0, 0
+    while step < task.cfg.warm_max_steps:
+        for _ in range(check_every):
+            batch = [pool[rng.randrange(len(pool))] for _ in range(batch_size)]
+            loss = answer_sft_loss(model, tokenizer, batch)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            step += 1
+        out = KVSampler(model, tokenizer).generate(
+            [tokenizer.encode(p.text, add_special_tokens=False) for p in check], params)
+        texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in out.ids]
+        acc = sum(g.correct for g in task.grade_batch(check, texts)) / len(check)
+        if acc >= task.cfg.warm_target:
+            break
+    return {"warm_steps": step, "warm_check_acc": acc}
+
+
+def answer_sft_loss(model, tokenizer, batch) -> torch.Tensor:
+    """Cross-entropy on answer tokens (+EOS) of ``prompt answer EOS`` sequences."""
+    from suite.sampler import left_pad
+
+    seqs, n_prompt = [], []
+    for p in batch:
+        pr = tokenizer.encode(p.text, add_special_tokens=False)
+        ans = tokenizer.encode(str(p.answer), add_special_tokens=False) + [tokenizer.eos_token_id]
+        seqs.append(pr + ans)
+        n_prompt.append(len(pr))
+    ids, mask = left_pad(seqs, tokenizer.pad_token_id, "cpu")
+    width = ids.shape[1]
+    target_mask = torch.zeros_like(mask, dtype=torch.float)
+    for b, (s, npr) in enumerate(zip(seqs, n_prompt)):
+        target_mask[b, width - len(s) + npr:] = 1.0
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits[:, :-1]
+    logp = torch.log_softmax(logits.float(), -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    m = target_mask[:, 1:]
+    return -(logp * m).sum() / m.sum()
