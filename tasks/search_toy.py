@@ -214,20 +214,15 @@ class SearchToy(Task):
         held = set(rng.sample(names, 50))
         check = [q for q in train if q.name in held]
         pool = [q for q in train if q.name not in held]
-        opt = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.0)
-        stats, step, every, t0 = {"acc": 0.0, "grounded": 0.0}, 0, 25, time.perf_counter()
-        while step < self.cfg.warm_max_steps:
-            for _ in range(every):
-                batch = [self.episode(pool[rng.randrange(len(pool))], tokenizer, rng) for _ in range(16)]
-                loss = sft_loss(model, tokenizer, batch)
-                opt.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-                step += 1
-            stats = self.greedy_check(model, tokenizer, check)
-            if stats["grounded"] >= self.cfg.warm_target:
-                break
+        from tasks.warm import sft_until
+
+        t0 = time.perf_counter()
+        step, stats = sft_until(model, lambda: [self.episode(pool[rng.randrange(len(pool))], tokenizer, rng)
+                                                for _ in range(16)],
+                                lambda batch: sft_loss(model, tokenizer, batch),
+                                lambda: self.greedy_check(model, tokenizer, check),
+                                lambda st: st["grounded"] >= self.cfg.warm_target, self.cfg.warm_max_steps, 25,
+                                {"acc": 0.0, "grounded": 0.0})
         return {"warm_steps": step, "warm_check_acc": stats["acc"], "warm_check_grounded": stats["grounded"],
                 "warm_check_n": len(check), "warm_wall_s": round(time.perf_counter() - t0, 1)}
 

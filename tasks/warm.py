@@ -1,6 +1,7 @@
-"""The supervised warm start shared by the embedded tasks whose examples are ``(text, answer)``
-problems (``arith``, ``code_toy``): teacher-forced SFT on train problems until greedy accuracy on
-200 held-out train problems reaches the task's ``warm_target``. The committed bases
+"""The supervised warm starts of the embedded tasks: one SFT loop (:func:`sft_until`, also used
+by ``search_toy``'s episode SFT) and the answer SFT of the tasks whose examples are
+``(text, answer)`` problems (``arith``, ``code_toy``): teacher-forced SFT on train problems until
+greedy accuracy on 200 held-out train problems reaches the task's ``warm_target``. The committed bases
 (``suite/bases/``) were built by this loop: any change to its arithmetic changes their bytes
 (``tests/unit/test_warmstart.py`` rebuilds arith and compares on the CPU model that built it).
 """
@@ -8,17 +9,40 @@ problems (``arith``, ``code_toy``): teacher-forced SFT on train problems until g
 from __future__ import annotations
 
 import random
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 
+def sft_until(model, draw: Callable[[], Any], loss_fn: Callable[[Any], torch.Tensor], check: Callable[[], Any],
+              done: Callable[[Any], bool], max_steps: int, every: int, initial: Any,
+              lr: float = 2e-3) -> tuple[int, Any]:
+    """The SFT loop of every embedded warm start: rounds of ``every`` AdamW steps on
+    ``loss_fn(draw())`` (gradient norm clipped at 1), each round followed by ``check()``; stops
+    when ``done(check result)`` or after ``max_steps`` steps. Returns (steps, last check result,
+    ``initial`` when no round ran)."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    stats, step = initial, 0
+    while step < max_steps:
+        for _ in range(every):
+            loss = loss_fn(draw())
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            step += 1
+        stats = check()
+        if done(stats):
+            break
+    return step, stats
+
+
 def answer_sft_warm_start(task, model, tokenizer, seed: int, *, max_new_tokens: int, check_every: int,
                           batch_size: int = 64, lr: float = 2e-3) -> dict[str, Any]:
-    """SFT in rounds of ``check_every`` AdamW steps (``batch_size`` problems drawn with
-    replacement from train minus the check set), each round followed by a greedy check on the
-    200 held-out problems; stops once the check accuracy reaches ``task.cfg.warm_target`` or
-    after ``task.cfg.warm_max_steps`` steps. Returns ``{warm_steps, warm_check_acc}``."""
+    """SFT on ``prompt answer EOS`` (:func:`answer_sft_loss`) of ``batch_size`` problems drawn
+    with replacement from train minus 200 held-out problems, checked by greedy accuracy on those
+    every ``check_every`` steps until it reaches ``task.cfg.warm_target`` (or
+    ``task.cfg.warm_max_steps`` steps). Returns ``{warm_steps, warm_check_acc}``."""
     from suite.sampler import KVSampler, SamplingParams
 
     train = task.splits()["train"]
@@ -26,24 +50,17 @@ def answer_sft_warm_start(task, model, tokenizer, seed: int, *, max_new_tokens: 
     check = rng.sample(train, 200)
     check_set = set(check)
     pool = [p for p in train if p not in check_set]
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop_ids=(tokenizer.eos_token_id,))
-    acc, step = 0.0, 0
-    while step < task.cfg.warm_max_steps:
-        for _ in range(check_every):
-            batch = [pool[rng.randrange(len(pool))] for _ in range(batch_size)]
-            loss = answer_sft_loss(model, tokenizer, batch)
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            step += 1
+
+    def accuracy() -> float:
         out = KVSampler(model, tokenizer).generate(
             [tokenizer.encode(p.text, add_special_tokens=False) for p in check], params)
         texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in out.ids]
-        acc = sum(g.correct for g in task.grade_batch(check, texts)) / len(check)
-        if acc >= task.cfg.warm_target:
-            break
+        return sum(g.correct for g in task.grade_batch(check, texts)) / len(check)
+
+    step, acc = sft_until(model, lambda: [pool[rng.randrange(len(pool))] for _ in range(batch_size)],
+                          lambda batch: answer_sft_loss(model, tokenizer, batch), accuracy,
+                          lambda acc: acc >= task.cfg.warm_target, task.cfg.warm_max_steps, check_every, 0.0, lr)
     return {"warm_steps": step, "warm_check_acc": acc}
 
 
