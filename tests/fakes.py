@@ -104,14 +104,44 @@ def tiny_variant(kind: str):
 
 
 # -- builders shared by the hand tests of critic entries (tests/unit/test_comppo.py, test_three_po.py) --
-def hook_ctx(**kw):
+def hook_ctx(gen_seed=7, **kw):
+    """The hook :class:`Context` of the algorithm tests: defaults for every field, ``kw`` overrides;
+    the generator of every stream is seeded with ``gen_seed`` (a callable: ``gen_seed(stream)``)."""
     import torch
 
-    base = dict(step=1, progress=0.0, entropy=None, max_new_tokens=4, group_size=2, prompts_per_step=2, n_train=10,
-                seed=0, policy=None, generator=lambda s: torch.Generator().manual_seed(7), charge=lambda *a: None)
     from algorithms.base import Context
 
+    seed_of = gen_seed if callable(gen_seed) else (lambda s: gen_seed)
+    base = dict(step=1, progress=0.0, entropy=None, max_new_tokens=4, group_size=2, prompts_per_step=2, n_train=10,
+                seed=0, policy=None, generator=lambda s: torch.Generator().manual_seed(seed_of(s)),
+                charge=lambda *a: None)
     return Context(**{**base, **kw})
+
+
+def hand_batch(loss_mask, group_id, rewards, *, prompt_width=1, prompt_turns=True, dtype=None, **fields):
+    """The :class:`Batch` of the hand-computed algorithm tests: ``loss_mask`` [B, T] (a list or a
+    tensor, float64 by default), tokens 1..B·T, full attention, zero behaviour log-probs, group
+    ``group_id``, example index = row, scores = rewards, nothing truncated. ``prompt_turns``: the
+    first ``prompt_width`` columns get turn id −1 (else every turn id is 0). ``fields`` override
+    or add any Batch field (lists become tensors of ``dtype``)."""
+    import torch
+
+    from suite.types import Batch
+
+    dtype = dtype or torch.float64
+    as_t = lambda x: torch.tensor(x, dtype=dtype) if isinstance(x, list) else x  # noqa: E731
+    mask = as_t(loss_mask)
+    B, T = mask.shape
+    r = as_t(list(rewards)) if not torch.is_tensor(rewards) else rewards
+    turn = (torch.where(torch.arange(T) >= prompt_width, 0, -1).expand(B, T).clone() if prompt_turns
+            else torch.zeros(B, T, dtype=torch.long))
+    base = dict(tokens=torch.arange(1, B * T + 1).reshape(B, T), attn_mask=torch.ones(B, T, dtype=torch.long),
+                loss_mask=mask, behav_logp=torch.zeros(B, T, dtype=dtype), turn_id=turn,
+                policy_version=torch.zeros(B, dtype=torch.long), behaviour_id=torch.zeros(B, dtype=torch.long),
+                group_id=torch.tensor(group_id), example_idx=torch.arange(B), scores=r, rewards=r,
+                truncated=torch.zeros(B, dtype=torch.bool), prompt_width=prompt_width)
+    base.update({k: as_t(v) for k, v in fields.items()})
+    return Batch(**base)
 
 
 def critic_batch(attn=None):

@@ -29,6 +29,7 @@ from algorithms.ggpo import group_contrast
 from algorithms.is_grpo import weighted_group_advantage
 from algorithms.rloo import leave_one_out_advantage
 from suite.ops import group_all_equal, group_mean_std, group_normalised_advantage, masked_whiten
+from tests.fakes import hook_ctx
 from suite.types import Batch
 
 EQUAL_VALUES = (0.7, 0.97, 0.1, 1 / 3, 123.456)
@@ -238,9 +239,8 @@ PW, RW = 2, 6
 
 
 def ctx(G: int, P: int) -> Context:
-    return Context(step=3, progress=0.3, entropy=0.9, max_new_tokens=RW, group_size=G, prompts_per_step=P,
-                   n_train=100, seed=0, policy=None, generator=lambda s: torch.Generator().manual_seed(1),
-                   charge=lambda *a: None)
+    return hook_ctx(gen_seed=1, step=3, progress=0.3, entropy=0.9, max_new_tokens=RW, group_size=G,
+                    prompts_per_step=P, n_train=100)
 
 
 def algo_batch(G: int, dtype: torch.dtype, all_equal: bool, seed: int = 0) -> tuple[Batch, torch.Tensor]:

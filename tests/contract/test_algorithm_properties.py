@@ -21,6 +21,7 @@ import torch
 import algorithms  # noqa: F401
 from algorithms.base import ALGORITHMS, Context, Group
 from suite.aggregation import AGG_MODES, aggregation_weights
+from tests.fakes import hook_ctx
 from suite.types import Batch, Forward
 from tests import fakes  # noqa: F401  (fake tasks)
 
@@ -31,9 +32,8 @@ MAX_NEW = RW
 
 
 def ctx() -> Context:
-    return Context(step=3, progress=0.3, entropy=0.9, max_new_tokens=MAX_NEW, group_size=G, prompts_per_step=P,
-                   n_train=100, seed=0, policy=None, generator=lambda s: torch.Generator().manual_seed(1),
-                   charge=lambda *a: None)
+    return hook_ctx(gen_seed=1, step=3, progress=0.3, entropy=0.9, max_new_tokens=MAX_NEW, group_size=G,
+                    prompts_per_step=P, n_train=100)
 
 
 def _topk(gen: torch.Generator, shape) -> torch.Tensor:

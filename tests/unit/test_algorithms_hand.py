@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from algorithms.base import Context
 from algorithms.grpo import GRPO, GRPOConfig
 from algorithms.ppo import PPO, PPOConfig
 from suite.aggregation import aggregate
+from tests.fakes import hand_batch, hook_ctx
 from suite.types import Batch, Forward
 
 D = torch.float64
@@ -21,23 +21,11 @@ def t(x):
     return torch.tensor(x, dtype=D)
 
 
-CTX = Context(step=1, progress=0.0, entropy=None, max_new_tokens=3, group_size=3, prompts_per_step=2,
-              n_train=10, seed=0, policy=None, generator=lambda stream: torch.Generator().manual_seed(0),
-              charge=lambda kind, tokens, params: None)
+CTX = hook_ctx(gen_seed=0, max_new_tokens=3, group_size=3, prompts_per_step=2)
 
 
 def make_batch(loss_mask, group_id, rewards, prompt_width=1, **kw) -> Batch:
-    loss_mask = t(loss_mask)
-    B, T = loss_mask.shape
-    tokens = torch.arange(1, B * T + 1).reshape(B, T)
-    return Batch(
-        tokens=tokens, attn_mask=torch.ones(B, T, dtype=torch.long), loss_mask=loss_mask,
-        behav_logp=torch.zeros(B, T, dtype=D),
-        turn_id=torch.where(torch.arange(T) >= prompt_width, 0, -1).expand(B, T).clone(),
-        policy_version=torch.zeros(B, dtype=torch.long), behaviour_id=torch.zeros(B, dtype=torch.long),
-        group_id=torch.tensor(group_id), example_idx=torch.arange(B),
-        scores=t(rewards), rewards=t(rewards), truncated=torch.zeros(B, dtype=torch.bool),
-        prompt_width=prompt_width, **kw)
+    return hand_batch(loss_mask, group_id, rewards, prompt_width=prompt_width, dtype=D, **kw)
 
 
 # ----------------------------------------------------------------------------------------

@@ -13,9 +13,10 @@ import pytest
 import torch
 
 from algorithms import ALGORITHMS
-from algorithms.base import Context, Group
+from algorithms.base import Group
 from algorithms.dppo import binary_divergence, topk_divergence
 from suite.aggregation import aggregate
+from tests.fakes import hand_batch, hook_ctx
 from suite.types import Batch, Forward
 
 D = torch.float64
@@ -26,9 +27,7 @@ def t(x, dtype=D):
     return torch.tensor(x, dtype=dtype)
 
 
-CTX = Context(step=1, progress=0.0, entropy=None, max_new_tokens=3, group_size=3, prompts_per_step=2,
-              n_train=10, seed=0, policy=None, generator=lambda stream: torch.Generator().manual_seed(0),
-              charge=lambda kind, tokens, params: None)
+CTX = hook_ctx(gen_seed=0, max_new_tokens=3, group_size=3, prompts_per_step=2)
 
 
 def algo(name, **cfg):
@@ -37,17 +36,10 @@ def algo(name, **cfg):
 
 
 def make_batch(loss_mask, group_id, rewards, prompt_width=1, scores=None, truncated=None, **kw) -> Batch:
-    loss_mask = t(loss_mask)
-    B, T = loss_mask.shape
-    return Batch(
-        tokens=torch.arange(1, B * T + 1).reshape(B, T), attn_mask=torch.ones(B, T, dtype=torch.long),
-        loss_mask=loss_mask, behav_logp=kw.pop("behav_logp", torch.zeros(B, T, dtype=D)),
-        turn_id=torch.where(torch.arange(T) >= prompt_width, 0, -1).expand(B, T).clone(),
-        policy_version=torch.zeros(B, dtype=torch.long), behaviour_id=torch.zeros(B, dtype=torch.long),
-        group_id=torch.tensor(group_id), example_idx=torch.arange(B),
-        scores=t(rewards) if scores is None else scores, rewards=t(rewards),
-        truncated=torch.zeros(B, dtype=torch.bool) if truncated is None else torch.tensor(truncated),
-        prompt_width=prompt_width, **kw)
+    extra = {} if scores is None else {"scores": scores}
+    if truncated is not None:
+        extra["truncated"] = torch.tensor(truncated)
+    return hand_batch(loss_mask, group_id, rewards, prompt_width=prompt_width, dtype=D, **extra, **kw)
 
 
 def group(scores, lengths=None, truncated=None) -> Group:

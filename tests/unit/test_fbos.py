@@ -9,8 +9,9 @@ import math
 import pytest
 import torch
 
-from algorithms.base import Context, Group, Revision
+from algorithms.base import Group, Revision
 from algorithms.fbos_rl import FBOSRL, FBOSConfig, truncated_is_weight
+from tests.fakes import hook_ctx
 from suite.types import Batch, Forward
 from tasks.base import Grade, Task
 
@@ -22,9 +23,7 @@ def t(x):
 
 
 def ctx(step=1):
-    return Context(step=step, progress=0.0, entropy=None, max_new_tokens=4, group_size=2, prompts_per_step=1,
-                   n_train=10, seed=0, policy=None, generator=lambda s: torch.Generator().manual_seed(0),
-                   charge=lambda *a: None)
+    return hook_ctx(gen_seed=0, step=step, prompts_per_step=1)
 
 
 def stage_batch() -> Batch:

@@ -14,17 +14,15 @@ import pytest
 import torch
 
 from algorithms import ALGORITHMS
-from algorithms.base import Context
 from algorithms.sp3o import interpolate_values, select_anchors
 from suite.aggregation import aggregate
+from tests.fakes import hand_batch, hook_ctx
 from suite.types import Batch, Forward
 
 D = torch.float64
 LN = math.log
 R3 = math.sqrt(3.0)
-CTX = Context(step=1, progress=0.0, entropy=None, max_new_tokens=3, group_size=3, prompts_per_step=1,
-              n_train=10, seed=0, policy=None, generator=lambda stream: torch.Generator().manual_seed(0),
-              charge=lambda kind, tokens, params: None)
+CTX = hook_ctx(gen_seed=0, max_new_tokens=3, group_size=3, prompts_per_step=1)
 
 
 def t(x, dtype=D):
@@ -37,19 +35,11 @@ def algo(name, **cfg):
 
 
 def make_batch(loss_mask, group_id, rewards, **kw) -> Batch:
-    """Prompt width 1; every field the entries read can be given through ``kw``."""
-    mask = t(loss_mask)
-    B, T = mask.shape
-    zeros = torch.zeros(B, T, dtype=D)
-    base = {"tokens": kw.pop("tokens", torch.arange(1, B * T + 1).reshape(B, T)),
-                "attn_mask": torch.ones(B, T, dtype=torch.long), "loss_mask": mask,
-                "behav_logp": zeros, "old_logp": zeros, "ref_logp": zeros, "values": zeros, "token_rewards": zeros,
-                "turn_id": torch.zeros(B, T, dtype=torch.long), "policy_version": torch.zeros(B, dtype=torch.long),
-                "behaviour_id": torch.zeros(B, dtype=torch.long), "group_id": torch.tensor(group_id),
-                "example_idx": torch.arange(B), "scores": t(rewards), "rewards": t(rewards),
-                "truncated": torch.zeros(B, dtype=torch.bool), "prompt_width": 1}
-    base.update({k: (t(v) if isinstance(v, list) else v) for k, v in kw.items()})
-    return Batch(**base)
+    """Prompt width 1; every field the entries read can be given through ``kw`` (lists become
+    float64 tensors)."""
+    B, T = t(loss_mask).shape
+    zeros = {k: torch.zeros(B, T, dtype=D) for k in ("old_logp", "ref_logp", "values", "token_rewards")}
+    return hand_batch(loss_mask, group_id, rewards, prompt_turns=False, dtype=D, **{**zeros, **kw})
 
 
 def with_adv(alg, batch):

@@ -21,6 +21,7 @@ from algorithms.entrocraft import Entrocraft, EntrocraftConfig, acceptance, band
 from algorithms.is_grpo import ISGRPO, ISGRPOConfig, feature_orthogonality, weighted_group_advantage
 from algorithms.pnpo import PNPO, PNPOConfig, prefix_log_ratio
 from suite.aggregation import aggregate
+from tests.fakes import hand_batch, hook_ctx
 from suite.types import Batch, Forward
 
 torch.set_num_threads(1)
@@ -32,23 +33,16 @@ def t(x, dtype=D):
 
 
 def ctx(step=1, progress=0.0, entropy=None, n_train=4, prompts_per_step=2, group_size=2, seed=0) -> Context:
-    return Context(step=step, progress=progress, entropy=entropy, max_new_tokens=4, group_size=group_size,
-                   prompts_per_step=prompts_per_step, n_train=n_train, seed=seed, policy=None,
-                   generator=lambda stream: torch.Generator().manual_seed(seed * 1000 + step),
-                   charge=lambda *a: None)
+    return hook_ctx(gen_seed=seed * 1000 + step, step=step, progress=progress, entropy=entropy, n_train=n_train,
+                    prompts_per_step=prompts_per_step, group_size=group_size, seed=seed)
 
 
 def make_batch(mask, group_id, rewards, scores=None, example_idx=None, logp=None, behav=None, old=None, **kw) -> Batch:
-    mask = t(mask)
-    B, T = mask.shape
+    B, T = t(mask).shape
     z = torch.zeros(B, T, dtype=D)
-    return Batch(tokens=torch.arange(1, B * T + 1).reshape(B, T), attn_mask=torch.ones(B, T, dtype=torch.long),
-                 loss_mask=mask, behav_logp=behav if behav is not None else z, turn_id=torch.zeros(B, T, dtype=torch.long),
-                 policy_version=torch.zeros(B, dtype=torch.long), behaviour_id=torch.zeros(B, dtype=torch.long),
-                 group_id=torch.tensor(group_id), example_idx=torch.tensor(example_idx or group_id),
-                 scores=t(scores if scores is not None else rewards), rewards=t(rewards),
-                 truncated=torch.zeros(B, dtype=torch.bool), prompt_width=0,
-                 old_logp=old if old is not None else z, **kw)
+    return hand_batch(mask, group_id, rewards, prompt_width=0, prompt_turns=False, dtype=D,
+                      behav_logp=behav if behav is not None else z, example_idx=torch.tensor(example_idx or group_id),
+                      scores=t(scores if scores is not None else rewards), old_logp=old if old is not None else z, **kw)
 
 
 def close(actual, expected):

@@ -17,6 +17,7 @@ from algorithms.base import ALGORITHMS, Context, Group
 from algorithms.judges import JUDGES, Judge, LMJudge, Pool, TaskJudge, judge_pairs, load_judge
 from algorithms.rrc import average_ranks, rank_reward, tournament_ranks
 from suite.registry import UnknownName
+from tests.fakes import hook_ctx
 from suite.types import Batch
 
 
@@ -48,9 +49,8 @@ class BiasedJudge(Judge):
 
 
 def ctx(charges: list | None = None) -> Context:
-    return Context(step=1, progress=0.0, entropy=None, max_new_tokens=4, group_size=3, prompts_per_step=1,
-                   n_train=1, seed=0, policy=None, generator=lambda s: torch.Generator().manual_seed(0),
-                   charge=(lambda *a: charges.append(a)) if charges is not None else (lambda *a: None))
+    return hook_ctx(gen_seed=0, group_size=3, prompts_per_step=1, n_train=1,
+                    charge=(lambda *a: charges.append(a)) if charges is not None else (lambda *a: None))
 
 
 def group(texts, scores=None, anchors=(), grade=None) -> Group:
