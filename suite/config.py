@@ -619,20 +619,26 @@ def deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
-def load_yaml_config(path: str) -> dict:
+def read_yaml(path, label: str, give: str):
+    """The parsed YAML document at ``path``; any problem reading it is one BadInput line
+    ``<label>: <problem>; <give>`` (no such file, a folder, not UTF-8, unreadable, not YAML)."""
     try:
         with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh) or {}
+            return yaml.safe_load(fh)
     except FileNotFoundError:
-        raise BadInput(f"--config {path}: no such file") from None
+        raise BadInput(f"{label}: no such file; {give}") from None
     except IsADirectoryError:
-        raise BadInput(f"--config {path}: is a folder; give a YAML file of sections") from None
+        raise BadInput(f"{label}: is a folder; {give}") from None
     except UnicodeDecodeError:
-        raise BadInput(f"--config {path}: not UTF-8 text; give a YAML file of sections") from None
+        raise BadInput(f"{label}: not UTF-8 text; {give}") from None
     except OSError as e:
-        raise BadInput(f"--config {path}: cannot read it ({e.strerror})") from None
+        raise BadInput(f"{label}: cannot read it ({e.strerror})") from None
     except yaml.YAMLError as e:
-        raise BadInput(f"--config {path}: not valid YAML: {e}") from None
+        raise BadInput(f"{label}: not valid YAML: {e}") from None
+
+
+def load_yaml_config(path: str) -> dict:
+    data = read_yaml(path, f"--config {path}", "give a YAML file of sections") or {}
     if not isinstance(data, dict):
         raise BadInput(f"--config {path}: expected a mapping of sections, got {type(data).__name__}")
     return data

@@ -36,9 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Optional
 
-import yaml
 
-from suite.config import BUDGET_KEYS, RunSpec, build
+from suite.config import BUDGET_KEYS, RunSpec, build, read_yaml
 from suite.errors import BadInput
 from suite.registry import suggest
 
@@ -148,16 +147,7 @@ def _flatten(d: Any, where: str, errors: list[str]) -> list[tuple[str, Any]]:
 def load(name_or_path: str) -> SweepSpec:
     """Parse and structurally validate a sweep spec (names are checked by :func:`expand`)."""
     path = resolve_path(name_or_path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except IsADirectoryError:
-        raise BadInput(f"sweep spec {path}: is a folder; give a YAML file or a bundled spec name") from None
-    except UnicodeDecodeError:
-        raise BadInput(f"sweep spec {path}: not UTF-8 text; give a YAML file or a bundled spec name") from None
-    except OSError as e:
-        raise BadInput(f"sweep spec {path}: cannot read it ({e.strerror})") from None
-    except yaml.YAMLError as e:
-        raise BadInput(f"{path}: not valid YAML: {e}") from None
+    raw = read_yaml(path, f"sweep spec {path}", "give a YAML file or a bundled spec name")
     if not isinstance(raw, dict):
         raise BadInput(f"{path}: a sweep spec is a mapping with keys {', '.join(SPEC_KEYS)}")
     return parse(raw, str(path))
