@@ -21,6 +21,7 @@ difference from the default forward on the first batch, and writes
 
 from __future__ import annotations
 
+from suite.runfolder import cpu_model
 import argparse
 import copy
 import os
@@ -186,7 +187,7 @@ def main() -> None:
     bf16 = "yes" if "amx_bf16" in open("/proc/cpuinfo").read() or "avx512_bf16" in open("/proc/cpuinfo").read() else "no"
     text = "\n".join([
         "# Update levers: train.share_prefix, train.compile, optim.fused, train.autocast=bf16, train.bucket_by_length", "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), bf16 instructions (AVX-512 BF16/AMX): {bf16}, "
+        f"Machine: {cpu_model()} ({platform.machine()}), {os.cpu_count()} cores (shared), bf16 instructions (AVX-512 BF16/AMX): {bf16}, "
         f"torch {torch.__version__}, {args.threads} threads. Command: "
         f"`{' '.join(['python', 'benchmarks/levers.py', *sys.argv[1:]])}`. 1-minute load average {load_before:.2f} "
         f"before, {os.getloadavg()[0]:.2f} after.", "",

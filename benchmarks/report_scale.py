@@ -19,11 +19,11 @@ Run: python benchmarks/report_scale.py [--part all|scale|coverage] [--runs-per-c
 
 from __future__ import annotations
 
+from suite.runfolder import cpu_model
 import argparse
 import os
 import platform
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -125,15 +125,6 @@ def aggregate_coverage(dist: str, n_tasks: int, n: int, draws: int, reps: int) -
                 widths[name][method].append(ints[name].high - ints[name].low)
     return {name: {m: (h / draws, float(np.median(widths[name][m]))) for m, h in row.items()}
             for name, row in hits.items()}
-
-
-def cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10, check=False).stdout
-    except OSError:
-        out = ""
-    names = [line.split(":", 1)[1].strip() for line in out.splitlines() if line.startswith("Model name")]
-    return names[0] if names else (platform.processor() or platform.machine())
 
 
 def _literal(table: stats.CoverageTable, indent: str) -> list[str]:

@@ -13,6 +13,7 @@ generate on its own line, plus the distance to the FLOP bound
 
 from __future__ import annotations
 
+from suite.runfolder import cpu_model
 import argparse
 import os
 import platform
@@ -64,7 +65,7 @@ def main() -> None:
     peak = matmul_peak(args.threads)
     load_before = os.getloadavg()[0]
     lines = ["# Rollout: KV sampler vs HF generate (tiny model, fp32, CPU)", "",
-             f"Machine: {platform.machine()}, {args.threads} torch thread(s); model P = {P:,} non-embedding "
+             f"Machine: {cpu_model()} ({platform.machine()}), {args.threads} torch thread(s); model P = {P:,} non-embedding "
              f"parameters; {args.new_tokens} new tokens per sample; measured fp32 matmul peak "
              f"{peak / 1e9:.1f} GFLOP/s. Command: `python benchmarks/rollout.py`.", "",
              "| batch | HF generate s (median) | KV sampler s (median) | speedup | KV tokens/s | KV share of FLOP bound "

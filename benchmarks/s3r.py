@@ -22,6 +22,7 @@ Writes ``benchmarks/results/s3r.md``.
 
 from __future__ import annotations
 
+from suite.runfolder import cpu_model
 import argparse
 import itertools
 import os
@@ -54,16 +55,6 @@ def timed(device: str, fn, *args) -> tuple[float, float]:
     return (w1 - w0 if device == "cuda" else c1 - c0), w1 - w0
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown model"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", type=int, nargs="+", default=[8, 32])
@@ -92,7 +83,7 @@ def main() -> None:
                 for _ in range(bsz)]
     gpu = torch.cuda.get_device_name() if args.device == "cuda" else None
     machine = (f"GPU {gpu}" if gpu else
-               f"CPU {platform.machine()} ({cpu_name()}), {args.threads} torch thread(s), "
+               f"CPU {platform.machine()} ({cpu_model()}), {args.threads} torch thread(s), "
                f"torch {torch.__version__}")
     lines = ["# S3R: self-sparse speculative rollouts vs the dense KV sampler (tiny model, fp32)", "",
              f"Machine: {machine}. GPU: not measured (none available to this run)." if not gpu else

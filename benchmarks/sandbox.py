@@ -18,6 +18,7 @@ Rates depend on machine load: the load average before and after is recorded.
 
 from __future__ import annotations
 
+from suite.runfolder import cpu_model
 import argparse
 import os
 import platform
@@ -46,8 +47,7 @@ HUMANEVAL_LIKE = ("from typing import List\n\n\n"
                   "    assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.05) == False\n\ncheck(has_close_elements)\n")
 _SOL, _TEST = HUMANEVAL_LIKE.split("\n\n\ndef check", 1)
 JUDGED_HE = Judged(solution=_SOL + "\n", tests="def check" + _TEST, context="", remote=("has_close_elements",))
-CPU = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-            if ln.startswith("model name")), platform.processor() or "?") if Path("/proc/cpuinfo").exists() else "?"
+CPU = cpu_model() or "?"
 
 
 def plain_subprocess_rate(python: str, n: int, workers: int, code: str, flags: tuple[str, ...] = ("-S",)) -> float:

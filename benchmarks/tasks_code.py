@@ -11,6 +11,7 @@ val accuracy of the warm start → after RL per seed, test after, the warm-start
 
 from __future__ import annotations
 
+from suite.runfolder import cpu_model
 import argparse
 import concurrent.futures as cf
 import os
@@ -81,7 +82,7 @@ def main() -> None:
     warm = first["warm"]
     test_before = warm_start_test_acc(warm["path"])
     lines = ["# GRPO on `code_toy` (tiny model, preset budget, 3 seeds)", "",
-             f"Machine: {platform.machine()}, {os.cpu_count()} cores, 1 torch thread per run, "
+             f"Machine: {cpu_model()} ({platform.machine()}), {os.cpu_count()} cores, 1 torch thread per run, "
              f"up to {args.workers} runs at a time, load average {load0[0]:.1f} at the start "
              "(shared machine: wall times are inflated). "
              f"Command: `python benchmarks/tasks_code.py`" + "".join(f" --set {s}" for s in args.set) + ".", "",

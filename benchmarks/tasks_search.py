@@ -12,6 +12,7 @@ time with one torch thread each.
 
 from __future__ import annotations
 
+from suite.runfolder import cpu_model
 import argparse
 import concurrent.futures as cf
 import json
@@ -133,7 +134,7 @@ def main() -> None:
     total = time.time() - t0
     w = first["warm"]
     lines = ["# GRPO on the embedded tool-use task (`search_toy`, tiny model, embedded preset)", "",
-             f"Machine: {platform.machine()}, {os.cpu_count()} cores, 1 torch thread per run, {args.workers} runs at "
+             f"Machine: {cpu_model()} ({platform.machine()}), {os.cpu_count()} cores, 1 torch thread per run, {args.workers} runs at "
              f"a time; load average {load0:.1f} at the start (the cores are shared). "
              "Command: `python benchmarks/tasks_search.py`.", "",
              f"Shared warm start ({'found in the cache' if w['cached'] else 'built by the first run'}, then cached): "

@@ -31,6 +31,7 @@ its own line (``--no-levers`` skips it). Results go to ``benchmarks/results/vs_t
 
 from __future__ import annotations
 
+from suite.runfolder import cpu_model
 import argparse
 import os
 import platform
@@ -292,7 +293,7 @@ def main() -> None:
                        f"{med_trl / med_lev:.2f}x", ""]
     text = "\n".join([
         "# rlsuite trainer vs TRL GRPOTrainer (side by side, one process)", "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), torch {torch.__version__}, "
+        f"Machine: {cpu_model()} ({platform.machine()}), {os.cpu_count()} cores (shared), torch {torch.__version__}, "
         f"{args.threads} threads on both sides; TRL {__import__('trl').__version__}, transformers "
         f"{__import__('transformers').__version__}. Command: `{' '.join(['python', 'benchmarks/vs_trl.py', *sys.argv[1:]])}`. "
         f"1-minute load average "

@@ -34,24 +34,14 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from suite.runfolder import cpu_model  # re-exported: the manifests and benchmarks name the CPU with it
+
 WARM_SEED = 0  # the same base for every run of a comparison, whatever its seed
 BASES = Path(__file__).resolve().parent / "bases"
 
 
 def cache_root() -> Path:
     return Path(os.environ.get("RLSUITE_CACHE", Path.home() / ".cache" / "rlsuite"))
-
-
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo`` on Linux; ``platform.processor()`` elsewhere)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
 
 
 _ISA = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
