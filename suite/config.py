@@ -23,12 +23,13 @@ import functools
 import hashlib
 import json
 import math
+import os
 import re
 import sys
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Optional
+from typing import Any, ClassVar, Literal, Optional, Union
 
 import yaml
 
@@ -154,11 +155,14 @@ class RolloutConfig:
     generator (the original stream). ``row``: a counter-based hash (splitmix64) of (step stream,
     global row, token position, vocab id), so any split of the rows gives the same samples;
     required by ``train.world_size`` > 1; ``kv`` engine only. In the run id only when ``row``."""
-    engine: Literal["auto", "kv", "native", "hf", "s3r", "vllm"] = "auto"
+    engine: Literal["auto", "kv", "native", "onednn", "hf", "s3r", "vllm"] = "auto"
     """``kv``: the hand-written KV-cached sampler (Llama-style models); ``native``: the kv sampler
     with its forward (prefill and decode) and its token loop in C++ (CPU, fp32; built on first
     use with the system's C++ compiler and ninja; same sampling rules, logits within ~1e-6 of
-    ``kv``: ``suite/native_decode.py``);
+    ``kv``: ``suite/native_decode.py``); ``onednn``: the kv sampler with its matmuls through
+    oneDNN on weights packed once per sync (CPU, fp32; for real-size models, whose decode step
+    is bound by reading the weights; same sampling rules, logits within float rounding of ``kv``:
+    ``suite/engines/onednn.py``);
     ``hf``: HF ``generate``;
     ``s3r``: self-sparse speculative rollouts on the KV sampler (exactly the dense distribution);
     ``vllm``: vLLM on a CUDA GPU (the ``vllm`` extra; untested in this project's CI, see
@@ -244,12 +248,22 @@ class TrainConfig:
     """Optimizer updates per epoch (the batch is split into this many minibatches)."""
     micro_batch_size: int = 0
     """Sequences per forward/backward (gradient accumulation); 0 = the whole minibatch."""
-    num_threads: int = 1
-    """torch intra-op threads; part of the run id, since results depend on it."""
+    num_threads: Union[int, Literal["auto"]] = 1
+    """torch intra-op threads; part of the run id, since results depend on it. ``auto``: the
+    cores this process may run on (``os.sched_getaffinity``; :func:`resolve_threads`), opt-in —
+    the string ``"auto"`` is what the run id hashes, so runs under ``auto`` on machines with
+    different core counts share a run id while their results depend on the machine (``env.json``
+    records the count used); data-parallel ranks sharing a machine each take all of them, so give
+    them a count. ``rlsuite run`` at 1 thread on a machine with more than 2 cores prints a
+    one-line hint."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the policy trains and samples."""
     checkpoint_every: int = 20
     """Steps between checkpoints (also on preemption and at the end). Not in the run id."""
+    keep_checkpoint: bool = False
+    """Keep the resumable ``checkpoint/`` (optimizer state included) when the run completes; by
+    default a completed run deletes it and keeps ``final/``, the trained policy in
+    ``model.dtype``. Retention only: not in the run id."""
     autocast: Literal["none", "bf16"] = "none"
     """Mixed precision of the training and scoring forwards: ``bf16`` runs them under
     ``torch.autocast`` (matmuls in bfloat16; fp32 weights, gradients and optimizer state); it
@@ -279,6 +293,31 @@ class TrainConfig:
     ranges: ClassVar[dict[str, str]] = {
         "epochs": "[1, inf)", "minibatches": "[1, inf)", "micro_batch_size": "[0, inf)", "num_threads": "[1, inf)",
         "checkpoint_every": "[0, inf)", "world_size": "[1, inf)"}
+
+
+def available_cores() -> int:
+    """The CPU cores this process may run on (``os.sched_getaffinity``; ``os.cpu_count()`` where
+    the platform has no affinity mask)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
+def resolve_threads(value: Union[int, str]) -> int:
+    """The torch intra-op thread count of a ``train.num_threads`` value: the number itself, or
+    :func:`available_cores` for ``auto``."""
+    return available_cores() if value == "auto" else int(value)
+
+
+def threads_hint(train: "TrainConfig") -> Optional[str]:
+    """The one-line hint ``rlsuite run`` prints when a single run keeps to 1 thread of a machine
+    with more than 2 cores (None otherwise)."""
+    cores = available_cores()
+    if train.num_threads != 1 or train.world_size > 1 or cores <= 2:
+        return None
+    return (f"hint: train.num_threads=1 on a {cores}-core machine; train.num_threads=auto uses them "
+            "(it changes the run id)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -335,7 +374,7 @@ class EvalConfig:
         "batch_size": "[1, inf)"}
 
 
-LATER_DEFAULTS = {"rollout": {"rng": "batch"},
+LATER_DEFAULTS = {"rollout": {"rng": "batch"}, "task": {"style": "bare"},
                   "train": {"autocast": "none", "share_prefix": False, "compile": False, "bucket_by_length": False},
                   "optim": {"fused": False}}
 """Settings (by section) added after runs existed: at their defaults they stay out of the run id
@@ -356,9 +395,11 @@ ALIASES: dict[str, tuple[str, ...]] = {"clip_eps": ("clip_eps_low", "clip_eps_hi
 (``--set``, ``--config``, sweeps, old ``spec.json`` documents) by every class that has all of its
 new fields, with a deprecation message printed once per process; a new field given as well wins."""
 
-NOT_IN_ID = {"train": ("checkpoint_every", "world_size"), "rollout": ("vllm_gpu_memory",)}
-"""Settings that do not change results: checkpointing, the data-parallel width (the same run by
-construction, ``suite/distributed.py``; a run may resume with another one) and a resource setting."""
+NOT_IN_ID = {"train": ("checkpoint_every", "keep_checkpoint", "world_size"), "rollout": ("vllm_gpu_memory",)}
+"""Settings that do not change results: checkpointing and what a completed run keeps of it, the
+data-parallel width (the same run by construction, ``suite/distributed.py``; a run may resume
+with another one) and a resource setting. (``eval.save_samples`` only chooses what is logged
+too, but it was in every run id from the start: leaving it out now would change them all.)"""
 
 LABELS = ("sweep", "factors", "tuning")
 """Top-level labels of a spec document that are not in the run id."""
@@ -483,7 +524,7 @@ def _type_name(tp: Any) -> str:
         return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return " or ".join(_type_name(a) for a in args) + " or null"
+        return " or ".join(_type_name(a) for a in args) + (" or null" if type(None) in typing.get_args(tp) else "")
     if origin is tuple:
         return f"list of {_type_name(typing.get_args(tp)[0])}"
     return getattr(tp, "__name__", str(tp))
@@ -662,9 +703,9 @@ def check_ranges(spec: RunSpec) -> list[str]:
     if t.world_size > 1 and r.rng != "row":
         e.append(f"train.world_size={t.world_size} needs rollout.rng=row (samples that do not depend on how "
                  f"rows are split across processes), got rollout.rng={r.rng}; valid: row (batch: world_size 1 only)")
-    if r.rng == "row" and r.engine not in ("auto", "kv", "native"):
+    if r.rng == "row" and r.engine not in ("auto", "kv", "native", "onednn"):
         e.append(f"rollout.rng=row is implemented by the kv sampler, not rollout.engine={r.engine}; "
-                 f"valid rollout.engine with rng=row: auto, kv, native")
+                 f"valid rollout.engine with rng=row: auto, kv, native, onednn")
     if ev.n_samples and any(k > ev.n_samples for k in ev.ks):
         e.append(f"eval.ks {list(ev.ks)} must lie in 1..eval.n_samples ({ev.n_samples})")
     if not spec.budget.limits():

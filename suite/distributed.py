@@ -198,7 +198,9 @@ def init_from_submitit(world_size: int, device: str) -> World:
 
 def _local_worker(rank: int, size: int, backend: str, init_method: str, spec, out: str, queue) -> None:
     """One spawned rank of :func:`launch_local`: join the group, run, report (code, error)."""
-    torch.set_num_threads(spec.train.num_threads)
+    from suite.config import resolve_threads
+
+    torch.set_num_threads(resolve_threads(spec.train.num_threads))
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(rank))
     result: tuple = (rank, "error", 1, "exited without a result")
     try:

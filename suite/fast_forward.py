@@ -206,13 +206,55 @@ def positions_saved(tokens: Tensor, attn_mask: Tensor, prompt_width: int) -> int
     return int(attn_mask[:, :W].sum()) - int(attn_mask[first, :W].sum())
 
 
+def buckets(lengths: list[int], overhead: float) -> list[list[int]]:
+    """Rows grouped for the response pass of :func:`fast_forward`: sorted by real length
+    (longest first) and cut into runs of consecutive rows, each computed at its own longest
+    length, so that the positions computed plus ``overhead`` per extra pass (the cost of one
+    more pass of the layer stack, in positions) are fewest (an exact partition by dynamic
+    programming over the sorted rows). Returns lists of row indices."""
+    order = sorted(range(len(lengths)), key=lambda b: (-lengths[b], b))
+    n = len(order)
+    best = [0.0] + [float("inf")] * n  # best[j]: cost of the first j sorted rows
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        for i in range(j):  # the last run is sorted rows i..j-1, as wide as row i
+            c = best[i] + (j - i) * lengths[order[i]] + (overhead if i else 0.0)
+            if c < best[j]:
+                best[j], cut[j] = c, i
+    runs, j = [], n
+    while j:
+        runs.append(order[cut[j]:j])
+        j = cut[j]
+    return runs[::-1]
+
+
+def pass_overhead(model) -> float:
+    """One more pass of the layer stack, in token positions, for :func:`buckets`: its weights read
+    again in the forward and backward and its weight gradients summed once more (about 3 passes
+    over the weights at ~10 GB/s against 6 FLOPs a weight and position at ~50 GFLOP/s on a CPU
+    core: about 10 positions whatever the size), plus the per-op cost of its layers (~0.4 ms a
+    layer, forward and backward: 3.3e6 / the parameters of a layer): about 23 positions for the
+    embedded tiny model, 11 for a 135M-parameter one (measured there, 2 prompts × 4 rows of 7–64
+    response tokens: 6.2–6.7 s for forward and backward with this grouping or one pass per length,
+    8.3–10.5 s with one pass at the longest length). Only the grouping depends on it."""
+    per_layer = sum(p.numel() for p in model.model.layers[0].parameters())
+    return 10.0 + 3.3e6 / max(1, per_layer)
+
+
 def fast_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float, want: frozenset[str] = frozenset(),
-                 prompt_width: int = 0, compiled: bool = False, topk_ids: Optional[Tensor] = None) -> Forward:
+                 prompt_width: int = 0, compiled: bool = False, topk_ids: Optional[Tensor] = None,
+                 logits_from: int = 0) -> Forward:
     """``policy_forward``'s result (fields logp, entropy, topk_logp) from the functional forward.
 
     tokens, attn_mask [B, T]; prompt_width > 0 shares the prompt pass among rows whose first
     ``prompt_width`` tokens (and mask) are equal; topk_ids [B, T, K] (top-K log-probs; no
     prefix sharing then). ``compiled`` runs the layer stack through ``torch.compile``.
+    ``logits_from``: the first position whose log-prob (entropy, top-K) is computed; earlier
+    positions hold 0 (see :func:`suite.policy.policy_forward`).
+
+    With prefix sharing the response pass skips each row's right padding: rows are grouped by
+    their real response length (:func:`buckets`) and every group runs at its own longest
+    length; predictions at padded positions (which the loss mask excludes) are 0.
     """
     cfg = model.config
     n_heads = cfg.num_attention_heads
@@ -222,6 +264,7 @@ def fast_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float, w
     layers, norm_w = _layer_weights(model), model.model.norm.weight
     stack = _compiled_stack() if compiled else _stack
     B, T = tokens.shape
+    s0 = min(max(int(logits_from), 1), T)  # the first position predicted
     pos = (attn_mask.long().cumsum(-1) - 1).clamp(min=0)
     want_topk = "topk" in want and topk_ids is not None
     plan = share_plan(tokens, attn_mask, 0 if want_topk else prompt_width)
@@ -229,27 +272,58 @@ def fast_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float, w
         x = model.model.embed_tokens(tokens)
         cos, sin = model.model.rotary_emb(x, pos)
         h, _ = stack(x, cos, sin, _mask(attn_mask, T, 0, compiled), None, layers, norm_w, n_heads, n_kv, head_dim, eps, n_kv != n_heads)
-        logp, ent, topk = _stats(model.lm_head(h[:, :-1]), tokens[:, 1:], temperature, want,
-                                 topk_ids[:, 1:] if want_topk else None)
-        pad = (1, 0)
+        logp, ent, topk = _stats(model.lm_head(h[:, s0 - 1:-1]), tokens[:, s0:], temperature, want,
+                                 topk_ids[:, s0:] if want_topk else None)
+        pad = (s0, 0)
         return Forward(logp=F.pad(logp, pad), entropy=F.pad(ent, pad) if ent is not None else None,
-                       topk_logp=F.pad(topk, (0, 0, 1, 0)) if topk is not None else None)
-    # one prompt pass per distinct prompt (row `first` of each), its keys/values indexed by `inv`
+                       topk_logp=F.pad(topk, (0, 0, s0, 0)) if topk is not None else None)
+    # one prompt pass per distinct prompt (row `first` of each), its keys/values indexed by `inv`;
+    # one embedding call and (below) one LM-head call for the whole batch: the table's gradient is
+    # formed once, not once per pass
     W, first, inv = plan
+    dev = tokens.device
+    emb = model.model.embed_tokens(tokens)
     p_tok, p_mask, p_pos = tokens[first, :W], attn_mask[first, :W], pos[first, :W]
-    x = model.model.embed_tokens(p_tok)
+    x = emb[first, :W]
     cos, sin = model.model.rotary_emb(x, p_pos)
     h_p, kv_p = stack(x, cos, sin, _mask(p_mask, W, 0, compiled), None, layers, norm_w, n_heads, n_kv, head_dim, eps, n_kv != n_heads)
-    # the response positions of every row, attending to [the group's prompt keys | their own]
-    kv_rows = [(k[inv], v[inv]) for k, v in kv_p]
-    x = model.model.embed_tokens(tokens[:, W:])
-    cos, sin = model.model.rotary_emb(x, pos[:, W:])
-    h_r, _ = stack(x, cos, sin, _mask(attn_mask, T - W, W), kv_rows, layers, norm_w, n_heads, n_kv, head_dim, eps, n_kv != n_heads)
-    # predictions: prompt positions once per prompt; the last prompt position predicts each
-    # row's first response token; then the response positions
-    parts = [_stats(model.lm_head(h_p[:, :-1]), p_tok[:, 1:], temperature, want, None),
-             _stats(model.lm_head(h_p[:, -1:])[inv], tokens[:, W:W + 1], temperature, want, None),
-             _stats(model.lm_head(h_r[:, :-1]), tokens[:, W + 1:], temperature, want, None)]
-    logp = torch.cat([parts[0][0][inv], parts[1][0], parts[2][0]], 1)
-    ent = torch.cat([parts[0][1][inv], parts[1][1], parts[2][1]], 1) if "entropy" in want else None
-    return Forward(logp=F.pad(logp, (1, 0)), entropy=F.pad(ent, (1, 0)) if ent is not None else None)
+    # the response positions of every row, attending to [the group's prompt keys | their own],
+    # in groups of rows of similar real length, each group cut to its longest row
+    R = T - W
+    real = attn_mask[:, W:].bool()
+    lengths = torch.where(real, torch.arange(1, R + 1, device=dev), 0).amax(1).tolist()
+    want_ent = "entropy" in want
+    # the hidden states predicting a wanted position, with that position's (row, column) and token
+    hs, at_row, at_col = [], [], []
+    if s0 <= W:  # the last prompt position predicts each row's first response token
+        hs.append(h_p[inv, -1])
+        at_row.append(torch.arange(B, device=dev))
+        at_col.append(torch.full((B,), W, dtype=torch.long, device=dev))
+    q0 = max(s0, W + 1) - (W + 1)  # the first response prediction wanted, as an index into h_r
+    for rows in buckets(lengths, pass_overhead(model)):
+        S = max(1, lengths[rows[0]])
+        idx = torch.tensor(rows, dtype=torch.long, device=dev)
+        kv_rows = [(k[inv[idx]], v[inv[idx]]) for k, v in kv_p]
+        x = emb[idx, W:W + S]
+        cos, sin = model.model.rotary_emb(x, pos[idx, W:W + S])
+        h_r, _ = stack(x, cos, sin, _mask(attn_mask[idx, :W + S], S, W), kv_rows, layers, norm_w, n_heads, n_kv,
+                       head_dim, eps, n_kv != n_heads)
+        if S - 1 > q0:  # predictions of positions W+1+q0 .. W+S-1 of these rows
+            cols = torch.arange(W + 1 + q0, W + S, device=dev)
+            hs.append(h_r[:, q0:S - 1].reshape(-1, h_r.shape[-1]))
+            at_row.append(idx[:, None].expand(-1, cols.numel()).reshape(-1))
+            at_col.append(cols[None].expand(idx.numel(), -1).reshape(-1))
+    logp = h_p.new_zeros(B, T)
+    ent = h_p.new_zeros(B, T) if want_ent else None
+    if hs:
+        at_row, at_col = torch.cat(at_row), torch.cat(at_col)
+        lp, en, _ = _stats(model.lm_head(torch.cat(hs))[None], tokens[at_row, at_col][None], temperature, want, None)
+        logp = logp.index_put((at_row, at_col), lp[0])
+        if want_ent:
+            ent = ent.index_put((at_row, at_col), en[0])
+    if s0 < W:  # prompt positions s0..W-1, once per prompt, copied to each of its rows
+        lp, en, _ = _stats(model.lm_head(h_p[:, s0 - 1:-1]), p_tok[:, s0:], temperature, want, None)
+        logp = torch.cat([logp[:, :s0], lp[inv], logp[:, W:]], 1)
+        if want_ent:
+            ent = torch.cat([ent[:, :s0], en[inv], ent[:, W:]], 1)
+    return Forward(logp=logp, entropy=ent)

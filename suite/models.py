@@ -2,7 +2,9 @@
 
 ``tiny`` is a Llama-style causal LM built from a config (≈0.5M parameters, hidden 128,
 3 layers, 4 heads, context 1024) with a character-level tokenizer made with ``tokenizers``
-(printable ASCII + newline; no download). Any other name is treated as a Hugging Face id or a
+(printable ASCII + newline; no download). The pinned real models (``smollm2-135m``;
+``suite/pinned_models.py``) load from the folder ``rlsuite models fetch NAME`` made, their
+weights' sha256 checked on every load. Any other name is treated as a Hugging Face id or a
 local path and loaded with ``from_pretrained`` (offline when ``HF_HUB_OFFLINE=1``).
 
 Outside packages add models through the ``rlsuite.models`` entry-point group by registering
@@ -83,6 +85,24 @@ MODELS.register("tiny", ModelEntry("tiny", "Llama-style 0.5M-parameter model wit
                                    embedded=True))
 
 
+def _load_pinned(name: str):
+    def load(cfg: ModelConfig):
+        from suite import pinned_models
+
+        return load_pretrained(str(pinned_models.verified_dir(pinned_models.get(name))), cfg)
+    return load
+
+
+def _register_pinned() -> None:
+    from suite.pinned_models import PINNED
+
+    for pm in PINNED.values():
+        MODELS.register(pm.name, ModelEntry(pm.name, pm.summary, "1", _load_pinned(pm.name)))
+
+
+_register_pinned()
+
+
 def _looks_like_hub_id(name: str) -> bool:
     parts = name.split("/")
     return len(parts) == 2 and all(p and not p.startswith(".") for p in parts)
@@ -93,6 +113,9 @@ def load_pretrained(name: str, cfg: ModelConfig):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     check_model_available(name)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # one "Loading weights" bar per load, in every run's log
     try:
         tok = AutoTokenizer.from_pretrained(name)
         model = AutoModelForCausalLM.from_pretrained(name, dtype=DTYPES[cfg.dtype],
@@ -142,8 +165,14 @@ def in_hub_cache(repo_id: str) -> bool:
 def check_model_available(name: str) -> None:
     """Before loading: offline (``HF_HUB_OFFLINE=1`` / ``TRANSFORMERS_OFFLINE=1``), a hub id that
     is neither a local folder nor in the local Hugging Face cache is refused at once (BadInput;
-    ``from_pretrained`` would first spend most of a minute on retries). A machine check, not part
+    ``from_pretrained`` would first spend most of a minute on retries); a pinned model that is not
+    fetched yet is refused naming ``rlsuite models fetch``. A machine check, not part
     of resolution: a spec naming a hub id still resolves offline (dry runs, login nodes)."""
+    from suite.pinned_models import PINNED, fetch_command, is_fetched
+
+    if name in PINNED and not is_fetched(PINNED[name]):
+        raise BadInput(f"model '{name}' is not fetched yet; fetch it once with: {fetch_command(name)}  "
+                       f"(runs and SLURM jobs never download)")
     if name in MODELS or os.path.isdir(name) or not _looks_like_hub_id(name):
         return
     if hub_offline() and not in_hub_cache(name):

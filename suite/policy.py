@@ -52,29 +52,39 @@ def attention_concentration(attn: Tensor, key_mask: Tensor) -> Tensor:
 
 def policy_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float,
                    want: frozenset[str] = frozenset(), value_head: Optional[torch.nn.Module] = None,
-                   topk_ids: Optional[Tensor] = None, prompt_width: int = 0, compiled: bool = False) -> Forward:
+                   topk_ids: Optional[Tensor] = None, prompt_width: int = 0, compiled: bool = False,
+                   logits_from: int = 0) -> Forward:
     """One forward of ``model`` on full sequences.
 
     Args: tokens, attn_mask [B, T]; temperature: logits are divided by it (the sampling
     distribution); want: subset of {"entropy", "hidden", "attn_stat", "values", "topk"};
     value_head: the critic head applied to the last hidden state when "values" is wanted;
     prompt_width > 0 (``train.share_prefix``) or ``compiled`` (``train.compile``): the
-    functional forward of :mod:`suite.fast_forward` where it serves the call, else the HF one.
+    functional forward of :mod:`suite.fast_forward` where it serves the call, else the HF one;
+    logits_from: the first position whose log-prob (entropy, top-K log-probs) is computed; the
+    earlier positions hold 0 (the trainer passes the prompt width, where the loss mask starts).
+    On the HF forward the LM head still runs over every position (so a loss on the positions
+    computed has bit for bit the gradients of the whole-sequence call: the head's weight gradient
+    sums the same rows, zeros included) and the log-softmax, entropy and gathers over
+    ``logits_from..T−1`` only; the fast forward also runs the head there only.
     Returns: :class:`suite.types.Forward` with the requested fields.
     """
     if (prompt_width or compiled) and unsupported(model, want, tokens.shape[1]) is None:
-        return fast_forward(model, tokens, attn_mask, temperature, want, prompt_width, compiled, topk_ids)
+        return fast_forward(model, tokens, attn_mask, temperature, want, prompt_width, compiled, topk_ids,
+                            logits_from=logits_from)
     need_hidden = "hidden" in want or "values" in want
+    T = tokens.shape[1]
+    s = min(max(int(logits_from), 1), T)  # position 0 is never predicted
     out = model(input_ids=tokens, attention_mask=attn_mask, position_ids=position_ids(attn_mask),
                 output_hidden_states=need_hidden, output_attentions="attn_stat" in want, use_cache=False)
-    logits = out.logits[:, :-1].float()  # [B, T-1, V]
+    logits = out.logits[:, s - 1:-1].float()  # [B, T-s, V]: the predictions of positions s..T-1
     if temperature != 1.0:  # x / 1 == x exactly: skip the copy
         logits = logits / temperature
     logp_all = torch.log_softmax(logits, -1)
-    logp = torch.nn.functional.pad(logp_all.gather(-1, tokens[:, 1:, None]).squeeze(-1), (1, 0))
+    logp = torch.nn.functional.pad(logp_all.gather(-1, tokens[:, s:, None]).squeeze(-1), (s, 0))
     entropy = None
     if "entropy" in want:
-        entropy = torch.nn.functional.pad(-(logp_all.exp() * logp_all).sum(-1), (1, 0))
+        entropy = torch.nn.functional.pad(-(logp_all.exp() * logp_all).sum(-1), (s, 0))
     hidden = out.hidden_states[-1] if need_hidden else None
     values = _shift(value_head(hidden)) if "values" in want and value_head is not None else None
     attn_stat = None
@@ -84,6 +94,6 @@ def policy_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float,
         attn_stat = _shift(stats)
     topk_logp = None
     if "topk" in want and topk_ids is not None:
-        topk_logp = torch.nn.functional.pad(logp_all.gather(-1, topk_ids[:, 1:]), (0, 0, 1, 0))
+        topk_logp = torch.nn.functional.pad(logp_all.gather(-1, topk_ids[:, s:]), (0, 0, s, 0))
     return Forward(logp=logp, entropy=entropy, hidden=hidden if "hidden" in want else None,
                    attn_stat=attn_stat, values=values, topk_logp=topk_logp)

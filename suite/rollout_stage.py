@@ -28,12 +28,13 @@ class RolloutStage:
 
     def __init__(self, rollout, chat_template: str, seed: int, task, splits: dict, tokenizer, engine, algo,
                  needs: frozenset[str], world, budget: Budget, n_params: int,
-                 note_grade_errors: Callable[[list[str], Optional[int]], None]) -> None:
+                 note_grade_errors: Callable[[list[str], Optional[int]], None],
+                 stop_ids: Optional[tuple[int, ...]] = None) -> None:
         self.r, self.chat_template, self.seed = rollout, chat_template, seed
         self.task, self.splits, self.tok, self.engine, self.algo = task, splits, tokenizer, engine, algo
         self.needs, self.world, self.budget, self.P = needs, world, budget, n_params
         self.note_grade_errors = note_grade_errors
-        self.stop_ids = (tokenizer.eos_token_id,)
+        self.stop_ids = stop_ids or (tokenizer.eos_token_id,)
         self._prompt_cache: dict[tuple[str, int], tuple[list[int], str]] = {}
 
     def prompt(self, split: str, i: int) -> tuple[list[int], str]:

@@ -5,7 +5,8 @@
 JSON documents are written atomically (temporary name, fsync, rename), so a reader never sees
 half a document; ``checkpoint/`` is replaced as a whole (a new copy is written under
 ``.checkpoint.tmp`` with a completion marker, then swapped in; :meth:`RunFolder.recover_dir`
-finishes a swap a kill interrupted). A completed run is never written to again.
+finishes a swap a kill interrupted). Once its ``completed`` state is recorded a run deletes its
+``checkpoint/`` (unless ``train.keep_checkpoint``) and is never written to again.
 
 One writer per run folder: :class:`RunLock` holds ``<out>/<run_id>.lock`` (``fcntl.flock``, with
 host, pid and a heartbeat in the file, so a holder on another host whose ``flock`` does not reach
@@ -476,6 +477,19 @@ class RunFolder:
         _fsync_path(self.path)
         shutil.rmtree(old, ignore_errors=True)
 
+    def remove_dir(self, name: str) -> bool:
+        """Delete directory ``name`` (a completed run's ``checkpoint/``): renamed to ``.<name>.old``
+        first, so a kill part-way leaves a leftover temporary, never a torn ``name``. Returns
+        whether there was one."""
+        final, old = self.file(name), self.file(f".{name}.old")
+        if not final.is_dir():
+            return False
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(final, old)
+        _fsync_path(self.path)
+        shutil.rmtree(old, ignore_errors=True)
+        return True
+
     def recover_dir(self, name: str) -> Optional[str]:
         """Finish a :meth:`replace_dir` swap a kill interrupted: with ``name`` missing, a complete
         ``.<name>.tmp`` (it has the marker) becomes ``name``, else ``.<name>.old`` does. Returns
@@ -557,6 +571,9 @@ class ReadOnlyFolder(RunFolder):
 
     def replace_dir(self, name: str, writer) -> None:
         pass
+
+    def remove_dir(self, name: str) -> bool:
+        return False
 
     def recover_dir(self, name: str) -> Optional[str]:
         return None

@@ -4,6 +4,9 @@ Exit codes: 0 completed (also "already completed": nothing is written), 3 diverg
 re-run of a diverged run: nothing is written), 1 failed, 2 bad input (nothing written),
 130 preempted (SIGINT, or submitit's SIGUSR2), 143 cancelled (SIGTERM).
 
+A completed run's ``checkpoint/`` is deleted once ``completed`` is recorded (``final/`` keeps the
+policy), unless ``train.keep_checkpoint``.
+
 Re-running: ``completed`` → 0; ``diverged`` → 3; ``failed``, ``preempted``, ``cancelled`` and
 a stale ``running`` → resume from the checkpoint (``attempt`` + 1); a live ``running``, a held
 lock or a different spec under the same run id → 2.
@@ -30,7 +33,7 @@ from typing import Callable, Optional
 
 import torch
 
-from suite.config import RunSpec, identity_doc
+from suite.config import RunSpec, identity_doc, resolve_threads
 from suite.errors import BadInput
 from suite.runfolder import (RunFolder, RunLock, RunLocked, atomic_write_json, env_info, is_disk_full, is_stale,
                              lock_path, read_json)
@@ -257,13 +260,14 @@ def _execute(spec: RunSpec, out: Path, run_dir: Path, world, claim: _Claim,
         from suite.vllm_engine import require_vllm
 
         require_vllm()
-    torch.set_num_threads(spec.train.num_threads)
+    threads = resolve_threads(spec.train.num_threads)  # `auto`: this machine's cores
+    torch.set_num_threads(threads)
     task = TASKS.get(spec.task.name)(spec.task)
     algo = ALGORITHMS.get(spec.algo.name)(spec.algo)
     model, tok, embedded = load_model(spec.model)
     warm = {}
     if embedded and spec.model.warm_start == "task":
-        warm = warm_started(task, model, tok, spec.model.name, spec.train.num_threads)
+        warm = warm_started(task, model, tok, spec.model.name, threads)
     trainer = None
     try:
         trainer = Trainer(spec, run_dir, task, algo, model, tok)  # validates capabilities and splits
@@ -271,8 +275,7 @@ def _execute(spec: RunSpec, out: Path, run_dir: Path, world, claim: _Claim,
             run_dir.mkdir(parents=True, exist_ok=True)
             if attempt == 1:
                 atomic_write_json(run_dir / "spec.json", spec.to_dict() | {"run_id": spec.run_id})
-                atomic_write_json(run_dir / "env.json", env_info(str(trainer.device), spec.model.dtype,
-                                                                 spec.train.num_threads)
+                atomic_write_json(run_dir / "env.json", env_info(str(trainer.device), spec.model.dtype, threads)
                                   | {"warm_start": warm, "world_size": world.size})
             if on_ready:
                 on_ready(run_dir)
@@ -290,6 +293,8 @@ def _execute(spec: RunSpec, out: Path, run_dir: Path, world, claim: _Claim,
             log(traceback.format_exc())
             return 1, run_dir
         trainer.folder.set_status(state=state, reason=reason, step=trainer.step_no, budget=trainer.budget.counters)
+        if state == "completed" and not spec.train.keep_checkpoint:
+            trainer.folder.remove_dir("checkpoint")  # a completed run never resumes; final/ holds the policy
         return EXIT[state], run_dir
     except OSError as e:  # spec.json / env.json / the final status on a full disk
         if world.main and is_disk_full(e, run_dir):

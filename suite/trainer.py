@@ -21,6 +21,12 @@ Per step (numbers match the sections of :meth:`Trainer.step`):
 7. log one metrics row, evaluate on schedule, checkpoint, stop at the budget or on
    divergence.
 
+Checkpoints (:mod:`suite.checkpoint`) hold what resuming needs: the trained models, their
+optimizer state and the behaviour weights only where they lag the policy; the frozen
+reference and initial policy are rebuilt from the base (checked by its sha256). A completed run
+keeps ``final/`` (the policy in ``model.dtype``, tied weights once) and the runner drops
+``checkpoint/`` unless ``train.keep_checkpoint``.
+
 Data parallelism (``train.world_size`` > 1, :mod:`suite.distributed`): every rank holds the
 same state and the same full batch; generation (2) and the update (6) are sharded by rows
 (records all-gathered, gradients all-reduced with the global normaliser's weights); scoring
@@ -45,6 +51,8 @@ from algorithms.base import Algorithm
 from suite.aggregation import aggregation_weights
 from suite.behaviour import BehaviourSync
 from suite.budget import Budget, scoring_flops, training_flops
+from suite.checkpoint import load as load_state
+from suite.checkpoint import pack, state_sha256
 from suite.checks import check_capabilities
 from suite.config import RunSpec
 from suite.distributed import world as current_world
@@ -63,6 +71,7 @@ from suite.rollout_stage import RolloutStage
 from suite.runfolder import ReadOnlyFolder, RunFolder, now_iso
 from suite.step_metrics import merge as _merge
 from suite.step_metrics import rollout_metrics, s_kl
+from suite.stop import stop_ids
 from suite.types import Batch, Rollout, cat_rollouts, real_width
 from suite.update_plan import computed_positions, lr_factor, micro_batches
 
@@ -88,12 +97,14 @@ class Trainer:
         for s in ("train", "val", "test"):
             if not self.splits.get(s):
                 raise BadInput(f"task '{task.name}' has an empty {s} split")
-        self.stop_ids = (tokenizer.eos_token_id,)
+        self.stop_ids = stop_ids(tokenizer, model)
         self.engine = make_engine(r.engine, self.model, tokenizer, r)
         self.behaviour = BehaviourSync(r, spec.seed, self.engine, self.model)  # staleness and the mismatch knob
         self.ref = copy.deepcopy(self.model).eval().requires_grad_(False) if "ref_logp" in self.needs else None
         # the initial policy, frozen (KL-to-initial metrics); rebuilt identically on resume
         self.init = copy.deepcopy(self.model).eval().requires_grad_(False) if "init_logp" in self.needs else None
+        self._ref_refreshed = False  # π_ref is the base until an algorithm refreshes it (then checkpoints keep it)
+        self._base_sha: Optional[str] = None  # of the base π_ref / π_init copy (computed when first needed)
         self.critic = None
         if "values" in self.needs:
             with torch.random.fork_rng(devices=[]):  # the critic's initial weights depend on the seed only
@@ -115,7 +126,8 @@ class Trainer:
         self.signals = Signals()
         self._grade_errors, self._grade_error_first = 0, None  # this step's grader failures
         self.rollouts = RolloutStage(r, spec.model.chat_template, spec.seed, task, self.splits, tokenizer, self.engine,
-                                     algo, self.needs, self.world, self.budget, self.P, self._note_grade_errors)
+                                     algo, self.needs, self.world, self.budget, self.P, self._note_grade_errors,
+                                     self.stop_ids)
 
     def _update_fields(self) -> frozenset[str]:
         """The fields the training forward computes for this algorithm (besides logp)."""
@@ -130,9 +142,13 @@ class Trainer:
         return contextlib.nullcontext()
 
     def _fwd_opts(self, prompt_width: int) -> dict[str, Any]:
-        """policy_forward's lever arguments (``train.share_prefix``, ``train.compile``)."""
+        """policy_forward's lever arguments (``train.share_prefix``, ``train.compile``), and
+        ``logits_from``: log-probs from the response on (the loss mask is 0 on the prompt; the
+        default forward's results are bit for bit those of the whole sequence: see
+        :func:`suite.policy.policy_forward`)."""
         t = self.spec.train
-        return {"prompt_width": prompt_width if t.share_prefix else 0, "compiled": t.compile}
+        return {"prompt_width": prompt_width if t.share_prefix else 0, "compiled": t.compile,
+                "logits_from": prompt_width}
 
     @property
     def _head_critic(self) -> bool:
@@ -153,6 +169,7 @@ class Trainer:
         if self.ref is None:
             raise RuntimeError("refresh_reference() needs a reference model: declare 'ref_logp' in needs")
         self.ref.load_state_dict(self.model.state_dict())
+        self._ref_refreshed = True
 
     def _charge_extra(self, kind: str, tokens: int, params: int) -> None:
         self.budget.charge_flops(kind, scoring_flops(params, tokens))
@@ -403,20 +420,42 @@ class Trainer:
         return float(norms[0])
 
     # -- checkpoints -------------------------------------------------------------------
+    def _base_copy(self):
+        """A frozen copy of the base the run started from (π_init, or π_ref before any refresh)."""
+        if self.init is not None:
+            return self.init
+        return self.ref if self.ref is not None and not self._ref_refreshed else None
+
+    def _base_sha256(self) -> Optional[str]:
+        if self._base_sha is None and self._base_copy() is not None:
+            self._base_sha = state_sha256(self._base_copy().state_dict())
+        return self._base_sha
+
+    def _engine_rebuilt(self) -> bool:
+        """The engine holds what :meth:`load_checkpoint` rebuilds without stored weights: the
+        policy of now or one of the lag history's (through the mismatch knob)."""
+        v = self.engine.version
+        return v == int(self.budget.counters["updates"]) or v in self.behaviour.history
+
     def _state(self) -> dict[str, Any]:
         st = {"model": self.model.state_dict(), "opt": self.opt.state_dict(), "algo": self.algo.state_dict(),
               "budget": self.budget.state_dict(), "step": self.step_no, "cursor": self.cursor,
               "evals_done": self.evals_done, "entropy": self.entropy, "engine_version": self.engine.version}
         if self.critic is not None:
             st["critic"] = self.critic.state_dict()
-        if self.ref is not None:
+        if self.ref is not None and self._ref_refreshed:  # else it is the base, rebuilt on resume
             st["ref"] = self.ref.state_dict()
-        st["engine"] = self.engine.state()  # the behaviour weights (stale or perturbed) as they are
+        if self._base_copy() is not None:
+            st["base_sha256"] = self._base_sha256()
+        if not self._engine_rebuilt():
+            st["engine"] = self.engine.state()  # the behaviour weights (stale) as they are
         if self.behaviour.history:
-            st["history"] = self.behaviour.history
-        return st
+            st["history"] = self.behaviour.history  # the current policy in it is stored once (pack)
+        return pack(st)
 
     def save_checkpoint(self) -> None:
+        if not self.world.main:
+            return  # rank 0 alone writes the run folder
         state = self._state()
         self.folder.sync("metrics.jsonl")  # the per-step rows up to this checkpoint are durable before it exists
         self.folder.replace_dir("checkpoint", lambda d: torch.save(state, d / "state.pt"))
@@ -425,7 +464,13 @@ class Trainer:
         path = self.folder.file("checkpoint") / "state.pt"
         if not path.exists():
             return False
-        st = torch.load(path, weights_only=False, map_location=self.device)
+        st = load_state(path, map_location=self.device)
+        rebuilds_base = (self.ref is not None and "ref" not in st) or self.init is not None
+        if rebuilds_base and st.get("base_sha256") is not None and st["base_sha256"] != self._base_sha256():
+            raise BadInput(f"{path}: the run started from a base model with other weights (sha256 "
+                           f"{st['base_sha256'][:12]}…, now {self._base_sha256()[:12]}… for model "
+                           f"'{self.spec.model.name}'); its frozen reference is rebuilt from the base, so it cannot "
+                           f"resume exactly: restore that model or start the run afresh (remove {path.parent})")
         self.model.load_state_dict(st["model"])
         self.opt.load_state_dict(st["opt"])
         self.algo.load_state_dict(st["algo"])
@@ -433,10 +478,16 @@ class Trainer:
         self.step_no, self.cursor, self.evals_done, self.entropy = st["step"], st["cursor"], st["evals_done"], st["entropy"]
         if self.critic is not None:
             self.critic.load_state_dict(st["critic"])
-        if self.ref is not None:
+        if self.ref is not None and "ref" in st:  # refreshed (or a checkpoint written before refs were rebuilt)
             self.ref.load_state_dict(st["ref"])
-        self.engine.load_weights(st["engine"], st["engine_version"])
+            self._ref_refreshed = True
         self.behaviour.history = st.get("history", self.behaviour.history)
+        v = st["engine_version"]
+        if "engine" in st:
+            self.engine.load_weights(st["engine"], v)
+        else:  # the policy of version v, through the mismatch knob, as BehaviourSync loaded it
+            src = self.behaviour.history[v] if v in self.behaviour.history else self.model.state_dict()
+            self.engine.load_weights(self.behaviour.behaviour_state(src, v), v)
         return True
 
     # -- eval --------------------------------------------------------------------------
@@ -545,5 +596,7 @@ class Trainer:
             self.signals.restore()
 
     def _save_final(self, d: Path) -> None:
+        """``final/``: the policy as ``save_pretrained`` writes it (safetensors in the weights' own
+        dtype, ``model.dtype``; tied weights once) and the tokenizer."""
         self.model.save_pretrained(d)
         self.tok.save_pretrained(d)

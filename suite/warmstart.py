@@ -69,7 +69,14 @@ def sha256_file(path: Path) -> str:
 
 
 def _task_doc(task_cfg: Any) -> dict:
+    """The task configuration as a manifest records it; task fields added later
+    (``LATER_DEFAULTS["task"]``) are left out at their defaults, so a base committed before
+    them still matches."""
+    from suite.config import LATER_DEFAULTS
+
     d = dataclasses.asdict(task_cfg) if dataclasses.is_dataclass(task_cfg) else dict(task_cfg)
+    later = LATER_DEFAULTS.get("task", {})
+    d = {k: v for k, v in d.items() if not (k in later and v == later[k])}
     return json.loads(json.dumps(d, default=str))  # tuples → lists, as in the manifest
 
 
@@ -179,6 +186,7 @@ def measure(task_name: str, model_name: str = "tiny", model=None, tok=None) -> d
     from suite.engines import make_engine
     from suite.evaluate import evaluate
     from suite.spec import resolve
+    from suite.stop import stop_ids
     from suite.trainer import encode_prompt
     from tasks.base import TASKS
 
@@ -191,7 +199,7 @@ def measure(task_name: str, model_name: str = "tiny", model=None, tok=None) -> d
             enc = [encode_prompt(task, e, tok, spec.model.chat_template) for e in examples]
             res, _ = evaluate(make_engine(spec.rollout.engine, model, tok, spec.rollout), tok, task, examples,
                               [e[0] for e in enc], [e[1] for e in enc], spec.eval, spec.rollout.max_new_tokens,
-                              (tok.eos_token_id,), spec.rollout.max_turns, spec.rollout.max_obs_tokens)
+                              stop_ids(tok, model), spec.rollout.max_turns, spec.rollout.max_obs_tokens)
             out.update({f"{split}/{k}": v for k, v in res.items()})
     finally:
         task.close()

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -23,7 +24,14 @@ def add_arguments(sub) -> None:
     run.add_argument("--out", type=Path, default=Path("results"), help="root folder (default results/)")
     run.add_argument("--cluster", choices=["auto", "slurm", "local", "debug"], default="local")
     run.add_argument("--workers", type=int, default=2, help="local runs at a time (1 torch thread each)")
-    run.add_argument("--dry-run", action="store_true", help="print the runs, one per line; submit nothing")
+    run.add_argument("--dry-run", action="store_true",
+                     help="print the runs, one per line, with their planned samples, FLOPs, checkpoint and "
+                          "final-model disk and GPU-hours, and a total line; submit nothing (sweeps/cost.py)")
+    run.add_argument("--throughput", type=float, default=None, metavar="FLOP/S",
+                     help="--dry-run: per-GPU throughput of the GPU-hours (default 3.956e14: 40%% MFU of an "
+                          "H100 SXM's 989 TFLOP/s dense bf16)")
+    run.add_argument("--prompt-tokens", type=int, default=None, metavar="N",
+                     help="--dry-run: assumed prompt tokens per sample (default 512)")
     run.add_argument("--retry-failed", action="store_true", help="also resubmit runs whose state is failed")
     run.add_argument("--no-wait", action="store_true", help="SLURM: return after submitting")
     tu = ssub.add_parser("tune", help="equal-budget grid (LR x the entry's knob) on val; writes the final spec")
@@ -65,8 +73,17 @@ def cmd_sweep(args) -> int:
                     log = f" log: {r['stderr']}" if r.get("stderr") else ""
                     print(f"  {state:<10} {r['run_id']}{extra}{log}")
         return 0
+    cost = {}
+    if args.throughput is not None:
+        if not (math.isfinite(args.throughput) and args.throughput > 0):
+            raise BadInput(f"--throughput must be a positive number of FLOP/s, got {args.throughput}")
+        cost["throughput"] = args.throughput
+    if args.prompt_tokens is not None:
+        if args.prompt_tokens < 0:
+            raise BadInput(f"--prompt-tokens must be ≥ 0, got {args.prompt_tokens}")
+        cost["prompt_tokens"] = args.prompt_tokens
     root, st = run_sweep(args.spec, args.out, args.cluster, args.workers, args.dry_run, args.retry_failed,
-                         wait=not args.no_wait)
+                         wait=not args.no_wait, cost=cost)
     if st:
         print(f"{root}: " + " ".join(f"{k}={v}" for k, v in st["counts"].items()))
     bad = {k: v for k, v in st.get("counts", {}).items() if k in ("failed",)}

@@ -52,7 +52,9 @@ class SweepJob:
         from suite.runner import FolderLocked, execute
         from suite.spec import spec_from_dict
 
-        torch.set_num_threads(self.spec_dict["train"]["num_threads"])
+        from suite.config import resolve_threads
+
+        torch.set_num_threads(resolve_threads(self.spec_dict["train"]["num_threads"]))
         try:
             spec = spec_from_dict(self.spec_dict)
             submitted = self.spec_dict.get("run_id")
@@ -291,22 +293,33 @@ def _progress_bar(total: int):
 
 
 def run_sweep(spec_ref: str, out: Path, cluster: str, workers: int, dry_run: bool = False,
-              retry_failed: bool = False, wait: bool = True, progress: bool = True) -> tuple[Path, dict]:
+              retry_failed: bool = False, wait: bool = True, progress: bool = True,
+              cost: Optional[dict] = None) -> tuple[Path, dict]:
     from sweeps.spec import load
 
-    return run_sweep_spec(load(spec_ref), out, cluster, workers, dry_run, retry_failed, wait, progress)
+    return run_sweep_spec(load(spec_ref), out, cluster, workers, dry_run, retry_failed, wait, progress, cost)
 
 
 def run_sweep_spec(sweep, out: Path, cluster: str, workers: int, dry_run: bool = False,
-                   retry_failed: bool = False, wait: bool = True, progress: bool = True) -> tuple[Path, dict]:
-    """Expand (validating everything first), skip what is done, launch the rest, wait."""
+                   retry_failed: bool = False, wait: bool = True, progress: bool = True,
+                   cost: Optional[dict] = None) -> tuple[Path, dict]:
+    """Expand (validating everything first), skip what is done, launch the rest, wait.
+
+    ``dry_run``: print the runs with their planned cost (:func:`sweeps.cost.dry_run_lines`;
+    ``cost``: its ``throughput`` / ``prompt_tokens``) and submit nothing."""
     from sweeps.spec import expand
 
     runs = expand(sweep)
     root = out / sweep.name
     if dry_run:
-        for r in runs:
-            print(f"{r.run_id}\ttask={r.task.name}\talgo={r.algo.name}\tseed={r.seed}\tvariant={r.variant or '-'}")
+        from sweeps.cost import dry_run_lines
+
+        if cluster in ("slurm", "auto"):
+            n = sweep.resources.array_parallelism
+            src = f"resources.array_parallelism={n}"
+        else:
+            n, src = (1, "--cluster debug") if cluster == "debug" else (workers, f"--workers {workers}")
+        print("\n".join(dry_run_lines(runs, n, src, **(cost or {}))))
         return root, {}
     from suite.errors import BadInput
     from suite.spec import out_dir_problem

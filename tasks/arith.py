@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 
 from tasks.base import Grade, Task, TaskConfig, direction_hint, hash_split, register
 
 _INT = re.compile(r"^\s*(-?\d+)")
+_LAST_INT = re.compile(r"-?\d+")
+_OP_WORDS = {"+": "+", "-": "-", "*": "×"}
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,11 @@ class ArithConfig(TaskConfig):
     SFT steps) reaches this; the committed base (suite/bases/) is the one built at the default."""
     warm_max_steps: int = 3000
     """Upper bound on warm-start SFT steps."""
+    style: Literal["bare", "question"] = "bare"
+    """``bare``: the prompt ``47+38=``, graded on the completion's leading integer (the embedded
+    model's format); ``question``: ``What is 47 + 38? Reply with only the number.`` (the user turn
+    of a chat model), graded on the completion's last integer, since a chat model answers
+    ``47 + 38 = 85``. Same problems and splits in both."""
 
     def __post_init__(self) -> None:
         if not self.ops or set(self.ops) - set("+-*"):
@@ -83,7 +90,7 @@ class Arith(Task):
             "budget": {"samples": 25600},
             "eval": {"max_prompts": 200, "every": 0.25},
         },
-        "hf": {"rollout": {"max_new_tokens": 16}, "budget": {"samples": 25600}},
+        "hf": {"task": {"style": "question"}, "rollout": {"max_new_tokens": 24}, "budget": {"samples": 25600}},
     }
 
     def splits(self) -> dict[str, list[Problem]]:
@@ -98,14 +105,20 @@ class Arith(Task):
         return self._splits
 
     def prompt(self, example: Problem) -> str:
+        if self.cfg.style == "question":
+            return f"What is {example.a} {_OP_WORDS[example.op]} {example.b}? Reply with only the number."
         return example.text
 
     def gold(self, example: Problem) -> str:
         return str(example.answer)
 
     def grade(self, example: Problem, completion: str) -> Grade:
-        m = _INT.match(completion)
-        parsed = m.group(1) if m else None
+        if self.cfg.style == "question":
+            found = _LAST_INT.findall(completion.replace(",", ""))
+            parsed = found[-1] if found else None
+        else:
+            m = _INT.match(completion)
+            parsed = m.group(1) if m else None
         ok = parsed is not None and int(parsed) == example.answer
         return Grade(reward=float(ok), correct=ok, parsed=parsed)
 

@@ -89,9 +89,22 @@ _PY_LANGS = ("", "python", "py", "python3", "Python")
 # extraction and program assembly
 
 
+_DEF = re.compile(r"^(?:async\s+)?def\s+\w+\s*\(", re.M)
+
+
 def fenced_code(completion: str, entry_point: Optional[str] = None) -> Optional[str]:
     """The first fenced Python block that defines ``entry_point`` (when given), else the
-    first fenced Python block; an unclosed final fence runs to the end. None if no fence."""
+    first fenced Python block; an unclosed final fence runs to the end. None if no fence.
+
+    A chat model often starts with bare code and then *closes* a fence it never opened
+    (``def f(...): ...\n```\n\nIn this code, ...``): when the text before the first fence
+    defines ``entry_point`` (or, without one, any function), that text is the first block and
+    the fence after it a closing one — not the opening of a "block" of prose."""
+    first = completion.find("```")
+    if first > 0:
+        lead = completion[:first]
+        if defines(lead, entry_point) if entry_point is not None else _DEF.search(lead):
+            return truncate(lead, ("\nif __name__", "\nprint(", "\nassert "))  # as a bare function
     blocks = [m.group(2) for m in _FENCE.finditer(completion) if m.group(1) in _PY_LANGS]
     if not blocks:
         return None
@@ -481,7 +494,7 @@ _PRESETS = {
 class HumanEval(CodeTask):
     name = "humaneval"
     summary = "HumanEval: complete a Python function; reward = its tests pass in the sandbox."
-    version = "2"  # 2: judged jobs (the tests run outside the candidate's process)
+    version = "3"  # 2: judged jobs (the tests run outside the candidate's process); 3: bare code closed by a lone fence
     citation = "Chen et al. 2021, Evaluating Large Language Models Trained on Code, arXiv:2107.03374"
     presets = _PRESETS
     hf_id = HUMANEVAL_ID
@@ -522,7 +535,7 @@ class MBPPConfig(CodeConfig):
 class MBPP(CodeTask):
     name = "mbpp"
     summary = "MBPP: write a Python function from a description and 3 asserts; reward = the asserts pass."
-    version = "2"  # 2: judged jobs
+    version = "3"  # 2: judged jobs; 3: bare code closed by a lone fence is the code (tasks.code.fenced_code)
     citation = "Austin et al. 2021, Program Synthesis with Large Language Models, arXiv:2108.07732"
     presets = _PRESETS
     Config = MBPPConfig

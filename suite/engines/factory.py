@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from suite.engines.base import KV_ARCHITECTURES
 from suite.errors import BadInput
 
-KV_KINDS = ("kv", "native", "s3r")
+KV_KINDS = ("kv", "native", "onednn", "s3r")
 """The settings whose engine is the hand-written KV forward (Llama-style models only)."""
 
 
@@ -30,6 +30,10 @@ def engine_class(kind: str, model) -> type:
         from suite.engines.native import NativeKVSampler  # builds its C++ step on first use
 
         return NativeKVSampler
+    if kind == "onednn":
+        from suite.engines.onednn import OneDNNKVSampler
+
+        return OneDNNKVSampler
     if kind == "kv" or (kind == "auto" and getattr(model.config, "model_type", None) in KV_ARCHITECTURES):
         from suite.engines.kv import KVSampler
 
@@ -64,7 +68,8 @@ def resolve_engine(kind: str, model) -> EngineInfo:
 
 
 def make_engine(kind: str, model, tokenizer, rollout=None):
-    """``kv`` / ``native`` / ``hf`` / ``s3r`` / ``vllm`` / ``auto`` (kv for supported architectures, else hf)."""
+    """``kv`` / ``native`` / ``onednn`` / ``hf`` / ``s3r`` / ``vllm`` / ``auto`` (kv for supported architectures,
+    else hf)."""
     cls = engine_class(kind, model)
     if kind == "vllm":
         return cls(model, tokenizer, rollout)

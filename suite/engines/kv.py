@@ -102,6 +102,10 @@ class KVSampler(NoStats):
         """After an in-place weight load: update whatever is derived from the weights (the fused
         tensors are views-sharing already; subclasses with copies of their own override this)."""
 
+    _linear = staticmethod(torch.nn.functional.linear)
+    """The forward's matmul ``(x, weight, bias)`` on the engine's weight tensors (the subclass of
+    ``rollout.engine=onednn`` runs it on packed copies of them)."""
+
     def _fuse(self) -> None:
         """Concatenate q/k/v (and their biases) and gate/up per layer; the per-name entries of
         ``w`` become row slices (views) of the fused tensors, so nothing is stored twice."""
@@ -212,7 +216,7 @@ class KVSampler(NoStats):
             n_keys = key_mask[:, :end].sum(-1).float().clamp(min=2)
         conc = []
         rep = nh // nkv
-        linear = torch.nn.functional.linear
+        linear = self._linear
         for i, (ln1, qkv_w, qkv_b, o_w, o_b, ln2, gu_w, gu_b, down_w, down_b) in enumerate(self._layers):
             qkv = linear(self._norm(x, ln1), qkv_w, qkv_b).view(B, S, nh + 2 * nkv, hd)
             qk = qkv[:, :, :nh + nkv]

@@ -52,7 +52,7 @@ def test_run_writes_the_run_folder_contract(tmp_path, capsys):
     assert rd.name.startswith("arith__grpo__s3__") and len(rd.name.split("__")[-1]) == 8
     for name in ("spec.json", "env.json", "metrics.jsonl", "evals.jsonl", "samples.jsonl", "status.json"):
         assert (rd / name).is_file(), name
-    assert (rd / "checkpoint" / "state.pt").is_file() and (rd / "final" / "config.json").is_file()
+    assert not (rd / "checkpoint").exists() and (rd / "final" / "config.json").is_file()  # completed: final/ only
     status = json.loads((rd / "status.json").read_text())
     assert status["state"] == "completed" and status["attempt"] == 1 and status["step"] == 8
     assert status["budget"]["samples"] == 256

@@ -140,7 +140,7 @@ def test_replace_dir_marks_complete_and_recover_dir_prefers_a_complete_tmp(tmp_p
 @pytest.fixture(scope="module")
 def completed_run(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("done")
-    assert main(["run", *FAST, "--out", str(out)]) == 0
+    assert main(["run", *FAST, "--set", "train.keep_checkpoint=true", "--out", str(out)]) == 0  # (not in the run id)
     return out / _run_id(*FAST, "--out", str(out))
 
 
@@ -173,7 +173,7 @@ def test_resume_recovers_an_interrupted_swap_and_drops_leftovers(completed_run, 
     assert after == before  # resumed at step 8 (a restart from step 0 would rewrite `time`)
     assert (rd / "metrics.jsonl").read_text().endswith("\n")
     assert sum(e["final"] for e in read_jsonl(rd / "evals.jsonl")) == 2
-    assert _leftovers(rd) == [] and (ck / "state.pt").is_file()
+    assert _leftovers(rd) == [] and not ck.exists()  # completed again: the recovered checkpoint is dropped
 
 
 def test_sigterm_at_any_point_releases_the_lock(tmp_path):

@@ -20,7 +20,8 @@ INTENDED_CHANGES: dict[str, dict[str, str]] = json.loads(CHANGES.read_text())
 """Deliberate run-id changes: spec (or ``_entries``) → {old id: new id}, in ``run_id_changes.json``.
 One change so far: a task's ``version`` is part of the identity from version 2 on (issue 17 §6),
 so the ids of the tasks at version 2 changed — arith (its warm start now stops at 30% checked
-every 20 steps), humaneval/mbpp (judged grading jobs) and gsm8k (a single data file carves test
+every 20 steps), humaneval/mbpp (judged grading jobs; version 3: bare code closed by a lone fence
+is graded as the code, issue 18) and gsm8k (a single data file carves test
 before val, as math does: ``tasks.base.carve_splits``). The clip rename (clip_eps →
 clip_eps_low/clip_eps_high) changes no id: the old key is hashed when both bounds agree."""
 
@@ -59,7 +60,8 @@ def _doc(spec) -> dict:
 def test_the_three_views_of_run_identity_agree(algo):
     base = resolve("arith", algo, "tiny", 0)
     same = [dataclasses.replace(base, sweep="x", factors={"f": 1}, tuning={"t": 1}),
-            dataclasses.replace(base, train=dataclasses.replace(base.train, checkpoint_every=7, world_size=2))]
+            dataclasses.replace(base, train=dataclasses.replace(base.train, checkpoint_every=7, world_size=2,
+                                                                keep_checkpoint=True))]
     for s in same:  # labels and settings that do not change results: one run in every view
         assert s.run_id == base.run_id
         assert _semantic(_doc(s)) == _semantic(_doc(base)) == identity_doc(_doc(base))

@@ -87,7 +87,7 @@ bogus: 1
 def test_dry_run_prints_one_line_per_run(tmp_path, capsys):
     spec = write(tmp_path, MINI % 2)
     assert main(["sweep", "run", str(spec), "--dry-run", "--out", str(tmp_path / "o")]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
+    lines = [x for x in capsys.readouterr().out.strip().splitlines() if not x.startswith("#")]  # cost notes, total
     assert len(lines) == 4 and all(line.startswith("arith__") for line in lines)
     assert not (tmp_path / "o").exists()
 

@@ -23,6 +23,7 @@ from tasks.code import (
     MBPPConfig,
     carve,
     fenced_code,
+    humaneval_code,
     humaneval_job,
     humaneval_program,
     mbpp_code,
@@ -57,6 +58,20 @@ def test_fenced_code_prefers_the_block_defining_the_entry_point():
 def test_truncate_at_codex_stops():
     body = "    return a + b\n\n\ndef test():\n    pass\nprint(1)\n"
     assert truncate(body, ("\nclass", "\ndef", "\n#", "\nif", "\nprint")) == "    return a + b\n\n"
+
+
+def test_bare_code_closed_by_a_lone_fence_is_the_code():
+    """SmolLM2-135M-Instruct's HumanEval answers: bare code, then a fence it never opened, then
+    prose. Version 2 took the prose after that fence as the code (a syntax error: reward 0)."""
+    text = ("from typing import List\n\ndef add(a, b):\n    return a + b\n\n# Example usage:\nprint(add(1, 2))\n"
+            "```\n\nIn this code, the `add` function takes two numbers.\n")
+    assert fenced_code(text, "add") == "from typing import List\n\ndef add(a, b):\n    return a + b\n\n# Example usage:"
+    assert humaneval_code({"entry_point": "add"}, text)[1] is True
+    assert mbpp_code(text).startswith("from typing import List\n\ndef add(a, b):")
+    assert "In this code" not in mbpp_code(text)
+    # prose before a real opening fence is not code: the fenced block wins
+    assert fenced_code("Here it is:\n```python\ndef add(a, b):\n    return a + b\n```\n", "add") == \
+        "def add(a, b):\n    return a + b"
 
 
 def test_humaneval_program_for_body_full_def_and_fenced_completions():

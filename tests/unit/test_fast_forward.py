@@ -215,3 +215,74 @@ def test_compiled_stack_equals_the_eager_one():
     import torch._dynamo as dynamo
 
     assert dynamo.config.recompile_limit >= 64
+
+
+def test_buckets_by_hand():
+    from suite.fast_forward import buckets
+
+    # sorted longest first (ties by row); no pass overhead: one group per distinct length
+    assert buckets([5, 2, 5, 1], 0.0) == [[0, 2], [1], [3]]
+    # a large overhead: one group at the longest length
+    assert buckets([5, 2, 5, 1], 100.0) == [[0, 2, 1, 3]]
+    # overhead 3: splitting off rows 1 and 3 (saves 2·5 − 2·2 = 6 positions) pays for one more pass
+    assert buckets([5, 2, 5, 1], 3.0) == [[0, 2], [1, 3]]
+    assert buckets([], 1.0) == []
+
+
+@pytest.mark.parametrize("kind", ["tiny", "llama-gqa"])
+@pytest.mark.parametrize("share", [False, True])
+def test_logits_from_computes_the_same_values_from_there_on(kind, share, monkeypatch):
+    """``logits_from=W`` (what the trainer passes: the loss mask starts at the prompt width):
+    log-probs and entropies from W on are those of the whole-sequence forward, earlier positions
+    are 0, and the gradients of a loss on the response are the same — bit for bit on the HF path
+    (the default training forward), to float rounding on the shared-prefix path, there with every
+    response length in a group of its own (no pass overhead)."""
+    import suite.fast_forward as ff
+
+    model = _model(kind)
+    tokens, attn, loss_mask, W = _batch(vocab=model.config.vocab_size)
+    want = frozenset({"entropy"})
+    if share:
+        monkeypatch.setattr(ff, "pass_overhead", lambda model: 0.0)
+    ref = policy_forward(model, tokens, attn, 0.7, want)
+    g_ref = _grads(model, ref, loss_mask)
+    out = policy_forward(model, tokens, attn, 0.7, want, prompt_width=W if share else 0, logits_from=W)
+    g = _grads(model, out, loss_mask)
+    m = _predicted(attn) & (loss_mask > 0)
+    assert out.logp.shape == ref.logp.shape and (out.logp[:, :W] == 0).all() and (out.entropy[:, :W] == 0).all()
+    if not share:  # the HF forward: bit for bit
+        assert torch.equal(out.logp[:, W:], ref.logp[:, W:]) and torch.equal(out.entropy[:, W:], ref.entropy[:, W:])
+        assert all(torch.equal(a, b) for a, b in zip(g, g_ref))
+    torch.testing.assert_close(out.logp[m], ref.logp[m], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.entropy[m], ref.entropy[m], atol=1e-5, rtol=1e-5)
+    scale = max(float(x.abs().max()) for x in g_ref)
+    for a, b in zip(g, g_ref):
+        assert float((a - b).abs().max()) <= 1e-4 * scale
+
+
+def test_the_shared_pass_in_length_groups_equals_the_hf_forward(monkeypatch):
+    """Prefix sharing with the response rows cut into groups of their own lengths (padding not
+    computed; its predictions 0): the HF forward's values at every real response position."""
+    import suite.fast_forward as ff
+
+    model = _model("llama-bias")
+    tokens, attn, loss_mask, W = _batch(P=2, G=5, R=12, seed=3)
+    calls = []
+    stack = ff._stack
+
+    def counting(x, *a):
+        calls.append(tuple(x.shape[:2]))
+        return stack(x, *a)
+
+    monkeypatch.setattr(ff, "pass_overhead", lambda model: 0.0)
+    monkeypatch.setattr(ff, "_stack", counting)
+    want = frozenset({"entropy"})
+    ref = policy_forward(model, tokens, attn, 1.0, want)
+    out = fast_forward(model, tokens, attn, 1.0, want, prompt_width=W)
+    lengths = attn[:, W:].sum(1)
+    assert calls[0] == (2, W) and sorted(calls[1:], key=lambda c: -c[1]) == calls[1:]
+    assert {c[1] for c in calls[1:]} == set(lengths.tolist()) and sum(c[0] for c in calls[1:]) == tokens.shape[0]
+    m = _predicted(attn)
+    torch.testing.assert_close(out.logp[m], ref.logp[m], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.entropy[m], ref.entropy[m], atol=1e-5, rtol=1e-5)
+    assert (out.logp[:, W:][~attn[:, W:].bool()] == 0).all()  # the response padding: not computed

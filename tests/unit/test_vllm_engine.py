@@ -70,7 +70,7 @@ def test_missing_vllm_is_one_bad_input_naming_the_fix_and_the_alternatives(monke
     (msg,) = e.value.problems
     assert "rollout.engine=vllm" in msg and "'vllm' package" in msg
     assert 'pip install -e ".[vllm]"' in msg and "CUDA" in msg
-    assert msg.endswith("choose another rollout.engine: auto, kv, native, hf, s3r")
+    assert msg.endswith("choose another rollout.engine: auto, kv, native, onednn, hf, s3r")
 
 
 def test_make_engine_vllm_without_vllm_is_bad_input(monkeypatch):
@@ -86,7 +86,7 @@ def test_vllm_without_cuda_is_bad_input(monkeypatch):
     with pytest.raises(BadInput) as e:
         ve.require_vllm()
     (msg,) = e.value.problems
-    assert "needs a CUDA GPU" in msg and "auto, kv, native, hf, s3r" in msg
+    assert "needs a CUDA GPU" in msg and "auto, kv, native, onednn, hf, s3r" in msg
 
 
 def test_too_old_vllm_is_bad_input(monkeypatch):
@@ -105,7 +105,7 @@ def test_cli_run_with_vllm_missing_exits_2_with_one_message_and_writes_nothing(m
     assert code == 2
     errors = [line for line in err.splitlines() if "error" in line]
     assert len(errors) == 1 and "rlsuite run: error: rollout.engine=vllm needs the 'vllm' package" in errors[0]
-    assert 'pip install -e ".[vllm]"' in errors[0] and "auto, kv, native, hf, s3r" in errors[0]
+    assert 'pip install -e ".[vllm]"' in errors[0] and "auto, kv, native, onednn, hf, s3r" in errors[0]
     assert not (tmp_path / "runs").exists()
 
 
