@@ -152,11 +152,10 @@ def convert_gguf(gguf: Path, out: Path) -> dict:
     from safetensors.torch import save_file
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    try:
-        import gguf  # noqa: F401  (transformers reads GGUF files with it)
-    except ImportError:
-        raise BadInput('reading a GGUF file needs the gguf package: pip install -e ".[real]" (or pip install gguf)') \
-            from None
+    import importlib.util
+
+    if importlib.util.find_spec("gguf") is None:  # transformers reads GGUF files with it
+        raise BadInput('reading a GGUF file needs the gguf package: pip install -e ".[real]" (or pip install gguf)')
 
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     qmodel = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
