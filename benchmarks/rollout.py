@@ -200,7 +200,8 @@ def real_main(args) -> None:
              "engine (no stop token, EOS included)**. HF generate is the suite's `rollout.engine=hf` (`generate` with "
              "`output_logits`, then μ's log-probs); kv is `rollout.engine=kv`; native `rollout.engine=native`; "
              "onednn `rollout.engine=onednn` (`suite/engines/onednn.py`). "
-             f"{args.reps} timed reps per batch after a warm-up; medians.", "",
+             f"{args.reps} timed reps per batch after a warm-up; medians; tok/s = new tokens ÷ the whole call "
+             "(prefill included).", "",
              f"Bounds, measured after the timings in the same process: fp32 matmul {peak / 1e9:.0f} GFLOP/s (2048² "
              f"`torch.mm`), memory bandwidth {bw / 1e9:.1f} GB/s (512 MB `copy_`). A decode step reads the "
              f"{weight_bytes / 1e6:.0f} MB of fp32 weights once (bandwidth bound {1e3 * weight_bytes / bw:.0f} ms a "

@@ -90,7 +90,7 @@ class Arith(Task):
             "budget": {"samples": 25600},
             "eval": {"max_prompts": 200, "every": 0.25},
         },
-        "hf": {"task": {"style": "question"}, "rollout": {"max_new_tokens": 24}, "budget": {"samples": 25600}},
+        "hf": {"task": {"style": "question"}, "rollout": {"max_new_tokens": 16}, "budget": {"samples": 25600}},
     }
 
     def splits(self) -> dict[str, list[Problem]]:

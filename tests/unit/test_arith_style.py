@@ -39,7 +39,7 @@ def test_style_enters_the_run_id_only_when_changed():
 def test_pretrained_models_get_the_question_style():
     # the hf preset: a pretrained chat model is asked a question, not given "47+38="
     spec = resolve("arith", "grpo", "smollm2-135m", 0)
-    assert spec.task.style == "question" and spec.rollout.max_new_tokens == 24
+    assert spec.task.style == "question" and spec.rollout.max_new_tokens == 16
 
 
 class _Tok:
