@@ -334,11 +334,13 @@ def rlsuite_trainer(path: Path, out: Path, threads: int, extra: list = (), seed:
     from suite.trainer import Trainer
     from tasks.base import TASKS
 
-    task = "arith"
+    task, task_sets = "arith", []
     if REAL:
         register_chat_task()
         task = CHAT_TASK
-    sets = [("rollout.group_size", G), ("rollout.prompts_per_step", P), ("rollout.max_new_tokens", NEW),
+    elif "style" in {f.name for f in __import__("dataclasses").fields(TASKS.get("arith").Config)}:
+        task_sets = [("task.style", "bare")]  # "a+b=" as TRL's prompts (a folder model gets arith's "hf" preset)
+    sets = [*task_sets, ("rollout.group_size", G), ("rollout.prompts_per_step", P), ("rollout.max_new_tokens", NEW),
             ("rollout.temperature", 1.0), ("rollout.old_logp", "behaviour"), ("algo.kl_coef", 0.0),
             ("algo.aggregation", "seq-mean-token-mean"), ("optim.lr", 1e-4), ("train.num_threads", threads),
             ("eval.max_prompts", 4), *extra]
