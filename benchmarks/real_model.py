@@ -83,6 +83,12 @@ def eval_task(task_name: str, model: str, n_greedy: int, n_sampled: int, k: int,
 
 
 def _save(task_name: str, out: dict, rows: list) -> None:
+    """Write the task's figures and completions, each naming the CPU model they were measured on."""
+    from suite.runfolder import cpu_model
+
+    cpu = cpu_model()
+    out["cpu_model"] = cpu
+    rows = [{**r, "cpu_model": cpu} for r in rows]
     (OUT / "real_model").mkdir(parents=True, exist_ok=True)
     with open(OUT / "real_model" / f"{task_name}.jsonl", "w") as f:
         for r in rows:
