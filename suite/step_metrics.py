@@ -23,6 +23,7 @@ def rollout_metrics(b: Batch, group_size: int, updates: float, algo_cfg) -> dict
     sc = b.scores.view(-1, G) if b.batch_size % G == 0 else b.scores[None]
     same = (sc == sc[:, :1]).all(-1)
     term = ~b.truncated.to(L.device)
+    ok = (b.scores >= 1).to(L.device)  # a binary task's correct responses (score 1 of 0/1)
     out = {
         "reward/mean": float(b.scores.mean()), "reward/std": float(b.scores.std()) if b.batch_size > 1 else 0.0,
         "reward/min": float(b.scores.min()), "reward/max": float(b.scores.max()),
@@ -37,6 +38,8 @@ def rollout_metrics(b: Batch, group_size: int, updates: float, algo_cfg) -> dict
         "len/response_mean": float(L.mean()), "len/response_min": float(L.min()), "len/response_max": float(L.max()),
         "len/terminated_mean": float(L[term].mean()) if term.any() else float("nan"),
         "len/truncated_frac": float(b.truncated.float().mean()),
+        "len/correct_mean": float(L[ok].float().mean()) if ok.any() else float("nan"),
+        "len/wrong_mean": float(L[~ok].float().mean()) if (~ok).any() else float("nan"),
         "len/prompt_mean": float((b.attn_mask.sum(-1) - L).float().mean()),
         "offpolicy/staleness_mean": float((updates - b.policy_version).float().mean()),
         "offpolicy/staleness_max": float((updates - b.policy_version).max()),

@@ -5,6 +5,6 @@ Add a task: one module here with a :class:`tasks.base.Task` subclass decorated w
 """
 
 from tasks.base import TASKS, Environment, Grade, Task, TaskConfig, register
-from tasks import arith, code, code_toy, gsm8k, math, search, search_toy  # noqa: F401  (registration)
+from tasks import arith, chain, code, code_toy, gsm8k, math, search, search_toy  # noqa: F401  (registration)
 
 __all__ = ["TASKS", "Environment", "Grade", "Task", "TaskConfig", "register"]

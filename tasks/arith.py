@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 
-from tasks.base import Grade, Task, TaskConfig, direction_hint, hash_split, register
+from tasks.base import Grade, Task, TaskConfig, direction_hint, generated_splits, register
 
 _INT = re.compile(r"^\s*(-?\d+)")
 _LAST_INT = re.compile(r"-?\d+")
@@ -97,11 +97,7 @@ class Arith(Task):
         c = self.cfg
         probs = [] if getattr(self, "_splits", None) else [Problem(a, b, op) for op in c.ops for a in range(c.max_operand + 1) for b in range(c.max_operand + 1)]
         if getattr(self, "_splits", None) is None:
-            val = [p for p in probs if hash_split(p.text, c.val_fraction, "val")]
-            val_set = set(val)
-            test = [p for p in probs if hash_split(p.text, c.val_fraction, "test") and p not in val_set]
-            held = val_set | set(test)
-            self._splits = {"train": [p for p in probs if p not in held], "val": val, "test": test}
+            self._splits = generated_splits(probs, c.val_fraction)
         return self._splits
 
     def prompt(self, example: Problem) -> str:

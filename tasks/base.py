@@ -199,6 +199,17 @@ def hash_split(key: str, fraction: float, salt: str = "val") -> bool:
     return int.from_bytes(h[:8], "big") / 2**64 < fraction
 
 
+def generated_splits(problems: Sequence[Any], fraction: float) -> dict[str, list[Any]]:
+    """Train/val/test of a generated task's problems (the embedded tasks): val is the
+    ``hash_split(p.text, fraction, "val")`` slice, test the ``"test"`` slice minus val, train the
+    rest; so the three are disjoint by construction and the same on every machine."""
+    val = [p for p in problems if hash_split(p.text, fraction, "val")]
+    val_set = set(val)
+    test = [p for p in problems if hash_split(p.text, fraction, "test") and p not in val_set]
+    held = val_set | set(test)
+    return {"train": [p for p in problems if p not in held], "val": val, "test": test}
+
+
 def carve_splits(train: list[dict], test: Optional[list[dict]], key: str, fraction: float) -> dict[str, list[dict]]:
     """Train/val/test from a train file and an optional test file, one rule for every data task:
     with no test file, test is carved first (``hash_split(row[key], fraction, "test")``), then val

@@ -41,7 +41,7 @@ from typing import Any, Optional, Sequence
 
 
 from suite.errors import BadInput
-from tasks.base import Grade, Task, TaskConfig, hash_split, register
+from tasks.base import Grade, Task, TaskConfig, generated_splits, register
 from tasks.code import SANDBOX_INERT, code_feedback
 from tasks.sandbox import Layer, Sandbox, SandboxConfig, SandboxUnavailable
 
@@ -176,11 +176,7 @@ class CodeToy(Task):
         if self._splits is None:
             c = self.cfg
             probs = generate(c.n_problems)
-            val = [p for p in probs if hash_split(p.text, c.val_fraction, "val")]
-            val_set = set(val)
-            test = [p for p in probs if hash_split(p.text, c.val_fraction, "test") and p not in val_set]
-            held = val_set | set(test)
-            self._splits = {"train": [p for p in probs if p not in held], "val": val, "test": test}
+            self._splits = generated_splits(probs, c.val_fraction)
         return self._splits
 
     def prompt(self, example: Problem) -> str:

@@ -38,11 +38,16 @@ def sft_until(model, draw: Callable[[], Any], loss_fn: Callable[[Any], torch.Ten
 
 
 def answer_sft_warm_start(task, model, tokenizer, seed: int, *, max_new_tokens: int, check_every: int,
-                          batch_size: int = 64, lr: float = 2e-3) -> dict[str, Any]:
-    """SFT on ``prompt answer EOS`` (:func:`answer_sft_loss`) of ``batch_size`` problems drawn
+                          batch_size: int = 64, lr: float = 2e-3,
+                          target: Callable[[Any], str] = lambda p: str(p.answer),
+                          check_temperature: float = 0.0) -> dict[str, Any]:
+    """SFT on ``prompt target EOS`` (:func:`answer_sft_loss`; ``target``: the answer, or a
+    ``chain`` problem's whole trace) of ``batch_size`` problems drawn
     with replacement from train minus 200 held-out problems, checked by greedy accuracy on those
     every ``check_every`` steps until it reaches ``task.cfg.warm_target`` (or
-    ``task.cfg.warm_max_steps`` steps). Returns ``{warm_steps, warm_check_acc}``."""
+    ``task.cfg.warm_max_steps`` steps). ``check_temperature`` > 0 checks sampled accuracy at that
+    temperature instead (one sample a problem, the same seeded generator at every check, so the
+    global RNG is untouched). Returns ``{warm_steps, warm_check_acc}``."""
     from suite.sampler import KVSampler, SamplingParams
 
     train = task.splits()["train"]
@@ -50,28 +55,30 @@ def answer_sft_warm_start(task, model, tokenizer, seed: int, *, max_new_tokens: 
     check = rng.sample(train, 200)
     check_set = set(check)
     pool = [p for p in train if p not in check_set]
-    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop_ids=(tokenizer.eos_token_id,))
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=check_temperature,
+                            stop_ids=(tokenizer.eos_token_id,))
 
     def accuracy() -> float:
+        gen = torch.Generator().manual_seed(seed) if check_temperature > 0 else None
         out = KVSampler(model, tokenizer).generate(
-            [tokenizer.encode(p.text, add_special_tokens=False) for p in check], params)
+            [tokenizer.encode(p.text, add_special_tokens=False) for p in check], params, generator=gen)
         texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in out.ids]
         return sum(g.correct for g in task.grade_batch(check, texts)) / len(check)
 
     step, acc = sft_until(model, lambda: [pool[rng.randrange(len(pool))] for _ in range(batch_size)],
-                          lambda batch: answer_sft_loss(model, tokenizer, batch), accuracy,
+                          lambda batch: answer_sft_loss(model, tokenizer, batch, target), accuracy,
                           lambda acc: acc >= task.cfg.warm_target, task.cfg.warm_max_steps, check_every, 0.0, lr)
     return {"warm_steps": step, "warm_check_acc": acc}
 
 
-def answer_sft_loss(model, tokenizer, batch) -> torch.Tensor:
-    """Cross-entropy on answer tokens (+EOS) of ``prompt answer EOS`` sequences."""
+def answer_sft_loss(model, tokenizer, batch, target: Callable[[Any], str] = lambda p: str(p.answer)) -> torch.Tensor:
+    """Cross-entropy on target tokens (+EOS) of ``prompt target EOS`` sequences."""
     from suite.sampler import left_pad
 
     seqs, n_prompt = [], []
     for p in batch:
         pr = tokenizer.encode(p.text, add_special_tokens=False)
-        ans = tokenizer.encode(str(p.answer), add_special_tokens=False) + [tokenizer.eos_token_id]
+        ans = tokenizer.encode(target(p), add_special_tokens=False) + [tokenizer.eos_token_id]
         seqs.append(pr + ans)
         n_prompt.append(len(pr))
     ids, mask = left_pad(seqs, tokenizer.pad_token_id, "cpu")

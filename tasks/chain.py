@@ -1,0 +1,220 @@
+"""``chain``: the embedded reasoning task — iterate a modular addition in a written scratchpad.
+
+Example: prompt ``"27+13x5:"`` (start at 27, add 13 five times, modulo 100); a correct
+completion writes every step and then the answer::
+
+    1:40 2:53 3:66 4:79 5:92 #92
+
+followed by EOS. The reward is binary: 1 when the integer after the completion's final ``#``
+equals ``(start + k·step) mod 100``, else 0 (a completion that does not end in ``#<integer>``
+scores 0). The scratchpad itself is not graded; it is how a small model can get there: each
+step is one two-digit addition modulo 100 of the previous value and the prompt's step, so a
+per-step accuracy ``p`` gives about ``p^k`` on a ``k``-step problem, and the response length
+(about 5 tokens a step, 18–110 tokens at the default ``min_steps..max_steps`` of 3..18) is
+part of what must be right: a response that stops early, skips or repeats a step, or runs
+past ``k`` is wrong. ``format_weight`` (default 0, off) adds a separate, documented format
+component: ``format_weight`` for a completion whose text is a well-formed trace
+(``1:vv 2:vv … k:vv #vv``, ``k`` any count), correct or not, so that the total reward is
+``correct + format_weight · well_formed``.
+
+Difficulty: ``min_steps``/``max_steps`` (the number of additions ``k``) and ``modulus`` (the
+value range; 100 keeps every value two digits, written zero-padded). Problems are every
+``(start, step, k)`` with ``start`` in ``0..modulus-1``, ``step`` in ``1..modulus-1`` and
+``k`` in ``min_steps..max_steps``; ``val`` and ``test`` are disjoint hash-selected slices of
+the prompt text and ``train`` is the rest, so the splits are disjoint by construction and
+the same on every machine.
+
+With the embedded ``tiny`` model the task provides a supervised warm start on generated
+traces (teacher-forced ``prompt trace EOS``) that stops once greedy accuracy on 200 held-out
+train problems reaches ``warm_target``; the base built at the default configuration is
+committed (``suite/bases/chain__tiny.*``), so every machine starts RL from the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from tasks.base import Grade, Task, TaskConfig, direction_hint, generated_splits, register
+
+_ANSWER = re.compile(r"#(\d+)\s*$")
+_TRACE = re.compile(r"^(?:\d+:\d+[+^]\d+=\d+ )+#\d+\s*$")
+
+
+@dataclass(frozen=True)
+class Chain:
+    start: int
+    step: int
+    k: int
+    modulus: int = 100
+    carry: bool = False
+
+    @property
+    def width(self) -> int:
+        return len(str(self.modulus - 1))
+
+    @property
+    def text(self) -> str:
+        w = self.width
+        return f"{self.start:0{w}d}{'+' if self.carry else '^'}{self.step:0{w}d}x{self.k:02d}:"
+
+    def add(self, x: int) -> int:
+        """One step: ``x + step`` modulo ``modulus`` (``carry``), else digit by digit modulo 10
+        (no carries: 47 ⊕ 38 = 75)."""
+        if self.carry:
+            return (x + self.step) % self.modulus
+        out, place, a, b = 0, 1, x, self.step
+        for _ in range(self.width):
+            out += ((a % 10 + b % 10) % 10) * place
+            a, b, place = a // 10, b // 10, place * 10
+        return out % self.modulus
+
+    def values(self) -> list[int]:
+        vals, x = [], self.start
+        for _ in range(self.k):
+            x = self.add(x)
+            vals.append(x)
+        return vals
+
+    @property
+    def answer(self) -> int:
+        return self.values()[-1]
+
+    @property
+    def trace(self) -> str:
+        """The reference scratchpad and answer (the warm start's supervised target)."""
+        w = self.width
+        op = "+" if self.carry else "^"
+        prev = [self.start, *self.values()[:-1]]
+        return "".join(f"{i:02d}:{x:0{w}d}{op}{self.step:0{w}d}={v:0{w}d} "
+                       for i, (x, v) in enumerate(zip(prev, self.values()), 1)) + f"#{self.answer:0{w}d}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChainConfig(TaskConfig):
+    ranges = {"min_steps": "[1, inf)", "max_steps": "[1, inf)", "modulus": "[2, inf)",
+              "val_fraction": "(0, 0.5)", "format_weight": "[0, 1)", "warm_target": "(0, 1)",
+              "warm_max_steps": "[1, inf)"}
+    """Declared ranges of this class's numeric fields (see ``TaskConfig.ranges``)."""
+    min_steps: int = 3
+    """Fewest additions in a problem (the difficulty knob's lower end)."""
+    max_steps: int = 12
+    """Most additions in a problem (the difficulty knob's upper end; responses grow about 5
+    tokens a step)."""
+    modulus: int = 100
+    """Values are taken modulo this (100: two-digit values, written zero-padded)."""
+    carry: bool = False
+    """``False``: a step adds digit by digit modulo 10 with no carries (47 ⊕ 38 = 75), so every
+    output digit depends on one digit of the previous value and one of the prompt's step;
+    ``True``: ordinary addition modulo ``modulus`` (carries make each step much harder for a
+    small model)."""
+    val_fraction: float = 0.01
+    """Hash-selected share of all problems held out as val (test takes the same share)."""
+    format_weight: float = 0.0
+    """Weight of the separate format component (a well-formed trace, correct or not); 0 keeps
+    the reward binary exact-answer. Below 1, so a correct response always scores ≥ 1 and a wrong
+    one < 1 (what ``len/correct_mean`` and ``len/wrong_mean`` split on)."""
+    warm_target: float = 0.3
+    """Warm start stops once accuracy at temperature 1 (one seeded sample a problem) on 200
+    held-out train problems, checked every 20 SFT steps, reaches this, so RL starts at a pass rate
+    of about this with headroom; the committed base (suite/bases/) is the one built at the default."""
+    warm_max_steps: int = 4000
+    """Upper bound on warm-start SFT steps."""
+
+    def __post_init__(self) -> None:
+        if self.min_steps < 1 or self.max_steps < self.min_steps:
+            raise ValueError(f"need 1 ≤ min_steps ≤ max_steps, got min_steps={self.min_steps}, "
+                             f"max_steps={self.max_steps}")
+        if self.modulus < 2:
+            raise ValueError(f"modulus must be ≥ 2, got {self.modulus}")
+        if not 0 < self.val_fraction < 0.5:
+            raise ValueError(f"val_fraction must be in (0, 0.5), got {self.val_fraction}")
+        if not 0 <= self.format_weight < 1:
+            raise ValueError(f"format_weight must be in [0, 1) (a wrong answer must score below a right one), "
+                             f"got {self.format_weight}")
+
+
+@register
+class ChainTask(Task):
+    name = "chain"
+    summary = ("Embedded multi-step reasoning: iterate a modular addition in a written scratchpad "
+               "(18–110 tokens), binary exact-answer reward (CPU-sized).")
+    version = "1"
+    Config = ChainConfig
+    cfg: ChainConfig
+    inert = dict.fromkeys(("warm_target", "warm_max_steps"),
+                          "acts only in warm_start (the supervised warm start of models built from "
+                          "scratch): it changes the starting weights, not the task's data, prompts or grades")
+    presets = {
+        "embedded": {
+            "rollout": {"group_size": 8, "prompts_per_step": 16, "max_new_tokens": 152, "temperature": 1.0},
+            "optim": {"lr": 1e-4, "critic_lr": 1e-3, "grad_clip": 1.0},
+            "train": {"epochs": 1, "minibatches": 1},
+            "budget": {"samples": 6400},
+            "eval": {"max_prompts": 200, "every": 0.25},
+        },
+        "hf": {"rollout": {"max_new_tokens": 160}, "budget": {"samples": 6400}},
+    }
+
+    def splits(self) -> dict[str, list[Chain]]:
+        if getattr(self, "_splits", None) is None:
+            c = self.cfg
+            probs = [Chain(s, d, k, c.modulus, c.carry) for k in range(c.min_steps, c.max_steps + 1)
+                     for s in range(c.modulus) for d in range(1, c.modulus)]
+            # a fixed order mixing every k (evals read the first eval.max_prompts of a split)
+            probs.sort(key=lambda p: hashlib.sha256(p.text.encode()).digest())
+            self._splits = generated_splits(probs, c.val_fraction)
+        return self._splits
+
+    def prompt(self, example: Chain) -> str:
+        return example.text
+
+    def gold(self, example: Chain) -> str:
+        return str(example.answer)
+
+    @staticmethod
+    def reference_completion(example: Chain) -> str:
+        """The full correct response (the warm start's target)."""
+        return example.trace
+
+    def grade(self, example: Chain, completion: str) -> Grade:
+        m = _ANSWER.search(completion)
+        parsed = str(int(m.group(1))) if m else None
+        ok = parsed is not None and int(parsed) == example.answer
+        reward = float(ok)
+        if self.cfg.format_weight:
+            reward += self.cfg.format_weight * float(bool(_TRACE.match(completion.strip())))
+        return Grade(reward=reward, correct=ok, parsed=parsed)
+
+    @staticmethod
+    def first_wrong_step(example: Chain, completion: str) -> Optional[int]:
+        """1-based index of the first scratchpad step that is missing or wrong (``None``: all
+        ``k`` steps right)."""
+        got = re.findall(r"(\d+):\d+[+^]\d+=(\d+)", completion)
+        for i, v in enumerate(example.values(), 1):
+            if i > len(got) or int(got[i - 1][0]) != i or int(got[i - 1][1]) != v:
+                return i
+        return None
+
+    def feedback(self, example: Chain, completion: str, grade: Grade, detail: str = "full") -> str:
+        """``"Step 3 is wrong."``, ``"No final answer: end with #<number>."``, or the direction of a
+        wrong final answer; never the gold answer."""
+        if detail == "binary" or grade.correct:
+            return super().feedback(example, completion, grade, detail)
+        if grade.parsed is None:
+            return "No final answer: end with #<number>."
+        bad = self.first_wrong_step(example, completion)
+        where = f" Step {bad} is wrong." if bad is not None else ""
+        return f"{grade.parsed} is wrong.{where}{direction_hint(grade.parsed, str(example.answer))}"
+
+    # -- warm start ----------------------------------------------------------------------
+    def warm_start(self, model, tokenizer, seed: int) -> Optional[dict[str, Any]]:
+        """Teacher-forced SFT on ``prompt trace EOS`` of train problems until held-out accuracy at
+        temperature 1 ≥ warm_target (checked every 20 steps; :func:`tasks.warm.answer_sft_warm_start`)."""
+        from tasks.warm import answer_sft_warm_start
+
+        max_new = 12 * self.cfg.max_steps + 8  # the longest trace (12 tokens a step, "#vv") + EOS
+        return answer_sft_warm_start(self, model, tokenizer, seed, max_new_tokens=max_new, check_every=20,
+                                     target=lambda p: p.trace, check_temperature=1.0)
