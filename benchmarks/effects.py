@@ -1,10 +1,10 @@
 """The published effects on the embedded reasoning task ``chain`` (``benchmarks/results/effects.md``).
 
 Every effect's arms are in one bundled sweep spec (``sweeps/effects.yaml``: an arm two effects
-share runs once) and each effect has one analysis here, both committed before the sweep ran. Every analysis reduces each run to one number, pairs
-the arms by seed, and reports the mean paired difference with the report's default interval
-(``reports.stats.paired_difference`` with the CI method ``auto`` picks at that many seeds,
-95%), then a verdict from the interval alone:
+share runs once) and each effect has one analysis here, both committed before the sweep ran.
+Every analysis reduces each run to one number, pairs the arms by seed, and reports the mean
+paired difference with the report's default interval (``reports.stats.paired_difference`` with
+the CI method ``auto`` picks at that many seeds, 95%), then a verdict from the interval alone:
 
 * ``reproduced``: the interval lies entirely on the side the paper's claim predicts;
 * ``reversed``: it lies entirely on the other side;
@@ -90,7 +90,7 @@ def samples_to_target(xs: np.ndarray, ys: np.ndarray, target: float, smooth: int
 def per_seed(runs, arm: str, value: Callable) -> dict[int, float]:
     """{seed: value(run)} of the finished runs of one arm (its report label ``algo[:variant]``)."""
     out = {}
-    for _, r in runs[(runs.state == "done") & (runs.algorithm == arm)].iterrows():
+    for _, r in runs[(runs.state == "completed") & (runs.algorithm == arm)].iterrows():
         out[int(r.seed)] = value(r)
     return out
 
@@ -145,7 +145,7 @@ def length(rs) -> dict:
     corr = lambda r: tail_mean(rs.metrics, r.run_id, "len/correct_mean")
     prim, sec = paired(g, dr), paired(g, cn)
     return {"primary": prim, "secondary": sec, "verdict": verdict(prim, +1), "secondary_verdict": verdict(sec, +1),
-            "arms": {"grpo": g, "dr_grpo": dr, "grpo:constant-norm": cn},
+            "per_arm": {"grpo": g, "dr_grpo": dr, "grpo:constant-norm": cn},
             "correct_length": {"grpo": per_seed(rs.runs, "grpo", corr),
                                "dr_grpo": per_seed(rs.runs, "dr_grpo", corr)}}
 
@@ -156,7 +156,7 @@ def clip_higher(rs) -> dict:
     sym = per_seed(rs.runs, "dapo:mb4-symmetric", val)
     sc = lambda r: final_score(rs.evals, r.run_id)
     prim = paired(hi, sym)
-    return {"primary": prim, "verdict": verdict(prim, +1), "arms": {"dapo:mb4": hi, "dapo:mb4-symmetric": sym},
+    return {"primary": prim, "verdict": verdict(prim, +1), "per_arm": {"dapo:mb4": hi, "dapo:mb4-symmetric": sym},
             "secondary": paired(per_seed(rs.runs, "dapo:mb4", sc), per_seed(rs.runs, "dapo:mb4-symmetric", sc)),
             "secondary_verdict": "descriptive (final test greedy accuracy, clip-higher - symmetric)"}
 
@@ -186,7 +186,8 @@ def std_norm(rs) -> dict:
             "reached": {k: {s: v[1] for s, v in d.items()} for k, d in stt.items()},
             "samples_to_target": {k: {s: v[0] for s, v in d.items()} for k, d in stt.items()},
             "secondary": paired(fin["grpo"], fin["grpo:no-std"]),
-            "secondary_verdict": "descriptive (final test greedy accuracy, grpo − no-std)", "final_test": fin}
+            "secondary_verdict": "descriptive (final test greedy accuracy, grpo − no-std)", "final_test": fin,
+            "per_arm": {k: {s: v[0] for s, v in d.items()} for k, d in stt.items()}}
 
 
 BATCH_ARMS = {("sqrt-lr", 8): "grpo:B8-sqrt", ("fixed-lr", 8): "grpo:B8-fixed", ("sqrt-lr", 16): "grpo",
@@ -208,6 +209,7 @@ def batch_size(rs) -> dict:
     fin = lambda r: final_score(rs.evals, r.run_id)
     return {"primary": prim, "verdict": verdict(prim, +1), "sizes": sizes,
             "mean_val": {f"{v}@{b}": d for (v, b), d in auc.items()}, "spread": spread,
+            "per_arm": {f"{v}@{b} mean val": d for (v, b), d in auc.items()},
             "wall_s": {f"{v}@{b}": per_seed(rs.runs, arm, wall) for (v, b), arm in BATCH_ARMS.items()},
             "final_test": {f"{v}@{b}": per_seed(rs.runs, arm, fin) for (v, b), arm in BATCH_ARMS.items()}}
 
@@ -220,7 +222,8 @@ def staleness(rs) -> dict:
         deg[a] = {s: s4[s] - s0[s] for s in set(s4) & set(s0)}
     d_dppo, d_drpo = paired(deg["dppo"], deg["grpo"]), paired(deg["drpo"], deg["grpo"])
     return {"primary": d_dppo, "secondary": d_drpo, "verdict": verdict(d_dppo, +1),
-            "secondary_verdict": verdict(d_drpo, +1), "degradation": deg}
+            "secondary_verdict": verdict(d_drpo, +1), "degradation": deg,
+            "per_arm": {f"{a} degradation": d for a, d in deg.items()}}
 
 
 def entrocraft(rs, spec_band: dict) -> dict:
@@ -253,7 +256,11 @@ def entrocraft(rs, spec_band: dict) -> dict:
                                                       "grpo": {s: v[0] for s, v in gr.items()}},
             "grpo_entropy_first_last": per_seed(rs.runs, "grpo", ent),
             "entrocraft_entropy_first_last": per_seed(rs.runs, "entrocraft:linear-band", ent),
-            "band": spec_band, "tolerance": tol}
+            "band": spec_band, "tolerance": tol,
+            "per_arm": {"entrocraft:linear-band share in band": {s: v[0] for s, v in ec.items()},
+                        "grpo share in band": {s: v[0] for s, v in gr.items()},
+                        "entrocraft:linear-band mean abs(H − mid)": {s: v[1] for s, v in ec.items()},
+                        "grpo mean abs(H − mid)": {s: v[1] for s, v in gr.items()}}}
 
 
 def _entrocraft_band() -> dict:
@@ -335,7 +342,13 @@ def section(res: dict) -> str:
              f"**Measured.** {fmt(res['primary'])} → **{res['verdict']}**."]
     if "secondary" in res:
         lines.append(f"Secondary: {fmt(res['secondary'])} → {res.get('secondary_verdict', '')}.")
-    lines += ["", f"Runs: {res['runs']} ({', '.join(f'{k} {v}' for k, v in res['states'].items())}); CPU "
+    if res.get("per_arm"):
+        lines += ["", "| arm | seeds finished | mean of the per-run statistic |", "|---|---|---|"]
+        for arm, vals in res["per_arm"].items():
+            fin = {s: v for s, v in vals.items() if isinstance(v, (int, float)) and np.isfinite(v)}
+            mean = f"{np.mean(list(fin.values())):.4g}" if fin else "—"
+            lines.append(f"| `{arm}` | {', '.join(map(str, sorted(fin))) or 'none'} | {mean} |")
+    lines += ["", f"Runs read: {res['runs']} ({', '.join(f'{k} {v}' for k, v in res['states'].items())}); CPU "
               f"{', '.join(res['cpu_models_of_runs']) or res['cpu_model']}.", ""]
     return "\n".join(lines)
 
@@ -379,6 +392,34 @@ def base_entropy(n: int = 256) -> dict:
             "band": {"lower_start": 0.9 * h0, "upper_start": 1.1 * h0, "lower_end": 0.45 * h0, "upper_end": 0.55 * h0}}
 
 
+KEEP = ("step", "time", "reward/mean", "reward/std", "len/response_mean", "len/correct_mean", "len/wrong_mean",
+        "len/truncated_frac", "stats/entropy", "stats/grad_norm", "stats/kl_ref", "group/mixed_frac",
+        "perf/step_time", "perf/rollout_time", "perf/train_time")
+"""The metrics a compact run copy keeps (every analysis above reads only these, and budget/*)."""
+
+
+def export(root: Path, dest: Path = OUT / "runs") -> int:
+    """Copy each finished run of ``root/effects`` compactly into ``dest/effects/<run_id>/``: its
+    spec, status, env and evals whole, its metrics cut to :data:`KEEP` and the budget counters,
+    no samples and no weights; ``render dest`` then reads the copies like run folders."""
+    n = 0
+    for run in sorted((root / "effects").glob("*/spec.json")):
+        src, out = run.parent, dest / "effects" / run.parent.name
+        status = json.loads((src / "status.json").read_text()) if (src / "status.json").exists() else {}
+        if status.get("state") != "completed":
+            continue
+        out.mkdir(parents=True, exist_ok=True)
+        for name in ("spec.json", "status.json", "env.json", "evals.jsonl"):
+            if (src / name).exists():
+                (out / name).write_text((src / name).read_text())
+        with open(src / "metrics.jsonl") as f, open(out / "metrics.jsonl", "w") as g:
+            for line in f:
+                row = json.loads(line)
+                g.write(json.dumps({k: v for k, v in row.items() if k in KEEP or k.startswith("budget/")}) + "\n")
+        n += 1
+    return n
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -388,7 +429,13 @@ def main(argv=None) -> int:
     r = sub.add_parser("render", help="every effect's section from the runs under ROOT")
     r.add_argument("root", type=Path)
     sub.add_parser("base-entropy", help="H0 of the committed chain base (effect 6's band), as JSON")
+    x = sub.add_parser("export", help="compact copies of the finished runs under ROOT/effects into "
+                                      "benchmarks/results/effects/runs/ (render reads them like run folders)")
+    x.add_argument("root", type=Path)
     args = ap.parse_args(argv)
+    if args.cmd == "export":
+        print(f"exported {export(args.root)} runs to {OUT / 'runs'}")
+        return 0
     if args.cmd == "base-entropy":
         print(json.dumps(base_entropy(), indent=1))
         return 0
