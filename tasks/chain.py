@@ -1,33 +1,36 @@
 """``chain``: the embedded reasoning task — iterate a modular addition in a written scratchpad.
 
-Example: prompt ``"27+13x5:"`` (start at 27, add 13 five times, modulo 100); a correct
-completion writes every step and then the answer::
+Example: prompt ``"07^13x05:"`` (start at 07, apply "⊕ 13" five times, where ⊕ adds digit by
+digit modulo 10 with no carries); a correct completion writes every step, then the answer::
 
-    1:40 2:53 3:66 4:79 5:92 #92
+    01:07^13=10 02:10^13=23 03:23^13=36 04:36^13=49 05:49^13=52 #52
 
 followed by EOS. The reward is binary: 1 when the integer after the completion's final ``#``
-equals ``(start + k·step) mod 100``, else 0 (a completion that does not end in ``#<integer>``
-scores 0). The scratchpad itself is not graded; it is how a small model can get there: each
-step is one two-digit addition modulo 100 of the previous value and the prompt's step, so a
-per-step accuracy ``p`` gives about ``p^k`` on a ``k``-step problem, and the response length
-(about 5 tokens a step, 18–110 tokens at the default ``min_steps..max_steps`` of 3..18) is
-part of what must be right: a response that stops early, skips or repeats a step, or runs
-past ``k`` is wrong. ``format_weight`` (default 0, off) adds a separate, documented format
-component: ``format_weight`` for a completion whose text is a well-formed trace
-(``1:vv 2:vv … k:vv #vv``, ``k`` any count), correct or not, so that the total reward is
-``correct + format_weight · well_formed``.
+is the value after ``k`` steps, else 0 (a completion that does not end in ``#<integer>``
+scores 0). The scratchpad is not graded; it is how a small model gets there: each step copies
+the previous value and the step, then adds them digit by digit, so a per-step accuracy ``p``
+gives about ``p^k`` on a ``k``-step problem, and the response length (12 tokens a step: 40–148
+tokens with EOS at the default ``min_steps..max_steps`` of 3..12) is part of what must be right:
+a response that stops early, skips or repeats a step, or runs past ``k`` is wrong.
+``format_weight`` (default 0, off; below 1) adds a separate, documented format component: that
+weight for a completion whose text is a well-formed trace (``ii:vv^ss=vv … #vv``, any count),
+right or wrong, so the total reward is ``correct + format_weight · well_formed``.
 
-Difficulty: ``min_steps``/``max_steps`` (the number of additions ``k``) and ``modulus`` (the
+Difficulty: ``min_steps``/``max_steps`` (the number of steps ``k``), ``carry`` (ordinary addition
+modulo ``modulus``, prompt ``07+13x05:``: carries make each step much harder) and ``modulus`` (the
 value range; 100 keeps every value two digits, written zero-padded). Problems are every
-``(start, step, k)`` with ``start`` in ``0..modulus-1``, ``step`` in ``1..modulus-1`` and
-``k`` in ``min_steps..max_steps``; ``val`` and ``test`` are disjoint hash-selected slices of
-the prompt text and ``train`` is the rest, so the splits are disjoint by construction and
-the same on every machine.
+``(start, step, k)`` with ``start`` in ``0..modulus-1``, ``step`` in ``1..modulus-1`` and ``k`` in
+``min_steps..max_steps``, in a fixed hash order (so the first ``eval.max_prompts`` of a split mix
+every ``k``); ``val`` and ``test`` are disjoint hash-selected slices of the prompt text and
+``train`` is the rest, so the splits are disjoint by construction and the same on every machine.
 
-With the embedded ``tiny`` model the task provides a supervised warm start on generated
-traces (teacher-forced ``prompt trace EOS``) that stops once greedy accuracy on 200 held-out
-train problems reaches ``warm_target``; the base built at the default configuration is
-committed (``suite/bases/chain__tiny.*``), so every machine starts RL from the same bytes.
+With the embedded ``tiny`` model the task provides a supervised warm start on generated traces
+(teacher-forced ``prompt trace EOS``) that stops once accuracy at temperature 1 on 200 held-out
+train problems reaches ``warm_target`` (30%); the base built at the default configuration is
+committed (``suite/bases/chain__tiny.*``: 420 SFT steps, 33.5% at temperature 1 at the stop,
+greedy 46.0% on val and test), so every machine starts RL from the same bytes. Measured from it
+(``benchmarks/results/effects.md``, AMD EPYC, 5 seeds): GRPO at the preset's budget moves greedy
+test accuracy by +0.0 to +6.0 points — a weak signal at this budget.
 """
 
 from __future__ import annotations
@@ -139,8 +142,8 @@ class ChainConfig(TaskConfig):
 @register
 class ChainTask(Task):
     name = "chain"
-    summary = ("Embedded multi-step reasoning: iterate a modular addition in a written scratchpad "
-               "(18–110 tokens), binary exact-answer reward (CPU-sized).")
+    summary = ("Embedded multi-step reasoning: iterate a digit-wise modular addition in a written "
+               "scratchpad (40–148 tokens), binary exact-answer reward (CPU-sized).")
     version = "1"
     Config = ChainConfig
     cfg: ChainConfig
