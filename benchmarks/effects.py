@@ -137,6 +137,18 @@ class Effect:
     analyse: Callable
 
 
+def quarter_curve(rs, arm: str, key: str) -> list[float]:
+    """Mean over an arm's finished seeds of ``key`` in each quarter of the steps (the curve over
+    training, coarsely)."""
+    per = []
+    for _, r in rs.runs[(rs.runs.state == "completed") & (rs.runs.algorithm == arm)].iterrows():
+        m = rs.metrics[rs.metrics.run_id == r.run_id].sort_values("step")
+        v = m[key].to_numpy(dtype=float) if key in m else np.array([])
+        if v.size >= 4:
+            per.append([np.nanmean(q) for q in np.array_split(v, 4)])
+    return [float(x) for x in np.mean(per, 0)] if per else []
+
+
 def length(rs) -> dict:
     val = lambda r: tail_mean(rs.metrics, r.run_id, "len/wrong_mean")
     g = per_seed(rs.runs, "grpo", val)
@@ -144,7 +156,10 @@ def length(rs) -> dict:
     cn = per_seed(rs.runs, "grpo:constant-norm", val)
     corr = lambda r: tail_mean(rs.metrics, r.run_id, "len/correct_mean")
     prim, sec = paired(g, dr), paired(g, cn)
+    curves = {a: {k: quarter_curve(rs, a, k) for k in ("len/wrong_mean", "len/correct_mean")}
+              for a in ("grpo", "dr_grpo", "grpo:constant-norm")}
     return {"primary": prim, "secondary": sec, "verdict": verdict(prim, +1), "secondary_verdict": verdict(sec, +1),
+            "curves": curves,
             "per_arm": {"grpo": g, "dr_grpo": dr, "grpo:constant-norm": cn},
             "correct_length": {"grpo": per_seed(rs.runs, "grpo", corr),
                                "dr_grpo": per_seed(rs.runs, "dr_grpo", corr)}}
@@ -157,6 +172,8 @@ def clip_higher(rs) -> dict:
     sc = lambda r: final_score(rs.evals, r.run_id)
     prim = paired(hi, sym)
     return {"primary": prim, "verdict": verdict(prim, +1), "per_arm": {"dapo:mb4": hi, "dapo:mb4-symmetric": sym},
+            "curves": {a: {"stats/entropy": quarter_curve(rs, a, "stats/entropy")}
+                       for a in ("dapo:mb4", "dapo:mb4-symmetric")},
             "secondary": paired(per_seed(rs.runs, "dapo:mb4", sc), per_seed(rs.runs, "dapo:mb4-symmetric", sc)),
             "secondary_verdict": "descriptive (final test greedy accuracy, clip-higher - symmetric)"}
 
@@ -268,6 +285,8 @@ def entrocraft(rs, spec_band: dict) -> dict:
             "grpo_entropy_first_last": per_seed(rs.runs, "grpo", ent),
             "entrocraft_entropy_first_last": per_seed(rs.runs, "entrocraft:linear-band", ent),
             "band": spec_band, "tolerance": tol,
+            "curves": {a: {"stats/entropy": quarter_curve(rs, a, "stats/entropy")}
+                       for a in ("entrocraft:linear-band", "grpo")},
             "per_arm": {"entrocraft:linear-band share in band": {s: v[0] for s, v in ec.items()},
                         "grpo share in band": {s: v[0] for s, v in gr.items()},
                         "entrocraft:linear-band mean abs(H − mid)": {s: v[1] for s, v in ec.items()},
@@ -364,6 +383,13 @@ def section(res: dict) -> str:
             fin = {s: v for s, v in vals.items() if isinstance(v, (int, float)) and np.isfinite(v)}
             mean = f"{np.mean(list(fin.values())):.4g}" if fin else "—"
             lines.append(f"| `{arm}` | {', '.join(map(str, sorted(fin))) or 'none'} | {mean} |")
+    if res.get("curves"):
+        lines += ["", "Over training (mean over the finished seeds, by quarter of the steps):", "",
+                  "| arm | metric | Q1 | Q2 | Q3 | Q4 |", "|---|---|---|---|---|---|"]
+        for arm, by in res["curves"].items():
+            for key, qs in by.items():
+                if qs:
+                    lines.append(f"| `{arm}` | `{key}` | " + " | ".join(f"{q:.4g}" for q in qs) + " |")
     lines += ["", f"Runs read: {res['runs']} ({', '.join(f'{k} {v}' for k, v in res['states'].items())}); CPU "
               f"{', '.join(res['cpu_models_of_runs']) or res['cpu_model']}.", ""]
     return "\n".join(lines)
@@ -456,8 +482,14 @@ def main(argv=None) -> int:
         print(json.dumps(base_entropy(), indent=1))
         return 0
     names = [args.effect] if args.cmd == "analyse" else list(EFFECTS)
-    for n in names:
-        print(section(analyse(n, args.root)))
+    results = [analyse(n, args.root) for n in names]
+    if args.cmd == "render":
+        print("| # | effect | measured (paired difference, 95% interval) | verdict |\n|---|---|---|---|")
+        for i, r in enumerate(results, 1):
+            print(f"| {i} | {r['effect']} | {fmt(r['primary'])} | **{r['verdict']}** |")
+        print()
+    for r in results:
+        print(section(r))
     return 0
 
 
