@@ -104,8 +104,8 @@ class ChainConfig(TaskConfig):
     min_steps: int = 3
     """Fewest additions in a problem (the difficulty knob's lower end)."""
     max_steps: int = 12
-    """Most additions in a problem (the difficulty knob's upper end; responses grow about 5
-    tokens a step)."""
+    """Most additions in a problem (the difficulty knob's upper end; responses grow 12 tokens a
+    step)."""
     modulus: int = 100
     """Values are taken modulo this (100: two-digit values, written zero-padded)."""
     carry: bool = False
