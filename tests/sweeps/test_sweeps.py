@@ -126,7 +126,10 @@ def test_debug_cluster_runs_in_process(tmp_path):
 def test_interrupted_local_sweep_completes_on_rerun_without_losing_results(tmp_path):
     spec = write(tmp_path, MINI % 12)
     cmd = [sys.executable, "-m", "suite.cli", "sweep", "run", str(spec), "--out", str(tmp_path), "--workers", "2"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, text=True)
+    # SIGINT back to the default in the child: a shell starting this suite in the background
+    # (`cmd &` without job control) leaves SIGINT ignored, and Python then never turns it into Ctrl-C
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     root = tmp_path / "mini"
     deadline = time.time() + 240
     while time.time() < deadline:  # interrupt once one run has finished and another is mid-way
