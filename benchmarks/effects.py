@@ -443,7 +443,10 @@ KEEP = ("step", "time", "reward/mean", "reward/std", "len/response_mean", "len/c
 def export(root: Path, dest: Path = OUT / "runs") -> int:
     """Copy each finished run of ``root/effects`` compactly into ``dest/effects/<run_id>/``: its
     spec, status, env and evals whole, its metrics cut to :data:`KEEP` and the budget counters,
-    no samples and no weights; ``render dest`` then reads the copies like run folders."""
+    every file and row naming the CPU model it was measured on (from the run's env.json), no
+    samples and no weights; ``render dest`` then reads the copies like run folders."""
+    from suite.runfolder import cpu_model
+
     n = 0
     for run in sorted((root / "effects").glob("*/spec.json")):
         src, out = run.parent, dest / "effects" / run.parent.name
@@ -451,13 +454,20 @@ def export(root: Path, dest: Path = OUT / "runs") -> int:
         if status.get("state") != "completed":
             continue
         out.mkdir(parents=True, exist_ok=True)
-        for name in ("spec.json", "status.json", "env.json", "evals.jsonl"):
+        env = json.loads((src / "env.json").read_text()) if (src / "env.json").exists() else {}
+        cpu = env.get("cpu_model") or cpu_model()  # every copied file names the CPU it was measured on
+        for name in ("spec.json", "status.json", "env.json"):
             if (src / name).exists():
-                (out / name).write_text((src / name).read_text())
-        with open(src / "metrics.jsonl") as f, open(out / "metrics.jsonl", "w") as g:
-            for line in f:
-                row = json.loads(line)
-                g.write(json.dumps({k: v for k, v in row.items() if k in KEEP or k.startswith("budget/")}) + "\n")
+                doc = json.loads((src / name).read_text())
+                doc.setdefault("cpu_model", cpu)
+                (out / name).write_text(json.dumps(doc, indent=1) + "\n")
+        for name, keep in (("evals.jsonl", None), ("metrics.jsonl", KEEP)):
+            with open(src / name) as f, open(out / name, "w") as g:
+                for line in f:
+                    row = json.loads(line)
+                    if keep is not None:
+                        row = {k: v for k, v in row.items() if k in keep or k.startswith("budget/")}
+                    g.write(json.dumps({**row, "cpu_model": cpu}) + "\n")
         n += 1
     return n
 
