@@ -19,6 +19,14 @@ z-score of R, no ratio/clip, and β inside the advantage instead of a KL loss.
 
 Fidelity: ``abstract`` (plus secondary summaries); the core update is reconstructed from the
 stated principle, see ``assumptions``. Metrics under ``algo/agro/``.
+
+Source of the defaults (search tools, 2026-12-01): Tang, Cohen, Zhang, Valko, Munos, arXiv
+2503.19612 (v2, Mar 2025; AISTATS 2026, OpenReview v8n0UHCu8R): the abstract and secondary
+summaries (alphaxiv, chatpaper) were read; no code found. There the name expands to "Any-Generation
+Reward Optimization". Stated: generation consistency, a sample-based policy gradient with
+convergence guarantees, on- and off-policy data, MATH with Llama-3-8B (about +7% per alphaxiv).
+No default (β, G, learning rate, aggregation) is stated in what was read: β 0.05 (inherited from
+GGPO) and seq-mean-token-sum stay assumptions.
 """
 
 from __future__ import annotations

@@ -125,6 +125,12 @@ class Algorithm:
         return frozenset({"ref_logp"}) if self.cfg.kl_coef > 0 else frozenset()
 
     @property
+    def anchors_per_prompt(self) -> int:
+        """Responses per prompt the trainer samples from the frozen base when ``needs`` holds
+        ``ref_anchor`` (read only then)."""
+        return 1
+
+    @property
     def critic(self) -> Optional[str]:
         """Critic kind the entry requires (``head``, ``mlp_head``, ``mlp_head_detached``,
         ``separate``), or None to use ``model.critic``. Only read when ``values`` is needed."""

@@ -21,6 +21,16 @@ GAE; 3. λ = 0.95. Metrics: ``algo/copc/{masked_frac, clipped_frac, w_mean, w_mi
 ess_frac}`` and the staleness histogram ``algo/copc/staleness_frac_{0,1,2to3,4to7,8plus}``
 (updates counted in ``after_update``). Run it with ``rollout.staleness: k``, ``rollout.sync: lag``.
 Fidelity: ``abstract``; thresholds and the coupling rule are reconstructions (``assumptions``).
+
+Source of the defaults (search tools, 2026-12-01): Hu, Zhou, Zhang, Liu, Chen, Li, Gu, Feng, Hao,
+Qu (Fudan / Meituan / ECNU), arXiv 2610.09597 (v1, Oct 2026): only the abstract and third-party
+summaries were read; no code found. Agrees in structure: token-level ratio masking on the actor
+plus two-sided clipped-ratio weighting of the TD residuals in the return/advantage estimate
+(``mask`` and ``weighted_gae``), actor–critic. No threshold, λ or staleness value is stated in
+what was read: the mask [0.5, 2], c̄ = 2 and λ = 0.95 stay assumptions. The summaries add that the
+two clip parameters interact (the best value of one depends on, and can reverse with, the other),
+so they should be swept jointly, and that the gains hold at 64-step staleness (staleness is a
+trainer setting here); tasks there: tool-integrated math reasoning and search.
 """
 
 from __future__ import annotations

@@ -20,6 +20,19 @@ rewards no longer give Â = 0: not ``group_relative``); 2. the dual-ascent contr
 (the trainer logs the mismatch KL as ``mismatch/kl``).
 Metrics: ``algo/dc_grpo/{lambda, delta_mean, delta_above_c_frac, violation, shaping_mean}``.
 Fidelity: ``abstract`` (mechanism from public summaries and a third-party port).
+
+Source of the defaults (search tools, 2026-12-01): Liu, Liu, Wan, Liang, Tang, Pan (HKUST / ZJU /
+Tianjin U.), arXiv 2606.08779 (v1 7 Jun, v2 9 Jun 2026): the abstract and summaries were read; no
+official code. A third-party verl fork (an exact-string hit; the tool does not name the
+repository) implements "DC-GRPO (arXiv 2606.08779)" as A_t ← A_t − λ·|exp(old_logp) −
+exp(rollout_logp)| with λ ← clip(λ + η(δ̄ − target), 0, λ_max) once per step: the unhinged shaping
+and the dual step agree with this entry. Its defaults: η = 1.0 (agrees), λ0 = 0.05 (this entry's
+MoE value; 0.1 here), λ_max = 1.0 (10 here, flagged), and no default target: it must be measured
+(the step-1 static discrepancy floor plus slack) where this entry fixes c = 0.0037. The abstract
+names Qwen3-8B and Qwen3-30B-A3B and a tolerance region but gives no number; the text stating
+c = 0.0037 / 0.005, λ0 = 0.1 / 0.05 and ε_high 0.24 was not found again by the search tools
+(unverified). Since c is a property of the engines' mismatch, it should be set from the suite's
+measured δ̄ (``algo/dc_grpo/delta_mean``) at the chosen ``rollout.mismatch`` level.
 """
 
 from __future__ import annotations

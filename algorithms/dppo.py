@@ -21,6 +21,16 @@ Fidelity: ``code`` — sail-sg/Stable-RL (all variants) and verl 0.9.1 ``dppo_tv
 (the same direction-aware masks and ``−A·sg(min(r, C))·M·log π``; verl reads δ from
 ``clip_ratio_low``/``clip_ratio_high`` and C from ``clip_ratio_c``, anchored at its old
 log-probs). Defaults: δ_TV 0.15, δ_KL 0.05, the same on both sides.
+
+Source of the defaults (search tools, 2026-12-01): the authors' code sail-sg/Stable-RL (snapshot
+c6af1d1, 2026-03-02: README, verl/trainer/ppo/core_algos.py) and verl's
+examples/dppo_trainer/run_qwen30b_dppo.sh (verl-project/verl, read at 8f11888). Agree: δ_TV 0.15,
+δ_KL 0.05, the same on both sides (example); Binary-TV as the default loss (Stable-RL); anchor μ
+(``bypass_mode = True``, "recommended"); mean-only advantage (``norm_adv_by_std_in_grpo = False``);
+seq-mean-token-sum-norm; no KL; C = 10 = Stable-RL's default ``clip_ratio_c``. Differs: the verl
+example sets C = 1e4 ("disable dual-clip PPO and TIS for a fair comparison"); kept at Stable-RL's
+10. Launch: Qwen3-30B-A3B-Base, DAPO-Math-17k, 256 prompts × 16, mini-batch 32 (8 updates a step),
+LR 1e-6, max response 8192.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ Differs from DPPO by: 1. the direction criterion (switch ``criterion``: ``dppo``
 ΔKL_bin ∝ A(1−p)(p−q)); 3. the optional crossing rule. ``direction = False`` still masks whenever
 ``D > δ`` (no direction criterion of either kind). K = ``rollout.topk`` (default 20).
 
-Fidelity: ``description`` (paper not found; the closed form was derived for the reference).
+Fidelity: ``description`` (written before the paper was found, see below; the closed form was
+derived for the reference).
 [ASSUMPTION]s: the one-step logit model Δz = ηA(e_a − π); top-K evaluated as a (K+1)-category
 softmax whose sampled category is a's top-K slot, or the rest bucket when a is not in μ's top-K;
 K ≈ 20; DPPO's thresholds; the crossing rule's logit step η per unit |A| (off by default).
@@ -26,6 +27,20 @@ Realised vs predicted ΔD: when a row is seen again after an update (``train.epo
 minibatches re-visiting it), the divergence change since its previous visit is compared with the
 prediction made then: ``algo/dppo_pdm/realised_up_frac``, ``sign_agreement`` (sign(ΔD_real) =
 sign(ΔD_pred) over active tokens) and ``realised_mean``. With one pass per batch nothing is logged.
+
+Source of the defaults (search tools, 2026-12-01): the paper is Zhou, Yao, Qi, Ping, Tang, Wang,
+Pang, "Predictive Divergence Masks for LLM RL", arXiv 2607.10848 (Tencent Hunyuan / UIUC / NUS);
+only its abstract and third-party briefs were read; no code found. Agrees: mask iff outside the
+trust region and the predicted first-order change of the same divergence is positive; a closed
+form for softmax policies made of a local (π_a − μ_a) term and a global softmax-normalisation term
+(the entry's KL formula has the same two terms); top-K estimators with a lumped tail (the briefs'
+"aggregated-tail"; their "uniform-tail" estimator is not implemented here). Differs (flagged): the
+briefs name the forward KL(μ‖π) as the divergence and DPPO-TopK-KL as the baseline, while this
+entry defaults to ``divergence = topk_tv`` (the KL predictor is ``topk_kl``). One brief suggests
+K = 20, δ = 0.15 for a first experiment (K agrees with ``rollout.topk`` = 20; δ_KL here is 0.05);
+not confirmed from the paper's text. The crossing rule is not in what was read (off by default).
+Setting (briefs): VeRL + Megatron-LM + vLLM, Qwen3-4B/8B/30B-A3B-Base, BF16 and FP8 rollouts, about
+13k DAPO-Math-17k prompts, AIME24/25 avg@16. ``citation`` and ``fidelity`` predate the find.
 """
 
 from __future__ import annotations
@@ -87,8 +102,8 @@ class DPPOPDMConfig(DPPOConfig):
 class DPPOPDM(DPPO):
     name = "dppo_pdm"
     summary = "DPPO whose direction criterion is the predicted first-order divergence change (top-K aware)."
-    citation = ("Predictive divergence mask (paper not found); base: Qi et al. 2026, Rethinking the Trust "
-                "Region in LLM Reinforcement Learning, arXiv:2602.04879")
+    citation = ("Zhou, Yao, Qi et al. 2026, Predictive Divergence Masks for LLM RL, arXiv:2607.10848 (abstract; no "
+                "code); base: Qi et al. 2026, Rethinking the Trust Region in LLM RL, arXiv:2602.04879")
     fidelity = "description"
     assumptions = ("one PG step on the sampled token is the logit move Δz = ηA(e_a − π)",
                    "top-K: a (K+1)-category softmax (μ's top-K + rest); a's category is its top-K slot or the rest bucket",

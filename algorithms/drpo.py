@@ -23,6 +23,20 @@ Fidelity: ``abstract`` (plus secondary summaries; no code). [ASSUMPTION]s: the w
 quadratic penalty in Δp space with tolerance δ/q; the DPPO-style practical loss with sg(w) and
 truncated IS; δ_low = δ_high = 0.15; C = 10 (as the suite's DPPO; the reference asks for a large C);
 GRPO mean-only advantage and seq-mean-token-sum-norm as DPPO.
+
+Source of the defaults (search tools, 2026-12-01): the abstract (arXiv 2606.09821) and the official
+port by the authors' group, github.com/Tencent-Hunyuan/UniRL (snapshot 1a7b501, 2026-06-13):
+DRPO/README.md, DRPO/config.yaml, examples/ar/qwen3_drpo_4b_base_dapo_sglang.yaml and
+unirl/algorithms/drpo.py (it says it mirrors verl's ``spo_adaptive_eps``, the loss of the authors'
+released run); the paper's text was not read. Its loss −A·r + |A|·μ·(r − 1)²/(2ε) has the gradient
+−A·r·w·∇log π with w = 1 − sign(A)(π − μ)/ε, i.e. this entry's weight with δ = ε: the construction
+agrees (the earlier [ASSUMPTION] on it is confirmed by that code). Agree: anchor μ (the rollout
+log-probs), mean-only group advantage, seq-mean-token-sum-norm with the horizon = max response,
+no KL. Differ (flagged): (1) ε = 12.5 ("paper §4: regularization threshold 12.5", one symmetric
+value) vs δ_low = δ_high = 0.15 here; with 12.5 the weight stays in [0.92, 1.08], far weaker than
+this entry's; (2) no IS truncation (r stays differentiable) vs C = 10 here (same gradient while
+r ≤ 10). Launch: Qwen3-4B-Base, DAPO-Math-17k, 64 prompts × 8, 4 mini-batch updates per rollout,
+LR 1e-6, temperature 1.0, top-p 1.0, max response 8192.
 """
 
 from __future__ import annotations

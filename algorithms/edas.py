@@ -11,17 +11,34 @@ After the base's group-normalised advantage, only the incorrect rollouts W of a 
     Δ_i = α·S·(I_i − H)/ln N_w           if K > 1   (rare errors penalised less; zero-sum over W)
     A_i ← A_i + sgn(Δ_i)·min(|Δ_i|, |A_i|/κ)        (sign-preserving, κ > 1)
 
-Differs from its base (``base``: ``dapo`` — DAPO's clip-higher, dynamic sampling and overlong
-shaping — or ``grpo``: GRPO z-score and PPO clip ε 0.2/0.2, no DAPO mechanisms) by the shaping above,
-with an optional linear warm-up over the first ``warmup_frac`` of training progress.
+Differs from its base (``base``: ``dapo`` — DAPO's clip-higher and dynamic sampling — or
+``grpo``: GRPO z-score, PPO clip ε 0.2/0.2 and a k3 KL loss, no DAPO mechanisms) by the shaping
+above, with an optional warm-up of the shaping.
 
-Fidelity: ``code`` (rule from the authors' README). The error class is the task's
-(``Batch.error_class`` from ``Grade.error_key``: the canonical final answer for math-like tasks,
-the exception type or failure status for code; ``equivalence = parsed`` uses the parsed answer
-instead). [ASSUMPTION]s: unparsable answers (None) share one "no answer" class (``none_class``);
-a rollout is incorrect iff its task score < 1; with base = grpo the loss is GRPO with verl
-0.9.1's defaults (PPO clip 0.2/0.2, token-mean, no KL loss), assumed to be what the EDAS code
-runs; β = 0.3 with DAPO and 0.2 with GRPO when unset.
+Source of the defaults: the authors' function, its GRPO caller, the warm-up and both launch
+scripts (the verl port of the EDAS repository, as carried unmodified by a public fork; compared
+for the fidelity issue: the advantage computation agreed on 20 random cases). The defaults are
+the authors' launch settings:
+
+* ``base = grpo``: a KL loss with coefficient 0.01 and the k3 (verl ``low_var_kl``) estimator
+  (``kl_coef = None`` resolves to 0.01 with GRPO, 0 with DAPO); ``base = dapo``: no overlong
+  penalty (``overlong = none``: the authors' DAPO launcher sets the overlong buffer length to 0;
+  ``shaping``, DAPO's soft punishment, and ``filter`` stay switches).
+* Warm-up: the authors' ramp waits ``warmup_start`` steps, then rises linearly over
+  ``warmup_steps`` steps (``ramp = clamp((step − warmup_start)/warmup_steps, 0, 1)``; 0 steps = off,
+  the default, as the suite found no warm-up value in the launch scripts it was compared with);
+  ``warmup_frac`` (a linear ramp over that share of training progress, no delay) is the
+  reconstruction's own switch.
+* ``overlong = filter`` (the suite's own option): a truncated row is out of the loss, and also
+  out of the wrong set W (not counted in N_w, K or S), as if it had not been sampled: its answer
+  was cut off, so its error class says nothing about the policy's error modes.
+
+Fidelity: ``code``. The error class is the task's (``Batch.error_class`` from ``Grade.error_key``:
+the canonical final answer for math-like tasks, the exception type or failure status for code;
+``equivalence = parsed`` uses the parsed answer instead). [ASSUMPTION]s: unparsable answers
+(None) share one "no answer" class (``none_class``); a rollout is incorrect iff its task score
+< 1; β = 0.3 with DAPO and 0.2 with GRPO when unset; the warm-up's step is the suite's update
+step (1-based), its exact off-by-one in the authors' loop not checked.
 """
 
 from __future__ import annotations
@@ -60,10 +77,16 @@ def clip_shift(a: float, d: float, kappa: float) -> float:
 
 @dataclass(frozen=True, kw_only=True)
 class EDASConfig(DAPOConfig):
-    ranges = {"alpha": "[0, inf)", "beta": "[0, inf)", "kappa": "(1, inf)", "warmup_frac": "[0, 1]"}
+    ranges = {"alpha": "[0, inf)", "beta": "[0, inf)", "kappa": "(1, inf)", "warmup_frac": "[0, 1]",
+              "warmup_start": "[0, inf)", "warmup_steps": "[0, inf)"}
     """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     base: Literal["dapo", "grpo"] = "dapo"
-    """Group estimator wrapped: DAPO (clip-higher, dynamic sampling, overlong shaping) or GRPO."""
+    """Group estimator wrapped: DAPO (clip-higher, dynamic sampling) or GRPO (with its KL loss)."""
+    kl_coef: Optional[float] = None  # type: ignore[assignment]
+    """KL loss coefficient (None: the authors' launchers, 0.01 with GRPO, 0 with DAPO)."""
+    overlong: Literal["shaping", "filter", "none"] = "none"
+    """DAPO's overlong handling: ``none`` (the authors' DAPO launcher: no penalty), ``shaping`` (the soft
+    punishment) or ``filter`` (truncated rows out of the loss and out of the wrong set)."""
     clip_eps_high: Optional[float] = None
     """ε_high of the clip (None: the base's, 0.28 DAPO / 0.2 GRPO)."""
     alpha: float = 0.4
@@ -72,17 +95,34 @@ class EDASConfig(DAPOConfig):
     """Perseveration penalty (K = 1; None: 0.3 with DAPO, 0.2 with GRPO)."""
     kappa: float = 2.0
     """Sign-preserving clip: |change| ≤ |A|/κ (κ > 1)."""
+    warmup_start: int = 0
+    """The authors' warm-up: update steps before the shaping starts to ramp in."""
+    warmup_steps: int = 0
+    """The authors' warm-up: linear ramp of the shaping over this many steps after ``warmup_start`` (0 = off)."""
     warmup_frac: float = 0.0
-    """Linear warm-up of the shaping over this fraction of training progress (0 = off)."""
+    """The reconstruction's warm-up: a linear ramp over this fraction of training progress (0 = off)."""
     none_class: Literal["shared", "unique"] = "shared"
     """Unparsable answers form one class, or each its own."""
     equivalence: Literal["task", "parsed"] = "task"
     """Error-equivalence function: the task's error class (``Batch.error_class``) or the parsed answer."""
 
     def __post_init__(self) -> None:
+        if self.kl_coef is None:  # the authors' launchers: KL loss 0.01 (k3) with GRPO, none with DAPO
+            object.__setattr__(self, "kl_coef", 0.01 if self.base == "grpo" else 0.0)
         super().__post_init__()
         if self.kappa <= 1:
             raise ValueError(f"kappa must be > 1, got {self.kappa}")
+        if self.warmup_frac > 0 and (self.warmup_steps > 0 or self.warmup_start > 0):
+            raise ValueError("warmup_frac (a ramp over training progress) and warmup_start/warmup_steps (the "
+                             "authors' ramp in steps) are alternatives: set one of them")
+
+    def ramp(self, step: int, progress: float) -> float:
+        """The shaping's weight in [0, 1] at this step (1 without a warm-up)."""
+        if self.warmup_frac > 0:
+            return min(1.0, progress / self.warmup_frac)
+        if self.warmup_steps > 0 or self.warmup_start > 0:
+            return min(1.0, max(0.0, (step - self.warmup_start) / max(self.warmup_steps, 1)))
+        return 1.0
 
 
 @register
@@ -95,12 +135,21 @@ class EDAS(DAPO):
     assumptions = ("error class = the task's Grade.error_key (math: canonical answer; code: exception type)",
                    "unparsable answers share one 'no answer' class (none_class)",
                    "incorrect ⇔ task score < 1",
-                   "base = grpo uses GRPO with verl 0.9.1's defaults: PPO clip 0.2/0.2, token-mean, no KL",
-                   "β = 0.3 with DAPO, 0.2 with GRPO when unset; warm-up measured in training progress")
-    switches = ("base", "alpha", "beta", "kappa", "warmup_frac", "none_class", "equivalence")
+                   "β = 0.3 with DAPO, 0.2 with GRPO when unset",
+                   "warm-up off by default (no value found in the launch scripts compared); its step is the "
+                   "suite's 1-based update step",
+                   "overlong = filter (the suite's own) drops truncated rows from the wrong set too")
+    switches = ("base", "kl_coef", "overlong", "alpha", "beta", "kappa", "warmup_start", "warmup_steps",
+                "warmup_frac", "none_class", "equivalence")
     inert = {"alpha": "acts only where a group's wrong answers fall into ≥ 2 classes; the contract harness "
                       "carries no parsed answers (covered by its hand tests in tests/unit/)",
-             "equivalence": "the contract harness carries neither error classes nor parsed answers (covered by its hand tests in tests/unit/)"}
+             "equivalence": "the contract harness carries neither error classes nor parsed answers (covered by its hand tests in tests/unit/)",
+             "overlong_buffer": "read only with overlong = shaping (default none, the authors' DAPO launcher)",
+             "overlong_penalty": "read only with overlong = shaping (default none, the authors' DAPO launcher)",
+             "warmup_start": "the contract harness's groups carry no wrong set the shaping changes at its step "
+                             "(covered by the hand tests in tests/unit/)",
+             "warmup_steps": "the contract harness's groups carry no wrong set the shaping changes at its step "
+                             "(covered by the hand tests in tests/unit/)"}
     tune_knob = ("alpha", (0.2, 0.4, 0.6))
     Config = EDASConfig
     cfg: EDASConfig
@@ -116,12 +165,15 @@ class EDAS(DAPO):
         # the base's z-score (with DAPO's overlong filtering when base = dapo and overlong = filter)
         out = super().advantages(batch, ctx) if c.base == "dapo" else GRPO.advantages(self, batch, ctx)
         beta = c.beta if c.beta is not None else (0.3 if c.base == "dapo" else 0.2)
-        ramp = min(1.0, ctx.progress / c.warmup_frac) if c.warmup_frac > 0 else 1.0
+        ramp = c.ramp(ctx.step, ctx.progress)
         mask = out.loss_mask if out.loss_mask is not None else batch.loss_mask
         seq = ((out.adv * mask).sum(-1) / mask.sum(-1).clamp(min=1)).tolist()  # Â_i
         source = batch.error_class if c.equivalence == "task" else batch.parsed
         parsed = list(source) if len(source) == batch.batch_size else [None] * batch.batch_size
         wrong = (batch.scores < 1).tolist()
+        if out.loss_mask is not None:  # overlong = filter: a row out of the loss is out of W too
+            kept = (out.loss_mask.sum(-1) > 0).tolist()
+            wrong = [w and k for w, k in zip(wrong, kept)]
         new, deltas, k_one, k_many, ents = list(seq), [], 0, 0, []
         for g in torch.unique(batch.group_id).tolist():
             rows = [i for i in (batch.group_id == g).nonzero().flatten().tolist() if wrong[i]]

@@ -23,6 +23,16 @@ Fidelity: ``code`` (band controller and schedules from lblaoke/entrocraft). [ASS
 normalised branch advantages by default (released: raw ±1 rewards; the suite's 0/1 rewards would
 give NSR no negatives); the proportional controller and sample rejection (the reference's
 "general version"); progress of the binding budget as s/S; zero-advantage samples always kept.
+
+Source of the defaults (search tools, 2026-12-01): the authors' code lblaoke/entrocraft (a verl
+fork; snapshot 26165bd, 2026-05-12): README, scripts/grpo/grpo_range_linear/
+qwen3-4b-base_numina_math_grpo_range_linear_n8.slurm, verl/trainer/ppo/core_algos.py
+(grpo_range_linear) and the fork's actor config. Agree: band L 0.6 → 0.4 and U 0.7 → 0.5, linear in
+step/total; the band rule (H > U: RAFT++, H < L: NSR, else GRPO); PPO clip 0.2 / 0.2 and
+token-mean (the fork's defaults, not overridden by the script); low_var_kl (k3) KL loss 0.001;
+entropy 0; one epoch. Differs: ``branch_adv`` (normalised here, raw rewards as released; listed
+above). Launch: Qwen3-4B-Base, Numina-Math-100k, 1024 prompts × 8 a step, mini-batch 32 prompts
+per GPU (256 on 8 GPUs, 4 updates a step), LR 1e-6, max response 3072 (trainer settings).
 """
 
 from __future__ import annotations

@@ -25,6 +25,18 @@ no second group; EPA's advantage is a z-score over the pooled 2G rewards; IS is 
 truncated at C = 2 (``is_cap``), applied only to the re-placed rows; ``alternate`` switches
 objective every ``period`` steps starting with EPA; ``joint`` sums both every step; GRPO's
 defaults; feedback templates are the tasks' own (``feedback = full``) or a bare verdict (``binary``).
+
+Source of the defaults (search tools, 2026-12-01): arXiv 2605.20256 (v1 18 May, v2 Jun 2026): the
+abstract (arxiv.org/html/2605.20256) and a third-party summary were read; no code found. Agrees:
+a first group on x; a rule-based verifier returns a scalar reward and text feedback (error
+location and cause, format violations); a second group from the feedback-augmented prompt (x, the
+first answer, the feedback); EPA and ECC trained alternately (the summary) = ``schedule =
+alternate``. No number (IS cap, period, which answer gets feedback) is stated in what was read:
+C = 2, period 1 and ``source = worst`` stay assumptions. Budget: v1 claims gains "under an
+identical number of rollouts", v2 "under an identical rollout budget (i.e., the same training
+steps)" and also at the same number of training steps; this entry charges both groups to the
+sample budget (half the steps at matched samples), so the paper may count samples differently
+(flagged for comparisons; not a default).
 """
 
 from __future__ import annotations

@@ -25,6 +25,11 @@ Metrics: ``algo/ggpo/kl_ref`` and ``kl_init`` (sequence k1 KL of π_old to the c
 the initial policy — a frozen copy scored every step when the reference refreshes; the pass is
 charged as ``score_init``). Refresh events are logged by the next ``advantages`` call (its ref_logp comes from the fresh
 reference): ``algo/ggpo/refreshed`` (since the last batch), ``algo/ggpo/refreshes`` (total).
+
+Source of the defaults (search tools, 2026-12-01): none found: no paper, arXiv id or code for GGPO
+(exact-string searches for "Gibbs-Gap Policy Optimization" and "Gibbs gap", page searches). β 0.05,
+T = 100, the REINFORCE loss and seq-mean-token-mean all remain reconstructions; AGRO's sources are
+listed in ``agro.py``.
 """
 
 from __future__ import annotations

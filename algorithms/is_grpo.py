@@ -21,6 +21,13 @@ GRPO's z-score.
 Fidelity ``abstract``; [ASSUMPTION]s (= ``ISGRPO.assumptions``): prompt-level IS, P ∝ σ̂^α, w = 1/(N·P);
 σ̂ = last batch's unbiased group std (or EMA); unseen σ̂ 0.5, floor 0.05; w / batch mean; draws with
 replacement; GRPO's loss/defaults; orthogonality = mean |cos| of per-prompt Σ A·h per micro-batch.
+
+Source of the defaults (search tools, 2026-12-01): the v1 abstract and introduction of arXiv
+2601.23135 (arxiv.org/html/2601.23135v1), the workshop abstracts (OpenReview H7z33FHMI7,
+vzEKOkeYvi) and an author's publication page; no code and no later version found. IS-GRPO appears
+in none of them, so no default here can be checked: α, σ_min, σ_prior, the IS weight and the
+response reading are reconstructions, and ε 0.2, β 0.04 are the suite's GRPO defaults. The
+abstract's setting (GSM8K and MATH; GRPO vs unnormalised REINFORCE) maps to ``scale_by_std``.
 """
 
 from __future__ import annotations

@@ -20,9 +20,25 @@ Differs from GRPO (``algorithms/grpo.py``) by:
 Σ_{t≥k} 1/t of the per-token weight (same total per sequence as plain PG, shifted toward early
 tokens); ``gradient = detached`` or ``ratio ∈ {token, sequence}`` give exactly the plain PG.
 
-Fidelity: ``description`` (paper not found; related: MinPRO arXiv 2601.22718, CTPO arXiv
-2605.07331). [ASSUMPTION]s: the clipped-surrogate loss form with Â_i; token-mean aggregation;
-default ε_l = ε_h = 5e-3; ε_0 = 0.2 for the inv_sqrt schedule; t counts policy tokens only.
+Fidelity: ``description`` (written before the paper was found, see below; related: MinPRO arXiv
+2601.22718, CTPO arXiv 2605.07331). [ASSUMPTION]s: the clipped-surrogate loss form with Â_i;
+token-mean aggregation; default ε_l = ε_h = 5e-3; ε_0 = 0.2 for the inv_sqrt schedule; t counts
+policy tokens only.
+
+Source of the defaults (search tools, 2026-12-01): the paper is Zhang, Xie, Wang, Yang, Jiang,
+Yang, Wang, Xu, jasperawang, Long, Xiong, alantzhao, "Reusing Rollouts under Policy Lag:
+Prefix-Normalized Policy Optimization for LLM Reinforcement Learning", arXiv 2608.01418 (v1,
+Aug 2026); only its abstract and third-party summaries were read; no code found. Agrees: the ratio
+(geometric mean of the likelihood ratios along each causal prefix). Setting (abstract and
+summaries): long-context math, 256 prompts × 8 responses a step, 1 or 4 policy-update epochs per
+rollout batch, GSPO baseline, Avg@32 on AMC23 / AIME24 / AIME25; with one epoch PNPO does not
+consistently beat GSPO, with four it has the highest Avg@32 on each benchmark. Not stated in what
+was read: the clip range (ε = 5e-3 stays an assumption) and the loss form; one third-party
+comparison says PNPO uses the geometric mean both as the weight and as an acceptance statistic
+("hard rejection"), while this entry clips ρ^PN (unverified, flagged). Launch note: the suite's
+``train.epochs = 1`` is the regime where the paper reports no consistent gain; an arm in its
+favourable regime needs ``train.epochs = 4`` (a trainer setting, not an entry default).
+The class attributes ``citation`` and ``fidelity`` predate the find.
 """
 
 from __future__ import annotations
@@ -70,7 +86,8 @@ class PNPOConfig(GRPOConfig):
 class PNPO(GRPO):
     name = "pnpo"
     summary = "Causal prefix geometric-mean importance ratio, clipped per token (between GRPO and GSPO)."
-    citation = "Prefix-Normalized Policy Optimization (paper not found; related arXiv 2601.22718, 2605.07331)"
+    citation = ("Zhang et al. 2026, Prefix-Normalized Policy Optimization, arXiv:2608.01418 (abstract; no code); "
+                "related arXiv 2601.22718, 2605.07331")
     fidelity = "description"
     assumptions = ("loss = PPO clipped surrogate on ρ^PN with the sequence advantage Â_i (GRPO z-score)",
                    "token-mean aggregation, no KL",

@@ -12,6 +12,21 @@ k gets Â_k, value target ``Â_k + V(s_{t_k})`` (or: token GAE with V interpolat
 Differs from PPO (``algorithms/ppo.py``, whose policy loss it reuses) only in the critic's loss
 mask and the advantage estimator. Metrics ``algo/sp3o/{flatness (mean_i std_t V / std_batch V),
 anchors_mean, explained_var_anchors, adv_sign_agreement}``. Fidelity: ``abstract``.
+
+Source of the defaults (search tools, 2026-12-01): the authors' code github.com/Dodojordi/SP3O (a
+slime fork; read at commit 8b8b26e: examples/sp3o/train.sh, slime/utils/sp3o.py,
+slime/backends/megatron_utils/loss.py), the abstract and third-party summaries; not the paper's
+text. The code says SP3O "changes only the positions used by the critic value loss. Policy loss
+masks and value targets are left unchanged." Differs (flagged): (1) advantage: the source keeps
+PPO's token GAE over the dense critic values (λ = 1.0); this entry's default ``advantage =
+segment`` (and ``interpolated``) is a reconstruction no source setting matches; (2) anchors: 3 at
+response-relative positions 0.3 / 0.6 / 0.9 (never the last token), plus a 0.95 tail anchor for
+responses of at least 6144 tokens; the summaries report K = 3 best and K = 16 / 64 back at the
+dense-PPO level; this entry takes up to K = 8 evenly spaced anchors including the first and last
+token, ≥ 64 apart; (3) the source first trains the critic alone for 20 steps with the dense value
+loss; (4) it averages the value loss per response, where ``anchor_reweight`` keeps the suite PPO's
+per-token weighting. Agree: PPO clip 0.2 / 0.2, λ = 1.0, no KL. Launch: Qwen3-4B-Base, 64 prompts
+× 8, 2 updates per rollout, actor LR 1e-6, critic LR 4e-6, TIS on, temperature 1.0, max 8192.
 """
 
 from __future__ import annotations

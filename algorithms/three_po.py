@@ -15,8 +15,30 @@ multiplicatively towards a target KL(π_{θ+ε}‖π_θ) measured on the rollout
 FLOPs equal GRPO's at the same batch and recompute setting (the perturbation adds no pass).
 
 Differs from GRPO by: 1. rollouts from perturbed weights; 2. TIS back to θ; 3. no KL.
-Fidelity: ``description`` — the paper was not found; the closest documented analogue is
-PSN-RLVR (Bai et al., arXiv 2602.02555, abstract only).
+Fidelity: ``description`` — written before the paper was found (see below); the closest documented
+analogue then was PSN-RLVR (Bai et al., arXiv 2602.02555, abstract only).
+
+Source of the defaults (search tools, 2026-12-01): the paper is Venkatkrishna, Daheim, Gurevych,
+"Parameter Exploration for RLVR via Variational Learning", arXiv 2608.09805 (3PO = its family
+B3PO / M3PO / C3PO); authors' code github.com/insait-institute/C3PO (a verl fork; its README and
+two stored versions of verl/recipes/run_rl.sh were read, not the paper's text, of which only a
+third-party summary was read). The mechanism differs, so only the knobs that map are compared:
+  * noise: the source samples weights from an IVON variational posterior, per weight
+    σ = 1/sqrt(λ(h + δ)) with λ = ESS = 1e9 (main results; up to 1e10 for Qwen2.5-Math per the
+    summary), h initialised at 1e-3 and then learned, δ = weight decay 1e-6, i.e. about 1e-3 absolute
+    at the start; the entry uses a fixed σ = 0.02 × rms(W) on 2-D weight matrices (which
+    parameters IVON perturbs was not checked in the code). Kept: the suite has no IVON optimizer.
+  * antithetic: the source draws independent z ~ N(0, I); the entry's default ``antithetic = True``
+    is not in the source (flagged).
+  * grouping: C3PO splits each group of G rollouts across N perturbations and computes advantages
+    over the pooled group = ``grouping = mixed``; the README's example N = 4 (= ``n_perturb``),
+    G = 16 (G is a trainer setting; suite default 8).
+  * IS: the source corrects at sequence level (verl rollout_correction: rollout_is = sequence,
+    threshold 2, rejection rollout_rs = seq_sum_k1, bypass mode); the entry uses the per-token
+    TIS min(π_old/π_{θ+ε}, C = 2): the cap agrees, the level differs (flagged).
+  * PPO clip 0.2 / 0.2, no KL, no entropy bonus: agree. Launch: 32 prompts a step, one update per
+    batch, temperature 1.0, max response 3072, AdamW LR 1e-6 for the GRPO baseline (IVON lr 1.0).
+The class attributes ``citation`` and ``fidelity`` still say the paper was not found.
 """
 
 from __future__ import annotations
@@ -101,8 +123,8 @@ class ThreePOConfig(AlgoConfig):
 class ThreePO(Algorithm):
     name = "3po"
     summary = "Rollouts from perturbed weight copies (antithetic), grouped by strategy, TIS back to θ."
-    citation = ("Venkatkrishna, Daheim, Gurevych, 3PO: Perturbed Parameter Policy Optimization (paper not "
-                "found); analogue: Bai et al. 2026, PSN-RLVR, arXiv:2602.02555")
+    citation = ("Venkatkrishna, Daheim, Gurevych 2026, 3PO: Perturbed Parameter Policy Optimization, arXiv:2608.09805 "
+                "(code: insait-institute/C3PO); analogue: Bai et al. 2026, PSN-RLVR, arXiv:2602.02555")
     fidelity = "description"
     assumptions = (
         "ε_k ~ N(0, (σ·rms(W))²) per tensor on 2-D weight matrices, σ = 0.02, K = 4 antithetic",

@@ -17,11 +17,15 @@ from torch import Tensor
 #: ``hidden``, ``attn_stat``; batch fields: ``old_logp`` (π_old scoring pass), ``values``
 #: (a critic), ``topk`` (behaviour top-K log-probs from the rollout), ``behav_attn_stat``
 #: (the sampler's attention statistic), ``behav_hidden``, ``anchor`` (a greedy decode of the
-#: current policy per prompt, given to ``rewards`` as ``Group.anchors``; charged to the budget).
+#: current policy per prompt, given to ``rewards`` as ``Group.anchors``; charged to the budget),
+#: ``ref_anchor`` (``Algorithm.anchors_per_prompt`` responses per prompt sampled once from the
+#: frozen base the run started from, at the rollout temperature from the stream (seed,
+#: "ref_anchor", prompt index), kept for the run and in its checkpoints, given as
+#: ``Group.anchors``; charged to the budget when generated).
 #: ``ref_logp`` is implied by ``kl_coef > 0`` and may also be declared; ``init_logp``: log-probs
 #: under a frozen copy of the initial policy (for KL-to-initial metrics when π_ref is refreshed).
 NEEDS = frozenset({"entropy", "hidden", "attn_stat", "old_logp", "ref_logp", "init_logp", "values", "topk",
-                   "behav_attn_stat", "behav_hidden", "anchor"})
+                   "behav_attn_stat", "behav_hidden", "anchor", "ref_anchor"})
 
 
 @dataclass(frozen=True)
@@ -74,7 +78,8 @@ class Group:
     per completion; ``truncated [G]`` bool, hit ``max_new_tokens`` without EOS;
     ``grade(text) → float``: the task's own grader for this prompt (task-aware judges use it, so
     ``algorithms/`` imports no task); ``anchors``: reference responses for this prompt (the
-    current policy's greedy decode), present when the entry ``needs`` ``"anchor"``.
+    current policy's greedy decode when the entry ``needs`` ``"anchor"``; the frozen base's
+    samples, the same every step, when it ``needs`` ``"ref_anchor"``).
     """
 
     prompt: str

@@ -36,6 +36,10 @@ class RolloutStage:
         self.note_grade_errors = note_grade_errors
         self.stop_ids = stop_ids or (tokenizer.eos_token_id,)
         self._prompt_cache: dict[tuple[str, int], tuple[list[int], str]] = {}
+        # ``ref_anchor``: the engine's weights at construction (the base the run starts from) and the
+        # anchors sampled from them, by train index (kept in checkpoints: ``state_dict``)
+        self.ref_state = ({k: v.clone() for k, v in engine.state().items()} if "ref_anchor" in needs else None)
+        self.ref_anchors: dict[int, tuple[str, ...]] = {}
 
     def prompt(self, split: str, i: int) -> tuple[list[int], str]:
         key = (split, i)
@@ -77,7 +81,8 @@ class RolloutStage:
         if len(parts) > 1:
             rec = rec.select(torch.tensor(order).argsort())
         # 3. grade, then the algorithm's group-level reward construction
-        anchors = self.anchors(idx) if "anchor" in self.needs else [()] * len(idx)
+        anchors = (self.anchors(idx) if "anchor" in self.needs else
+                   self.reference_anchors(idx) if "ref_anchor" in self.needs else [()] * len(idx))
         rec, grades, groups = self.grade(rec, idx, [self.prompt("train", i)[1] for i in idx], ctx, anchors)
         self.charge(rec, len(idx))
         rev = self.algo.revise(groups, ctx)
@@ -215,6 +220,30 @@ class RolloutStage:
         self.budget.charge("gen_tokens", gen)
         self.budget.charge_flops("anchor", rollout_flops(self.P, int(rec.attn_mask.sum()) - gen, gen))
         return [(t,) for t in rec.texts]
+
+    def reference_anchors(self, idx: list[int]) -> list[tuple[str, ...]]:
+        """``Algorithm.anchors_per_prompt`` samples of the frozen base per prompt (rollout
+        temperature and top-p), generated the first time a prompt is drawn from the stream (seed,
+        "ref_anchor", train index), so a prompt's anchors do not depend on when it is first seen;
+        charged to the budget (gen_tokens, FLOPs ``anchor``) when generated."""
+        new = [i for i in dict.fromkeys(idx) if i not in self.ref_anchors]
+        if new:
+            r, n = self.r, self.algo.anchors_per_prompt
+            params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p,
+                                    top_k=r.top_k, stop_ids=self.stop_ids)
+            saved = {k: v.clone() for k, v in self.engine.state().items()}
+            self.engine.load_weights(self.ref_state, self.engine.version)
+            try:
+                for i in new:
+                    gen = torch.Generator().manual_seed(seed_for(self.seed, "ref_anchor", i))
+                    rec, _ = collect(self.engine, self.tok, [self.prompt("train", i)[0]] * n, params, gen)
+                    g = int(rec.loss_mask.sum())
+                    self.budget.charge("gen_tokens", g)
+                    self.budget.charge_flops("anchor", rollout_flops(self.P, int(rec.attn_mask.sum()) - g, g))
+                    self.ref_anchors[i] = tuple(rec.texts)
+            finally:
+                self.engine.load_weights(saved, self.engine.version)
+        return [self.ref_anchors[i] for i in idx]
 
     def charge(self, rec: Rollout, n_prompts: int) -> None:
         b = self.budget

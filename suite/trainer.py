@@ -451,6 +451,8 @@ class Trainer:
             st["engine"] = self.engine.state()  # the behaviour weights (stale) as they are
         if self.behaviour.history:
             st["history"] = self.behaviour.history  # the current policy in it is stored once (pack)
+        if self.rollouts.ref_anchors:
+            st["ref_anchors"] = dict(self.rollouts.ref_anchors)
         return pack(st)
 
     def save_checkpoint(self) -> None:
@@ -482,6 +484,7 @@ class Trainer:
             self.ref.load_state_dict(st["ref"])
             self._ref_refreshed = True
         self.behaviour.history = st.get("history", self.behaviour.history)
+        self.rollouts.ref_anchors = dict(st.get("ref_anchors", {}))
         v = st["engine_version"]
         if "engine" in st:
             self.engine.load_weights(st["engine"], v)

@@ -18,21 +18,29 @@ from tests.sweeps.record_run_ids import FIXTURE, current_run_ids, entry_run_ids
 CHANGES = FIXTURE.with_name("run_id_changes.json")
 INTENDED_CHANGES: dict[str, dict[str, str]] = json.loads(CHANGES.read_text())
 """Deliberate run-id changes: spec (or ``_entries``) → {old id: new id}, in ``run_id_changes.json``.
-One change so far: a task's ``version`` is part of the identity from version 2 on (issue 17 §6),
+Two changes so far. First, a task's ``version`` is part of the identity from version 2 on (issue 17 §6),
 so the ids of the tasks at version 2 changed — arith (its warm start now stops at 30% checked
 every 20 steps), humaneval/mbpp (judged grading jobs; version 3: bare code closed by a lone fence
 is graded as the code, issue 18) and gsm8k (a single data file carves test
 before val, as math does: ``tasks.base.carve_splits``). The clip rename (clip_eps →
-clip_eps_low/clip_eps_high) changes no id: the old key is hashed when both bounds agree."""
+clip_eps_low/clip_eps_high) changes no id: the old key is hashed when both bounds agree. Second,
+the seed-fidelity issue made the defaults of ``edas`` (its authors' launchers: GRPO's KL 0.01,
+DAPO without overlong penalty, the warm-up in steps) and of ``rrc``/``rrc_self``/``rrc_anchor``
+(the paper's vote rule) their sources', so their ids changed (an old id maps to the newest)."""
+
+SOURCE_DEFAULTS = {"edas", "rrc", "rrc_self", "rrc_anchor"}
+"""The entries whose defaults changed to their sources' (the second intended change)."""
 
 
-def test_the_intended_changes_are_the_tasks_at_version_2():
+def test_the_intended_changes_are_the_version_2_tasks_and_the_source_defaults():
     import tasks  # noqa: F401
     from tasks.base import TASKS
 
-    changed = {old.split("__")[0] for ch in INTENDED_CHANGES.values() for old in ch}
-    assert changed and all(str(TASKS.get(t).version) != "1" for t in changed), changed
-    assert {"arith", "humaneval", "mbpp", "gsm8k"} >= changed
+    pairs = [(old, new) for ch in INTENDED_CHANGES.values() for old, new in ch.items()]
+    by_task = {old.split("__")[0] for old, new in pairs if old.split("__")[1] not in SOURCE_DEFAULTS}
+    assert by_task and all(str(TASKS.get(t).version) != "1" for t in by_task), by_task
+    assert {"arith", "humaneval", "mbpp", "gsm8k"} >= by_task
+    assert all(old.split("__")[:3] == new.split("__")[:3] for old, new in pairs)  # same task, entry and seed
 
 
 def _expected() -> dict:

@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from algorithms.base import Context
+from algorithms.base import Context, Group
 from algorithms.dppo_pdm import DPPOPDM, DPPOPDMConfig, predicted_change
 from algorithms.drpo import DRPO, DRPOConfig, drpo_weight
 from algorithms.edas import EDAS, EDASConfig
@@ -516,3 +516,50 @@ def test_edas_base_switch():
     fwd = Forward(logp=t([[math.log(1.25)]]))
     assert float(EDAS(EDASConfig(base="grpo")).loss(fwd, b, ctx())[0]) == pytest.approx(-1.2)
     assert float(EDAS(EDASConfig(base="dapo")).loss(fwd, b, ctx())[0]) == pytest.approx(-1.25)
+
+
+def test_edas_defaults_are_the_authors_launch_settings():
+    """The GRPO launcher's KL loss (0.01, k3 = verl's low_var_kl), the DAPO launcher's zero overlong
+    buffer (no penalty), no warm-up; each departure stays a switch."""
+    grpo, dapo = EDASConfig(base="grpo"), EDASConfig()
+    assert (grpo.kl_coef, grpo.kl_estimator) == (0.01, "k3") and "ref_logp" in EDAS(grpo).needs
+    assert dapo.kl_coef == 0.0 and "ref_logp" not in EDAS(dapo).needs
+    assert EDASConfig(base="grpo", kl_coef=0.0).kl_coef == 0.0
+    assert dapo.overlong == "none" and grpo.ramp(1, 0.0) == 1.0
+    # no overlong penalty by default: a truncated wrong row keeps its grade as reward
+    g = Group(prompt="p", example=None, completions=("a", "b"), parsed=(None, None), scores=t([1.0, 0.0]),
+              lengths=torch.tensor([4, 4]), truncated=torch.tensor([False, True]))
+    c = ctx()
+    c.max_new_tokens = 4
+    close(EDAS(dapo).rewards(g, c), t([1.0, 0.0]))
+    close(EDAS(EDASConfig(overlong="shaping")).rewards(g, c), t([0.0, -1.0]))  # L = L_max: the full −1
+
+
+def test_edas_authors_warmup_waits_then_ramps_in_steps():
+    same = ["5", "3", "3", "3", "3", "5", "1", "2", "1"]
+    b = make_batch([[1]] * 9, ED_GROUPS, ED_SCORES, parsed=tuple(same), error_class=tuple(same))
+    cfg = dict(base="grpo", warmup_start=2, warmup_steps=4)
+    at = lambda step: EDAS(EDASConfig(**cfg)).advantages(b, ctx(step=step)).adv[1:5, 0]
+    close(at(2), t([AW] * 4))                    # not started: Â unchanged
+    close(at(4), t([-0.710047] * 4))             # (4 − 2)/4 = ½ of Δ = −0.129100
+    close(at(9), t([-0.774597] * 4))             # past the ramp: the full shaping
+    assert EDASConfig(**cfg).ramp(3, 0.9) == 0.25  # in steps, whatever the progress
+    with pytest.raises(ValueError, match="alternatives"):
+        EDASConfig(warmup_frac=0.5, warmup_steps=4)
+
+
+def test_edas_overlong_filter_drops_truncated_rows_from_the_wrong_set():
+    """The fidelity issue's case: scores (1, 0, 0, 0), error classes (42, 3, 3, 7), the last row
+    truncated; DAPO's z-score: right 1.5, wrong −0.5. Without the filter W = {3, 3, 7}: S = 0.5,
+    p = (⅔, ⅓), H = 0.636514, Δ_3 = 0.4·0.5·(0.405465 − 0.636514)/ln 3 = −0.042062 → −0.542062.
+    With the filter the truncated row leaves the loss and W: W = {3, 3}, K = 1, Δ = −β·S = −0.3·0.5 →
+    −0.65 (|A|/κ = 0.25 does not bind). (Counted in W with Â = 0 it was S = ⅓, Δ = −0.028040.)"""
+    cls = ("42", "3", "3", "7")
+    b = make_batch([[1]] * 4, [0] * 4, [1.0, 0.0, 0.0, 0.0], parsed=cls, error_class=cls,
+                   truncated=torch.tensor([False, False, False, True]))
+    near = lambda a, e: torch.testing.assert_close(a, t(e), atol=1e-5, rtol=0)  # the z-score's 1e-6: 1.499997
+    plain = EDAS(EDASConfig()).advantages(b, ctx()).adv[:, 0]
+    near(plain, [1.5, -0.542062, -0.542062, -0.415876])  # Δ_7 = 0.4·0.5·(1.098612 − 0.636514)/ln 3 = 0.084124
+    out = EDAS(EDASConfig(overlong="filter")).advantages(b, ctx())
+    near(out.adv[:, 0], [1.5, -0.65, -0.65, 0.0])
+    assert out.metrics["algo/edas/groups_k1"] == 1.0

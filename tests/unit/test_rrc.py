@@ -15,7 +15,7 @@ import torch
 import algorithms  # noqa: F401
 from algorithms.base import ALGORITHMS, Context, Group
 from algorithms.judges import JUDGES, Judge, LMJudge, Pool, TaskJudge, judge_pairs, load_judge
-from algorithms.rrc import average_ranks, rank_reward, tournament_ranks
+from algorithms.rrc import average_ranks, draw_votes, rank_reward, resolve_ranking, tournament_ranks
 from suite.registry import UnknownName
 from tests.fakes import hook_ctx
 from suite.types import Batch
@@ -60,7 +60,10 @@ def group(texts, scores=None, anchors=(), grade=None) -> Group:
 
 
 def make(name: str = "rrc", fake: Judge | None = None, **changes):
+    """The entry with the soft variant (rule = soft, the policy's greedy anchor) unless ``changes`` say
+    otherwise: the tests of the paper's vote rule pass ``rule="votes"``."""
     cls = ALGORITHMS.get(name)
+    changes = {"rule": "soft", "anchor_source": "policy", **changes}
     algo = cls(dataclasses.replace(cls.Config(name=name), **changes))
     if fake is not None:
         algo._judge = fake  # bypass the registry: a fake judge
@@ -223,3 +226,98 @@ def test_grpo_and_rloo_estimators_differ():
     torch.testing.assert_close(grpo[:3], torch.tensor([1.0, -1.0, 0.0]), atol=1e-5, rtol=0)
     torch.testing.assert_close(rloo[:3], torch.tensor([1.5, -1.5, 0.0]))
     assert not torch.allclose(grpo, rloo)
+
+
+# ======================================================================================
+# The paper's rule (rule = votes, the default of rrc, rrc_self and rrc_anchor): V votes per pair,
+# majority, greedy margin-ordered resolution with transitive closure, R = α·#wins. The three
+# minimal cases of the fidelity issue, by hand, where the soft variant gives other rewards.
+
+
+def test_split_votes_rank_by_majority():
+    # G = 3, V = 3: 0≻1 2/3, 0≻2 2/3, 1≻2 3/3 → every majority agrees: 0 > 1 > 2, wins [2, 1, 0]
+    wins, dropped, undecided = resolve_ranking(3, {(0, 1): (2, 1), (0, 2): (2, 1), (1, 2): (3, 0)})
+    torch.testing.assert_close(wins, torch.tensor([2.0, 1.0, 0.0]))
+    assert (dropped, undecided) == (0, 0)
+    # the soft variant's rank reward on the same vote shares ties 0 and 1 (Borda 2/3 each): [.5, .5, −1]
+    P = torch.tensor([[0.5, 2 / 3, 2 / 3], [1 / 3, 0.5, 1.0], [1 / 3, 0.0, 0.5]])
+    from algorithms.rrc import borda_scores
+    torch.testing.assert_close(rank_reward(average_ranks(borda_scores(P))), torch.tensor([0.5, 0.5, -1.0]))
+
+
+def test_a_cycle_resolves_by_margin():
+    # V = 5: 0≻1 5/5 (margin 5), 1≻2 4/5 (3), 2≻0 3/5 (1): 0>1 and 1>2 are fixed, they imply 0>2, so
+    # the weakest edge 2≻0 is dropped → 0 > 1 > 2, wins [2, 1, 0]
+    wins, dropped, undecided = resolve_ranking(3, {(0, 1): (5, 0), (1, 2): (4, 1), (0, 2): (2, 3)})
+    torch.testing.assert_close(wins, torch.tensor([2.0, 1.0, 0.0]))
+    assert (dropped, undecided) == (1, 0)
+    # equal margins are fixed in pair order: (0,1) 0≻1, (0,2) 2≻0, then (1,2) 1≻2 is implied opposite
+    wins, dropped, _ = resolve_ranking(3, {(0, 1): (3, 0), (0, 2): (0, 3), (1, 2): (3, 0)})
+    torch.testing.assert_close(wins, torch.tensor([1.0, 0.0, 2.0]))
+    assert dropped == 1
+    # equal vote counts add no edge: nobody wins that pair
+    wins, _, undecided = resolve_ranking(3, {(0, 1): (2, 2), (0, 2): (4, 0), (1, 2): (4, 0)})
+    torch.testing.assert_close(wins, torch.tensor([1.0, 1.0, 0.0]))
+    assert undecided == 1
+
+
+def test_the_entry_applies_the_vote_rule():
+    # a deterministic judge (P ∈ {0, 1}) gives V identical votes; a unanimous cycle a≻b, b≻c, c≻a
+    # (all margins V) resolves in pair order: a>b, c>a, then b≻c is implied opposite → R = α·[1, 0, 2]
+    table = {("a", "b"): 1.0, ("a", "c"): 0.0, ("b", "c"): 1.0}
+    algo = make("rrc_self", fake=TableJudge(table), rule="votes")
+    torch.testing.assert_close(algo.rewards(group("abc"), ctx()), torch.tensor([0.1, 0.0, 0.2]))
+    m = algo._step_metrics()
+    assert m["algo/rrc/judge_calls"] == 6 and m["algo/rrc/dropped_edges"] == 1 and m["algo/rrc/undecided_pairs"] == 0
+    # the defaults of all three entries are the vote rule with V = 5 and α = 0.1
+    for name in ("rrc", "rrc_self", "rrc_anchor"):
+        cfg = ALGORITHMS.get(name).Config(name=name)
+        assert (cfg.rule, cfg.votes, cfg.alpha, cfg.anchor_source) == ("votes", 5, 0.1, "reference")
+    with pytest.raises(ValueError, match="rule = soft"):
+        make(rule="votes", pairs="tournament")
+
+
+def test_one_anchor_beaten_by_both_gives_zero_advantage():
+    # V = 3, one anchor z; the two responses beat it 2/3 and 3/3 → both beat it by majority: wins [1, 1],
+    # zero GRPO advantage (the soft variant gives s − ½ = [1/6, 1/2] → z-scores [−0.707, +0.707])
+    counts = [(2, 1), (3, 0)]
+    beaten = torch.tensor([float(wi > wa) for wi, wa in counts])
+    torch.testing.assert_close(beaten, torch.tensor([1.0, 1.0]))
+    from suite.ops import group_normalised_advantage
+    torch.testing.assert_close(group_normalised_advantage(0.1 * beaten, torch.tensor([0, 0])), torch.zeros(2))
+    soft = group_normalised_advantage(torch.tensor([2 / 3, 1.0]) - 0.5, torch.tensor([0, 0]))
+    torch.testing.assert_close(soft, torch.tensor([-0.707107, 0.707107]), atol=1e-5, rtol=0)
+    # through rrc_anchor: n anchors given in the group (as the trainer gives the frozen base's samples)
+    table = {("a", "y"): 1.0, ("a", "z"): 1.0, ("b", "y"): 0.5, ("b", "z"): 1.0, ("c", "y"): 0.0, ("c", "z"): 0.0}
+    algo = make("rrc_anchor", fake=TableJudge(table), rule="votes", anchor_source="reference")
+    assert "ref_anchor" in algo.needs and "anchor" not in algo.needs and algo.anchors_per_prompt == 4
+    torch.testing.assert_close(algo.rewards(group("abc", anchors=("y", "z")), ctx()), torch.tensor([0.2, 0.1, 0.0]))
+
+
+class CoinJudge(Judge):
+    """P_A = p for every pair in either order (a judge with no preference but a position bias when p ≠ ½)."""
+
+    def __init__(self, p: float) -> None:
+        self.p = p
+
+    def prefer(self, pool, pairs, charge=None):
+        return torch.full((len(pairs),), self.p)
+
+
+def test_votes_are_seeded_bernoulli_draws_with_a_random_order():
+    gen = lambda k: torch.Generator().manual_seed(k)
+    # listed order only: each vote is Bernoulli(P_A(i, j)); over many pairs the share is P
+    share = sum(draw_votes(0.7, None, 5, gen(k))[0] for k in range(400)) / 2000
+    assert abs(share - 0.7) < 0.04
+    # a random A/B order each vote: a judge preferring position A by P = .9 votes for i half the time
+    share = sum(draw_votes(0.9, 0.9, 5, gen(k))[0] for k in range(400)) / 2000
+    assert abs(share - 0.5) < 0.04
+    # deterministic verdicts give V identical votes; a tie verdict counts for neither
+    assert all(draw_votes(1.0, 0.0, 5, gen(k)) == (5, 0) for k in range(20))
+    assert draw_votes(0.5, 0.5, 5, gen(0)) == (0, 0)
+    # through the entry: the stream (seed, "judge", step, prompt, pair) fixes the votes
+    algo = make("rrc_self", fake=CoinJudge(0.9), rule="votes")
+    a = algo.rewards(group("abcd"), ctx())
+    torch.testing.assert_close(algo.rewards(group("abcd"), ctx()), a)  # the same step: the same votes
+    at_step = lambda s: hook_ctx(gen_seed=0, group_size=4, prompts_per_step=1, n_train=1, step=s)
+    assert any(not torch.equal(algo.rewards(group("abcd"), at_step(s)), a) for s in range(2, 8))
