@@ -14,8 +14,9 @@ Rule: mask iff ``D > δ`` and ``ΔD_pred > 0``; with ``crossing_eta = η`` also 
 predicted step crosses δ: ``D + ΔD_pred > δ``. Loss as DPPO: ``ℓ = −A·sg(min(p/q, C))·M·log π``.
 
 Differs from DPPO by: 1. the direction criterion (switch ``criterion``: ``dppo`` / ``predictive``);
-2. default divergence ``topk_tv`` (the binary predictions reduce to DPPO's sign exactly,
-ΔKL_bin ∝ A(1−p)(p−q)); 3. the optional crossing rule. ``direction = False`` still masks whenever
+2. default divergence ``topk_kl``, the forward KL(μ‖π) over the top-K with a lumped tail, as the
+briefs name it (the binary predictions reduce to DPPO's sign exactly, ΔKL_bin ∝ A(1−p)(p−q));
+3. the optional crossing rule. ``direction = False`` still masks whenever
 ``D > δ`` (no direction criterion of either kind). K = ``rollout.topk`` (default 20).
 
 Fidelity: ``description`` (written before the paper was found, see below; the closed form was
@@ -34,9 +35,9 @@ only its abstract and third-party briefs were read; no code found. Agrees: mask 
 trust region and the predicted first-order change of the same divergence is positive; a closed
 form for softmax policies made of a local (π_a − μ_a) term and a global softmax-normalisation term
 (the entry's KL formula has the same two terms); top-K estimators with a lumped tail (the briefs'
-"aggregated-tail"; their "uniform-tail" estimator is not implemented here). Differs (flagged): the
-briefs name the forward KL(μ‖π) as the divergence and DPPO-TopK-KL as the baseline, while this
-entry defaults to ``divergence = topk_tv`` (the KL predictor is ``topk_kl``). One brief suggests
+"aggregated-tail"; their "uniform-tail" estimator is not implemented here). The default follows them
+since the fidelity issue: the briefs name the forward KL(μ‖π) as the divergence and DPPO-TopK-KL
+as the baseline, so ``divergence = topk_kl`` (the entry's first default, ``topk_tv``, is a setting). One brief suggests
 K = 20, δ = 0.15 for a first experiment (K agrees with ``rollout.topk`` = 20; δ_KL here is 0.05);
 not confirmed from the paper's text. The crossing rule is not in what was read (off by default).
 Setting (briefs): VeRL + Megatron-LM + vLLM, Qwen3-4B/8B/30B-A3B-Base, BF16 and FP8 rollouts, about
@@ -91,7 +92,8 @@ def categories(logp, anchor_logp, kind, pol_topk=None, beh_topk=None, topk_ids=N
 class DPPOPDMConfig(DPPOConfig):
     ranges = {"crossing_eta": "[0, inf)"}
     """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
-    divergence: Divergence = "topk_tv"
+    divergence: Divergence = "topk_kl"
+    """The divergence masked and predicted: the briefs' forward KL(μ‖π) over the top-K (``topk_tv``: TV)."""
     criterion: Literal["predictive", "dppo"] = "predictive"
     """Direction criterion: predicted first-order ΔD > 0, or DPPO's sign(A)(p − q) > 0."""
     crossing_eta: Optional[float] = None
@@ -110,7 +112,7 @@ class DPPOPDM(DPPO):
                    "K = rollout.topk ≈ 20; thresholds as DPPO (δ_TV 0.15, δ_KL 0.05)",
                    "crossing rule uses a fixed logit step η per unit A (crossing_eta; off by default)")
     switches = ("criterion", "divergence", "crossing_eta", "direction", "tis_cap", "anchor")
-    inert = {"delta_kl": "used only with divergence = kl or topk_kl (default topk_tv)"}
+    inert = {"delta_tv": "used only with divergence = tv or topk_tv (default topk_kl)"}
     Config = DPPOPDMConfig
     cfg: DPPOPDMConfig
 

@@ -21,7 +21,7 @@ Same as DPPO: anchor μ (``anchor``), mean-only GRPO advantage, seq-mean-token-s
 
 Fidelity: ``abstract`` (plus secondary summaries; no code). [ASSUMPTION]s: the weight is SPO's
 quadratic penalty in Δp space with tolerance δ/q; the DPPO-style practical loss with sg(w) and
-truncated IS; δ_low = δ_high = 0.15; C = 10 (as the suite's DPPO; the reference asks for a large C);
+truncated IS; C = 10 (as the suite's DPPO; the reference asks for a large C);
 GRPO mean-only advantage and seq-mean-token-sum-norm as DPPO.
 
 Source of the defaults (search tools, 2026-12-01): the abstract (arXiv 2606.09821) and the official
@@ -32,9 +32,10 @@ released run); the paper's text was not read. Its loss −A·r + |A|·μ·(r −
 −A·r·w·∇log π with w = 1 − sign(A)(π − μ)/ε, i.e. this entry's weight with δ = ε: the construction
 agrees (the earlier [ASSUMPTION] on it is confirmed by that code). Agree: anchor μ (the rollout
 log-probs), mean-only group advantage, seq-mean-token-sum-norm with the horizon = max response,
-no KL. Differ (flagged): (1) ε = 12.5 ("paper §4: regularization threshold 12.5", one symmetric
-value) vs δ_low = δ_high = 0.15 here; with 12.5 the weight stays in [0.92, 1.08], far weaker than
-this entry's; (2) no IS truncation (r stays differentiable) vs C = 10 here (same gradient while
+no KL. The default δ_low = δ_high = 12.5 is the port's ε ("paper §4: regularization threshold
+12.5", one symmetric value; until the fidelity issue the entry had DPPO's 0.15): with it the
+weight stays in [0.92, 1.08], a far weaker regulariser than at 0.15 (kept as a setting). Differs:
+(2) no IS truncation (r stays differentiable) vs C = 10 here (same gradient while
 r ≤ 10). Launch: Qwen3-4B-Base, DAPO-Math-17k, 64 prompts × 8, 4 mini-batch updates per rollout,
 LR 1e-6, temperature 1.0, top-p 1.0, max response 8192.
 """
@@ -66,10 +67,10 @@ def drpo_weight(logp: torch.Tensor, anchor_logp: torch.Tensor, adv: torch.Tensor
 class DRPOConfig(AlgoConfig):
     ranges = {"delta_low": "(0, inf)", "delta_high": "(0, inf)", "tis_cap": "(0, inf)"}
     """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
-    delta_low: float = 0.15
-    """Tolerance δ for A < 0 (w = 0 at p − q = −δ_low)."""
-    delta_high: float = 0.15
-    """Tolerance δ for A > 0 (w = 0 at p − q = δ_high)."""
+    delta_low: float = 12.5
+    """Tolerance δ for A < 0 (w = 0 at p − q = −δ_low); 12.5, the authors' port's ε (0.15: DPPO's δ_TV)."""
+    delta_high: float = 12.5
+    """Tolerance δ for A > 0 (w = 0 at p − q = δ_high); 12.5, the authors' port's ε."""
     weight: Literal["smooth", "hard"] = "smooth"
     """Smooth quadratic-regulariser weight, or DPPO's hard mask (w ∈ {0, 1})."""
     corrective: bool = True
@@ -94,12 +95,13 @@ class DRPO(DPPO):
     fidelity = "abstract"
     assumptions = ("weight = SPO's quadratic penalty moved to Δp space: w = 1 − sign(A)(p − q)/δ (tolerance δ/q)",
                    "practical DPPO-style loss −A·sg(min(ρ, C))·sg(w)·log π",
-                   "δ_low = δ_high = 0.15 (DPPO's δ_TV)",
+                   "δ_low = δ_high = 12.5, the authors' port's ε (Tencent-Hunyuan/UniRL); 0.15 = DPPO's δ_TV",
                    "TIS cap C = 10 as the suite's DPPO (reference: 'large C')",
                    "GRPO mean-only advantage and seq-mean-token-sum-norm, as DPPO")
     switches = ("weight", "corrective", "space", "delta_low", "delta_high", "tis_cap", "anchor")
-    inert: dict[str, str] = {}
-    tune_knob = ("delta_high", (0.1, 0.15, 0.2))
+    inert = {"corrective": "binds only where |p − q| > δ; at the default δ = 12.5 no probability shift reaches it "
+                           "(covered at δ = 0.15 by the hand test in tests/unit/)"}
+    tune_knob = ("delta_high", (0.15, 1.0, 12.5))
     Config = DRPOConfig
     cfg: DRPOConfig
 

@@ -1,7 +1,7 @@
 """3PO — Perturbed Parameter Policy Optimisation: exploration in parameter space.
 
 Each rollout step draws K Gaussian perturbations of the policy's weights,
-``ε_k ~ N(0, (σ·rms(W))²)`` per tensor of the chosen subset (antithetic pairs ±ε by default),
+``ε_k ~ N(0, (σ·rms(W))²)`` per tensor of the chosen subset (independent draws; ``antithetic``: ±ε pairs),
 regenerated from (seed, step, k) rather than stored, and generates with θ + ε_k through the
 ``before_rollout`` hook (the trained weights are never touched; the engine's copy is restored
 bit-identically after each behaviour). Grouping strategies (switch ``grouping``):
@@ -28,8 +28,8 @@ third-party summary was read). The mechanism differs, so only the knobs that map
     summary), h initialised at 1e-3 and then learned, δ = weight decay 1e-6, i.e. about 1e-3 absolute
     at the start; the entry uses a fixed σ = 0.02 × rms(W) on 2-D weight matrices (which
     parameters IVON perturbs was not checked in the code). Kept: the suite has no IVON optimizer.
-  * antithetic: the source draws independent z ~ N(0, I); the entry's default ``antithetic = True``
-    is not in the source (flagged).
+  * antithetic: the source draws independent z ~ N(0, I), the default since the fidelity issue;
+    ``antithetic = True`` (±ε pairs, the entry's first default) is the reconstruction's switch.
   * grouping: C3PO splits each group of G rollouts across N perturbations and computes advantages
     over the pooled group = ``grouping = mixed``; the README's example N = 4 (= ``n_perturb``),
     G = 16 (G is a trainer setting; suite default 8).
@@ -93,8 +93,8 @@ class ThreePOConfig(AlgoConfig):
     """Perturbation scale relative to each tensor's RMS (0 recovers the base algorithm)."""
     n_perturb: int = 4
     """K perturbed copies per rollout step."""
-    antithetic: bool = True
-    """Use ±ε pairs (variance reduction)."""
+    antithetic: bool = False
+    """Use ±ε pairs (variance reduction; the source draws independent z ~ N(0, I), the default)."""
     grouping: Literal["mixed", "per_group", "partial"] = "mixed"
     """How rows are assigned to perturbations (see the module docstring)."""
     unperturbed_frac: float = 0.25

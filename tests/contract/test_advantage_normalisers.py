@@ -41,7 +41,7 @@ EXCEPTIONS: dict[str, str] = {
     "ppo": "critic baseline: GAE against the learned V_t, then batch whitening",
     "comppo": "critic baseline: gated GAE against the learned V_t, then batch whitening",
     "copc": "critic baseline: ρ-weighted GAE against the learned V_t, then batch whitening",
-    "sp3o": "critic baseline: segment GAE against V at the anchors, then batch whitening",
+    "sp3o": "critic baseline: PPO's token GAE (the source; segment GAE as a switch), then batch whitening",
     "reinforce_pp": "no group baseline: token returns (with the k1 KL in the reward) whitened over the batch",
     "dc_grpo": "per-token −λ·δ_t shaping by the trainer–sampler probability gap (zero when μ = π_old, checked)",
     "ggpo": "contrast of the KL-adjusted U = R − β·Σ log(π_old/π_ref) (zero when π_ref = π_old, checked)",

@@ -25,10 +25,12 @@ is graded as the code, issue 18) and gsm8k (a single data file carves test
 before val, as math does: ``tasks.base.carve_splits``). The clip rename (clip_eps →
 clip_eps_low/clip_eps_high) changes no id: the old key is hashed when both bounds agree. Second,
 the seed-fidelity issue made the defaults of ``edas`` (its authors' launchers: GRPO's KL 0.01,
-DAPO without overlong penalty, the warm-up in steps) and of ``rrc``/``rrc_self``/``rrc_anchor``
-(the paper's vote rule) their sources', so their ids changed (an old id maps to the newest)."""
+DAPO without overlong penalty, the warm-up in steps), ``rrc``/``rrc_self``/``rrc_anchor`` (the
+paper's vote rule), ``drpo`` (δ = 12.5, the authors' port), ``dppo_pdm`` (the top-K forward KL),
+``3po`` (independent perturbations) and ``sp3o`` (relative anchors, token GAE: the authors' code)
+their sources', so their ids changed (an old id maps to the newest)."""
 
-SOURCE_DEFAULTS = {"edas", "rrc", "rrc_self", "rrc_anchor"}
+SOURCE_DEFAULTS = {"edas", "rrc", "rrc_self", "rrc_anchor", "drpo", "dppo_pdm", "3po", "sp3o"}
 """The entries whose defaults changed to their sources' (the second intended change)."""
 
 

@@ -172,7 +172,8 @@ def test_sp3o_position_and_delimiter_anchors():
 SP_MASK = [[0, 1, 1, 1, 1, 1]]
 SP_V = [[0, 0.5, 9.0, 0.2, 9.0, 0.8]]  # V at non-anchors (9) is ignored by the segment estimator
 SP_R = [[0, 0, 0.1, 0, 0, 1.0]]
-SP_CFG = {"n_anchors": 3, "min_gap": 2, "lam": 0.5, "whiten_adv": False, "value_clip": None}
+SP_CFG = {"anchor_selector": "position", "advantage": "segment", "n_anchors": 3, "min_gap": 2, "lam": 0.5,
+          "whiten_adv": False, "value_clip": None}  # the reconstruction's switches (the defaults are the source's)
 
 
 def sp_batch():
@@ -196,7 +197,7 @@ def test_sp3o_interpolated_token_gae_by_hand():
     b = sp_batch()
     torch.testing.assert_close(interpolate_values(b.values, b.loss_mask, t([[0, 1, 0, 1, 0, 1]])),
                                t([[0, 0.5, 0.35, 0.2, 0.5, 0.8]]))
-    out = algo("sp3o", advantage="interpolated", **SP_CFG).advantages(b, CTX)
+    out = algo("sp3o", **{**SP_CFG, "advantage": "interpolated"}).advantages(b, CTX)
     torch.testing.assert_close(out.adv, t([[0, -0.05, 0.2, 0.5, 0.4, 0.2]]))
 
 
@@ -216,11 +217,35 @@ def test_sp3o_anchor_count_and_gap_are_live_on_long_responses():
     mask = [[0] + [1] * 10]
     b = make_batch(mask, [0], [1.0], values=t([[0] + [0.1 * i for i in range(10)]]),
                    token_rewards=t([[0] * 10 + [1.0]]))
-    base = algo("sp3o", n_anchors=4, min_gap=3, lam=0.5).advantages(b, CTX)
+    sel = {"anchor_selector": "position", "advantage": "segment"}
+    base = algo("sp3o", n_anchors=4, min_gap=3, lam=0.5, **sel).advantages(b, CTX)
     assert float(base.metrics["algo/sp3o/anchors_mean"]) == 4
     for change in ({"n_anchors": 3}, {"min_gap": 4}, {"min_gap": 64}):
-        other = algo("sp3o", **{"n_anchors": 4, "min_gap": 3, "lam": 0.5, **change}).advantages(b, CTX)
+        other = algo("sp3o", **{"n_anchors": 4, "min_gap": 3, "lam": 0.5, **sel, **change}).advantages(b, CTX)
         assert not torch.equal(other.adv, base.adv)
+
+
+def test_sp3o_source_defaults_relative_anchors_and_token_gae_by_hand():
+    """The authors' code: anchors at 0.3 / 0.6 / 0.9 of the response (0-based floor(f·(L − 1)), never the
+    last token; a 4th at 0.95 from 6144 tokens) and PPO's token GAE on the dense values. L = 5:
+    anchors 1, 2, 3 (columns 2, 3, 4). V = (0.5, 9, 0.2, 9, 0.8), r = (0, 0.1, 0, 0, 1), γ = 1, λ = ½:
+    δ4 = 0.2 → Â4 = 0.2; δ3 = 0.8 − 9 = −8.2 → −8.1; δ2 = 9 − 0.2 = 8.8 → 4.75;
+    δ1 = 0.1 + 0.2 − 9 = −8.7 → −6.325; δ0 = 9 − 0.5 = 8.5 → 5.3375; returns Â + V."""
+    from algorithms.sp3o import relative_anchors
+    cfg = {"lam": 0.5, "whiten_adv": False, "value_clip": None}
+    out = algo("sp3o", **cfg).advantages(sp_batch(), CTX)
+    assert out.extras["sp3o_anchors"][0].tolist() == [0, 0, 1, 1, 1, 0]
+    torch.testing.assert_close(out.adv, t([[0, 5.3375, -6.325, 4.75, -8.1, 0.2]]))
+    torch.testing.assert_close(out.returns, t([[0, 5.8375, 2.675, 4.95, 0.9, 1.0]]))
+    assert relative_anchors(10, (0.3, 0.6, 0.9), 0.95, 6144) == [2, 5, 8]
+    assert relative_anchors(8000, (0.3, 0.6, 0.9), 0.95, 6144) == [2399, 4799, 7199, 7599]
+    assert relative_anchors(2, (0.3, 0.6, 0.9), 0.95, 6144) == [0]
+    # the value loss is at those anchors only: ½(0.6 − G)² at columns 2, 3, 4 × |y|/K = 5/3
+    a = algo("sp3o", **cfg)
+    _, b = with_adv(a, sp_batch())
+    vl, _ = a.value_loss(Forward(logp=torch.zeros(1, 6, dtype=D), values=0.6 * b.loss_mask), b, CTX)
+    g = [2.675, 4.95, 0.9]
+    torch.testing.assert_close(vl, t([[0, 0] + [0.5 * (0.6 - x) ** 2 * 5 / 3 for x in g] + [0]]))
 
 
 def test_sp3o_flatness_index():

@@ -331,11 +331,14 @@ def test_drpo_weight_by_hand():
 def test_drpo_loss_gradient_and_switches():
     # token 0: ℓ = −A·min(ρ, C)·w·log p = −1.25·(1/3)·ln 0.5 = 0.288811; ∂ℓ/∂log p = −1.25/3 = −0.416667
     b = with_adv(make_batch([[1]] * 5, [0] * 5, [0.0] * 5, behav=t([[0.4]] * 5).log()), DR_A)
-    def run(**kw):
+    def run(**kw):  # at δ = 0.15 (DPPO's δ_TV), where the weight binds on these tokens
         logp = t([[p] for p in DR_P]).log().requires_grad_(True)
-        loss, m = DRPO(DRPOConfig(**kw)).loss(Forward(logp=logp), b, ctx())
+        loss, m = DRPO(DRPOConfig(**{"delta_low": 0.15, "delta_high": 0.15, **kw})).loss(Forward(logp=logp), b, ctx())
         loss.sum().backward()
         return loss[:, 0].detach(), logp.grad[:, 0], m
+    # the default δ = 12.5 (the authors' port's ε): w = 1 − 0.1/12.5 = 0.992 → ∂ℓ/∂log p = −1.25·0.992 = −1.24
+    assert (DRPOConfig().delta_low, DRPOConfig().delta_high) == (12.5, 12.5)
+    assert float(run(delta_low=12.5, delta_high=12.5)[1][0]) == pytest.approx(-1.24, abs=1e-6)
     loss, grad, m = run()
     assert float(loss[0]) == pytest.approx(0.288811, abs=1e-6) and float(grad[0]) == pytest.approx(-0.416667, abs=1e-6)
     assert float(grad[1]) == pytest.approx(1.5 / 3, abs=1e-6)  # corrective: −A·1.5·(−1/3) = +0.5
