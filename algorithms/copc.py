@@ -87,6 +87,7 @@ class COPC(PPO):
     citation = ("Hu, Zhou, Zhang, Liu, Chen, Li et al. 2026, COPC: Coupled Off-Policy Correction for "
                 "Asynchronous LLM Reinforcement Learning, arXiv:2610.09597")
     fidelity = "abstract"
+    own_mismatch_weight = "it masks tokens by π_old/μ and clips ratio weights on the TD residuals"
     assumptions = (
         "PPO with a critic; the staleness/mismatch ratio is ρ = π_old/μ (μ: behav_logp, π_old: recomputed).",
         "Token mask M = 1[c_min ≤ ρ ≤ c_max], c_min = 0.5, c_max = 2 (IcePop-style); kept in the normaliser.",

@@ -104,6 +104,7 @@ class DPPO(Algorithm):
     summary = "Divergence-based trust-region mask (binary/top-K TV or KL) with truncated IS, anchored at μ."
     citation = "Qi et al. 2026, Rethinking the Trust Region in LLM Reinforcement Learning, arXiv:2602.04879"
     fidelity = "code"
+    own_mismatch_weight = "its loss weights by sg(min(π/μ, tis_cap)) and masks by a divergence from μ"
     switches = ("divergence", "direction", "tis_cap", "anchor")
     group_relative = True
     inert = {"delta_kl": "used only with divergence = kl or topk_kl (default tv)"}

@@ -93,6 +93,7 @@ class FBOSRL(GRPO):
     citation = ("Zhang et al. 2026, FBOS-RL: Feedback-Driven Bi-Objective Synergistic Reinforcement Learning, "
                 "arXiv:2605.20256")
     fidelity = "abstract"
+    own_mismatch_weight = "its EPA objective weights by the truncated ratio π_old/μ"
     assumptions = ("feedback about the group's worst first answer (source = worst)",
                    "no second group for prompts whose first group is all correct (scores ≥ 1)",
                    "EPA: z-score over the pooled 2G rewards (first group + re-placed feedback-guided rows)",

@@ -116,6 +116,7 @@ class ISGRPO(GRPO):
     citation = ("Ge, Yin, Liang, Zhang 2026, Why GRPO Needs Normalization: A Local-Curvature Perspective on "
                 "Adaptive Gradients, arXiv:2601.23135")
     fidelity = "abstract"
+    own_mismatch_weight = "it weights replayed rows by their sequence ratio π_old/μ"
     assumptions = (
         "prompt-level IS: P(q) ∝ max(σ̂_q, σ_min)^α, w_q = 1/(N·P(q)) (the v1 paper does not describe IS-GRPO)",
         "σ̂_q = unbiased within-group reward std of the prompt's last batch (or an EMA, sigma_source)",

@@ -126,6 +126,7 @@ class ThreePO(Algorithm):
     citation = ("Venkatkrishna, Daheim, Gurevych 2026, 3PO: Perturbed Parameter Policy Optimization, arXiv:2608.09805 "
                 "(code: insait-institute/C3PO); analogue: Bai et al. 2026, PSN-RLVR, arXiv:2602.02555")
     fidelity = "description"
+    own_mismatch_weight = "its loss weights by the truncated ratio back from the perturbed behaviour μ = π_{θ+ε}"
     assumptions = (
         "ε_k ~ N(0, (σ·rms(W))²) per tensor on 2-D weight matrices, σ = 0.02, K = 4 antithetic",
         "advantage: the group z-score within the prompt group, whatever the source",

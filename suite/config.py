@@ -289,10 +289,21 @@ class TrainConfig:
     each generates and trains on a shard of every batch and gradients are summed, so the run
     equals the one-process run with the same global batch up to float summation order (needs
     ``rollout.rng=row``). Not in the run id, so a run may resume with another world size."""
+    is_correction: Literal["none", "token_tis", "seq_tis", "geo_tis", "token_mis", "seq_mis", "geo_mis",
+                           "token_reject", "seq_reject", "geo_reject"] = "none"
+    """Training–inference mismatch correction from μ (the engine) to π_old (the trainer), for every
+    algorithm: ratio per token, per sequence (product) or geometric mean; truncated IS weight
+    (``*_tis``), masked IS weight (``*_mis``) or rejection from the loss mask (``*_reject``)
+    (:mod:`suite.mismatch_correction`, with TRL's and verl's names). Refused for entries that weight
+    by π/μ themselves. In the run id when set."""
+    is_low: float = 0.0
+    """Lower bound of the ratio for ``is_correction`` (0 = none)."""
+    is_high: float = 2.0
+    """Upper bound of the ratio for ``is_correction`` (verl's default 2.0; TRL's is 3.0)."""
 
     ranges: ClassVar[dict[str, str]] = {
         "epochs": "[1, inf)", "minibatches": "[1, inf)", "micro_batch_size": "[0, inf)", "num_threads": "[1, inf)",
-        "checkpoint_every": "[0, inf)", "world_size": "[1, inf)"}
+        "checkpoint_every": "[0, inf)", "world_size": "[1, inf)", "is_low": "[0, inf)", "is_high": "(0, inf)"}
 
 
 def available_cores() -> int:
@@ -375,7 +386,8 @@ class EvalConfig:
 
 
 LATER_DEFAULTS = {"rollout": {"rng": "batch"}, "task": {"style": "bare"},
-                  "train": {"autocast": "none", "share_prefix": False, "compile": False, "bucket_by_length": False},
+                  "train": {"autocast": "none", "share_prefix": False, "compile": False, "bucket_by_length": False,
+                            "is_correction": "none", "is_low": 0.0, "is_high": 2.0},
                   "optim": {"fused": False}}
 """Settings (by section) added after runs existed: at their defaults they stay out of the run id
 (and a spec.json written before them, which lacks them, matches a spec at the defaults)."""

@@ -116,6 +116,11 @@ def resolve(task: Optional[str], algo: Optional[str], model: Optional[str], seed
                    tuning=dict(tuning or {}), **checkable)
     budget_named = task_cls is None or any(p.startswith(("budget.", "--budget")) for p in errors)
     errors += [p for p in check_ranges(spec) if not (budget_named and p.startswith("no budget set"))]
+    own = getattr(algo_cls, "own_mismatch_weight", "") if algo_cls else ""
+    if own and built["train"] is not None and built["train"].is_correction != "none":
+        errors.append(f"train.is_correction={built['train'].is_correction} with algo '{algo_name}': {own}, so a "
+                      f"trainer-level weight would correct twice; valid: train.is_correction=none for this entry "
+                      f"(its own knob corrects), or an entry without its own π/μ weight")
     if errors or any(v is None for v in built.values()):
         raise BadInput(errors or ["invalid run spec"])
     return spec

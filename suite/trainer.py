@@ -63,6 +63,7 @@ from suite.fast_forward import shared_positions
 from suite.hooks import Context
 from suite.lifecycle import CountingGrader as _CountingGrader
 from suite.lifecycle import Signals, drop_final_rows
+from suite.mismatch_correction import correction
 from suite.models import Critic, non_embedding_params
 from suite.ops import masked_mean
 from suite.policy import policy_forward
@@ -125,6 +126,7 @@ class Trainer:
         self.entropy: Optional[float] = None
         self.signals = Signals()
         self._grade_errors, self._grade_error_first = 0, None  # this step's grader failures
+        self._is_metrics: dict[str, float] = {}  # train.is_correction's, of the step's first draw
         self.rollouts = RolloutStage(r, spec.model.chat_template, spec.seed, task, self.splits, tokenizer, self.engine,
                                      algo, self.needs, self.world, self.budget, self.P, self._note_grade_errors,
                                      self.stop_ids)
@@ -230,8 +232,10 @@ class Trainer:
             and r.top_k == 0 and bool((rec.behaviour_id == 0).all()) and (rec.stage is None or not bool((rec.stage == 2).any()))
         fields: dict[str, Any] = {}
         head_values = self._head_critic
+        aliased = False  # π_old is μ itself (an importance weight between them is exactly 1)
         if r.old_logp == "behaviour" and on_policy and not head_values:
             fields["old_logp"] = rec.behav_logp.to(dev)
+            aliased = True
         else:
             want = frozenset({"values"}) if head_values else frozenset()
             with self._amp():
@@ -243,6 +247,7 @@ class Trainer:
             self.budget.charge_flops("score_old", scoring_flops(self.P, computed(want)))
             if r.old_logp == "behaviour" and on_policy:
                 fields["old_logp"] = rec.behav_logp.to(dev)  # aliased; the pass ran for the values only
+                aliased = True
         if self.critic is not None and self.critic.mode == "separate":
             with self._amp():  # the precision its training forward runs in (values are clipped against these)
                 fields["values"] = self.critic.forward_separate(tokens, attn).float() * mask
@@ -267,6 +272,15 @@ class Trainer:
         moved = {f.name: (getattr(rec, f.name).to(dev) if isinstance(getattr(rec, f.name), torch.Tensor) else getattr(rec, f.name))
                  for f in dataclasses.fields(Rollout)}
         moved.update(fields)
+        t = self.spec.train
+        if t.is_correction != "none":  # μ → π_old, for every algorithm (suite.mismatch_correction)
+            weight, keep, m = correction(fields["old_logp"], moved["behav_logp"], mask, t.is_correction, t.is_low,
+                                         t.is_high)
+            self._is_metrics = {**m, "mismatch/is_aliased": float(aliased)}
+            if weight is not None:
+                moved["extras"] = {**moved.get("extras", {}), "is_weight": weight}
+            if keep is not None:
+                moved["loss_mask"] = keep
         return Batch(**moved)
 
     # -- 5. advantages and filtering with refill ---------------------------------------
@@ -295,6 +309,7 @@ class Trainer:
                 if fresh.stage is not None and bool((fresh.stage == 0).any()):  # the samples drawn on the task's prompts
                     fresh = fresh.select(torch.nonzero(fresh.stage == 0).flatten())
                 metrics.update(self._rollout_metrics(fresh))
+                metrics.update(self._is_metrics)
                 if stale is not None:
                     metrics["replay/rows"] = float(stale.batch_size)
             keep = self.algo.filter(batch, ctx)
@@ -359,6 +374,8 @@ class Trainer:
                     if "entropy" not in self.needs:
                         fwd = dataclasses.replace(fwd, entropy=fwd.entropy.detach())
                     loss_tok, m = self.algo.loss(fwd, mic, ctx)
+                    if "is_weight" in mic.extras:  # train.is_correction: the policy term only
+                        loss_tok = loss_tok * mic.extras["is_weight"]
                     m = dict(m)
                     policy = (w * loss_tok).sum()
                     m["loss/policy"] = policy.detach()
