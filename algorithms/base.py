@@ -70,12 +70,18 @@ class AlgoConfig:
     """Loss aggregation mode (suite.aggregation); each entry sets its paper's default."""
     kl_coef: float = 0.0
     """β of the KL to the reference policy (0 = no reference model is loaded)."""
-    kl_estimator: Literal["k1", "k2", "k3"] = "k3"
-    """Per-token KL estimator (suite.ops.kl_estimate)."""
+    kl_estimator: Literal["k1", "k2", "k3", "abs", "k1+", "k2+", "k3+", "abs+"] = "k3"
+    """Per-token KL estimator (suite.ops.kl_estimate; ``+``: straight-through with k2's gradient)."""
     kl_where: Literal["loss", "reward"] = "loss"
     """Apply the KL as a loss term or subtract it from the reward."""
+    kl_target: Optional[float] = None
+    """Adaptive KL coefficient (Ziegler et al. 2019; verl's ``kl_ctrl.type=adaptive``): after each
+    step β ← β·(1 + clip(KL/target − 1, −0.2, 0.2)·B/horizon), KL the batch's mean per-sequence
+    token-mean estimate at π_old, B the step's samples; None = a fixed β (``kl_coef``)."""
+    kl_horizon: int = 10000
+    """The adaptive controller's horizon in samples (read only with ``kl_target``)."""
 
-    ranges: ClassVar[dict[str, str]] = {"kl_coef": "[0, inf)"}
+    ranges: ClassVar[dict[str, str]] = {"kl_coef": "[0, inf)", "kl_target": "(0, inf)", "kl_horizon": "[1, inf)"}
     """The declared range of every numeric field (``int``/``float``, also inside ``Optional`` and
     ``tuple``): field name → interval, e.g. ``{"clip_eps_low": "[0, 1]", "tis_cap": "(0, inf)"}``
     (:class:`suite.config.Range`; ``inf`` = unbounded). A class-level mapping, not a dataclass

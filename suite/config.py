@@ -388,7 +388,7 @@ class EvalConfig:
 LATER_DEFAULTS = {"rollout": {"rng": "batch"}, "task": {"style": "bare"},
                   "train": {"autocast": "none", "share_prefix": False, "compile": False, "bucket_by_length": False,
                             "is_correction": "none", "is_low": 0.0, "is_high": 2.0},
-                  "optim": {"fused": False}}
+                  "optim": {"fused": False}, "algo": {"kl_target": None, "kl_horizon": 10000}}
 """Settings (by section) added after runs existed: at their defaults they stay out of the run id
 (and a spec.json written before them, which lacks them, matches a spec at the defaults)."""
 

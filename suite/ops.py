@@ -13,7 +13,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-KLEstimator = Literal["k1", "k2", "k3"]
+KLEstimator = Literal["k1", "k2", "k3", "abs", "k1+", "k2+", "k3+", "abs+"]
 
 
 def masked_sum(x: Tensor, mask: Tensor, dim: int | None = None) -> Tensor:
@@ -135,16 +135,27 @@ def kl_estimate(logp: Tensor, ref_logp: Tensor, kind: KLEstimator) -> Tensor:
     """Per-token estimate of KL(π‖π_ref) from sampled-token log-probs, ``d = logp − ref_logp``.
 
     k1 = d; k2 = ½d²; k3 = exp(−d) + d − 1 (Schulman's low-variance estimator; clamped to
-    [−10, 10] as in verl ``kl_penalty``). Shapes: [B, T] → [B, T].
+    [−10, 10] as in verl ``kl_penalty``); abs = |d| (verl's ``abs``). A ``+`` suffix (verl 0.9.1's
+    straight-through variants) keeps the estimator's value but takes k2's gradient, the one whose
+    expectation is the gradient of the KL: ``k2 − sg(k2) + sg(value)``; ``k2+`` is k2 itself.
+    Shapes: [B, T] → [B, T].
     """
+    base = kind[:-1] if kind.endswith("+") else kind
     d = logp - ref_logp
-    if kind == "k1":
-        return d
-    if kind == "k2":
-        return 0.5 * d.square()
-    if kind == "k3":
-        return (torch.exp(-d) + d - 1).clamp(-10.0, 10.0)
-    raise ValueError(f"unknown KL estimator '{kind}'; valid: k1, k2, k3")
+    if base == "k1":
+        value = d
+    elif base == "k2":
+        value = 0.5 * d.square()
+    elif base == "k3":
+        value = (torch.exp(-d) + d - 1).clamp(-10.0, 10.0)
+    elif base == "abs":
+        value = d.abs()
+    else:
+        raise ValueError(f"unknown KL estimator '{kind}'; valid: k1, k2, k3, abs and k1+, k2+, k3+, abs+")
+    if not kind.endswith("+") or base == "k2":
+        return value
+    k2 = 0.5 * d.square()
+    return k2 - k2.detach() + value.detach()
 
 
 def clipped_surrogate(

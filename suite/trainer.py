@@ -127,6 +127,8 @@ class Trainer:
         self.signals = Signals()
         self._grade_errors, self._grade_error_first = 0, None  # this step's grader failures
         self._is_metrics: dict[str, float] = {}  # train.is_correction's, of the step's first draw
+        self.kl_coef = float(algo.cfg.kl_coef)  # β of the KL term; moves with algo.kl_target (adaptive)
+        self._kl_reading: Optional[float] = None  # the step's KL at π_old (the adaptive controller's input)
         self.rollouts = RolloutStage(r, spec.model.chat_template, spec.seed, task, self.splits, tokenizer, self.engine,
                                      algo, self.needs, self.world, self.budget, self.P, self._note_grade_errors,
                                      self.stop_ids)
@@ -260,14 +262,17 @@ class Trainer:
             self.budget.charge_flops("score_ref", scoring_flops(self.P, computed(frozenset())))
             if self.algo.cfg.kl_where == "reward":
                 kl_tok = s_kl(self.algo.cfg, fields["old_logp"], fields["ref_logp"]) * mask
+            if self.algo.cfg.kl_target is not None:  # the adaptive controller's reading, at π_old
+                per_seq = (s_kl(self.algo.cfg, fields["old_logp"], fields["ref_logp"]) * mask).sum(-1)
+                self._kl_reading = float((per_seq / mask.sum(-1).clamp(min=1)).mean())
         if self.init is not None:
             with self._amp():
                 fields["init_logp"] = policy_forward(self.init, tokens, attn, r.temperature, **opts).logp.float() * mask
             self.budget.charge_flops("score_init", scoring_flops(self.P, computed(frozenset())))
         last = (mask * torch.arange(mask.shape[1], device=dev)).argmax(-1)  # last policy token
-        token_rewards = -self.algo.cfg.kl_coef * kl_tok
+        token_rewards = -self.kl_coef * kl_tok
         token_rewards[torch.arange(mask.shape[0], device=dev), last] += rewards
-        fields["rewards"] = rewards - self.algo.cfg.kl_coef * kl_tok.sum(-1)
+        fields["rewards"] = rewards - self.kl_coef * kl_tok.sum(-1)
         fields["token_rewards"] = token_rewards * mask
         moved = {f.name: (getattr(rec, f.name).to(dev) if isinstance(getattr(rec, f.name), torch.Tensor) else getattr(rec, f.name))
                  for f in dataclasses.fields(Rollout)}
@@ -382,8 +387,8 @@ class Trainer:
                     total = policy
                     if self.ref is not None and cfg.kl_where == "loss":
                         kl = (w * s_kl(cfg, fwd.logp, mic.ref_logp) * mic.loss_mask).sum()
-                        total = total + cfg.kl_coef * kl
-                        m["loss/kl"] = (cfg.kl_coef * kl).detach()
+                        total = total + self.kl_coef * kl
+                        m["loss/kl"] = (self.kl_coef * kl).detach()
                     if self.critic is not None:
                         v_tok, vm = self.algo.value_loss(fwd, mic, ctx)
                         vl = (w * v_tok).sum()
@@ -457,7 +462,8 @@ class Trainer:
     def _state(self) -> dict[str, Any]:
         st = {"model": self.model.state_dict(), "opt": self.opt.state_dict(), "algo": self.algo.state_dict(),
               "budget": self.budget.state_dict(), "step": self.step_no, "cursor": self.cursor,
-              "evals_done": self.evals_done, "entropy": self.entropy, "engine_version": self.engine.version}
+              "evals_done": self.evals_done, "entropy": self.entropy, "engine_version": self.engine.version,
+              "kl_coef": self.kl_coef}
         if self.critic is not None:
             st["critic"] = self.critic.state_dict()
         if self.ref is not None and self._ref_refreshed:  # else it is the base, rebuilt on resume
@@ -495,6 +501,7 @@ class Trainer:
         self.algo.load_state_dict(st["algo"])
         self.budget.load_state_dict(st["budget"])
         self.step_no, self.cursor, self.evals_done, self.entropy = st["step"], st["cursor"], st["evals_done"], st["entropy"]
+        self.kl_coef = float(st.get("kl_coef", self.algo.cfg.kl_coef))
         if self.critic is not None:
             self.critic.load_state_dict(st["critic"])
         if self.ref is not None and "ref" in st:  # refreshed (or a checkpoint written before refs were rebuilt)
@@ -556,6 +563,12 @@ class Trainer:
                   f"are left out of the loss (reward/grade_errors)", file=sys.stderr, flush=True)
         t1 = time.perf_counter()
         metrics.update(self._update(batch, ctx))  # 6
+        if self.ref is not None:
+            metrics["stats/kl_coef"] = self.kl_coef  # the β this step used
+        cfg = self.algo.cfg
+        if cfg.kl_target is not None and self._kl_reading is not None:  # adaptive β, for the next step
+            err = min(max(self._kl_reading / cfg.kl_target - 1.0, -0.2), 0.2)
+            self.kl_coef *= 1.0 + err * batch.batch_size / cfg.kl_horizon
         t2 = time.perf_counter()
         self.behaviour.sync(int(self.budget.counters["updates"]))
         dt = self.world.all_reduce_max([time.perf_counter() - t0])[0]  # every rank charges the same time

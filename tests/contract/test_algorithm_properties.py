@@ -26,7 +26,7 @@ from suite.types import Batch, Forward
 from tests import fakes  # noqa: F401  (fake tasks)
 
 ALGOS = ALGORITHMS.names()
-TRAINER_FIELDS = {"name", "aggregation", "kl_coef", "kl_estimator", "kl_where"}
+TRAINER_FIELDS = {"name", "aggregation", "kl_coef", "kl_estimator", "kl_where", "kl_target", "kl_horizon"}
 P, G, PW, RW, K = 3, 4, 3, 6, 4
 MAX_NEW = RW
 

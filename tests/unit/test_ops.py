@@ -134,6 +134,24 @@ def test_kl_estimators_by_hand():
                                rtol=0, atol=1e-7)
 
 
+def test_abs_and_straight_through_kl_estimators():
+    """verl 0.9.1 ``kl_penalty``: ``abs`` = |d|; a ``+`` suffix keeps the value, takes k2's gradient d
+    (``k2+`` is k2). d = 0.5, −0.5: abs = 0.5, 0.5 with gradient ±1; k3+ has k3's value and grad d."""
+    logp = t([[0.5, -0.5]]).requires_grad_(True)
+    ref = torch.zeros(1, 2)
+    torch.testing.assert_close(kl_estimate(logp, ref, "abs"), t([[0.5, 0.5]]))
+    for kind, value in (("k1+", [0.5, -0.5]), ("k3+", [0.10653066, 0.14872127]), ("abs+", [0.5, 0.5]),
+                        ("k2+", [0.125, 0.125])):
+        logp.grad = None
+        out = kl_estimate(logp, ref, kind)
+        torch.testing.assert_close(out.detach(), t([value]), rtol=0, atol=1e-7)
+        out.sum().backward()
+        torch.testing.assert_close(logp.grad, t([[0.5, -0.5]]))  # k2's gradient d
+    logp.grad = None
+    kl_estimate(logp, ref, "k1").sum().backward()
+    torch.testing.assert_close(logp.grad, t([[1.0, 1.0]]))  # k1's own gradient, for contrast
+
+
 def test_kl_uses_difference_not_absolute_values():
     # same d = 0.5 at different absolute log-probs
     out = kl_estimate(t([[-1.0]]), t([[-1.5]]), "k3")
@@ -141,7 +159,7 @@ def test_kl_uses_difference_not_absolute_values():
 
 
 def test_unknown_kl_estimator_raises():
-    with pytest.raises(ValueError, match="k1, k2, k3"):
+    with pytest.raises(ValueError, match="k1, k2, k3, abs"):
         kl_estimate(t([0.0]), t([0.0]), "k4")
 
 
