@@ -12,6 +12,7 @@ With ``m`` the loss mask, ``N`` the number of sequences in the minibatch and
 mode                       value                                used by
 =========================  ===================================  ===============================
 token-mean                 Σ m ℓ / Σ m                          DAPO, verl default, PPO
+token-sum                  Σ m ℓ                                verl ``token-sum``
 seq-mean-token-mean        (1/N) Σ_i Σ_t m ℓ / Σ_t m            GRPO paper, GSPO
 seq-mean-token-sum         (1/N) Σ_i Σ_t m ℓ                    AGRO
 seq-mean-token-sum-norm    Σ_i Σ_t m ℓ / (N · L)                Dr. GRPO code; DPPO, DRPO
@@ -28,6 +29,12 @@ equals ours when no row is fully masked and ``T = L``. TRL 1.16.0's ``dr_grpo`` 
 then divided by the accumulation steps), which equals ours for ``L = max_completion_length``.
 The verl default ``token-mean`` is that of verl 0.9.1 (``actor.loss_agg_mode``). Details and
 the other modes' peer equivalents: ``algorithms/README.md`` ("Loss aggregation").
+
+The empty-row rule (``train.empty_rows``): ``count`` (the default) counts a row with no
+response tokens in ``N`` under the ``seq-mean-*`` modes; ``skip`` is verl 0.9.1's rule, ``N`` the
+rows with at least one unmasked token (then ``seq-mean-token-sum-norm`` still divides by the
+constant ``L``, where verl divides by the mask's padded width unless ``loss_scale_factor`` is set).
+The two agree whenever no row of the minibatch is fully masked.
 """
 
 from __future__ import annotations
@@ -36,20 +43,25 @@ from typing import Literal, get_args
 
 from torch import Tensor
 
-AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+AggMode = Literal["token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
 AGG_MODES: tuple[str, ...] = get_args(AggMode)
 
 
-def aggregation_weights(mask: Tensor, mode: AggMode, max_new_tokens: int) -> Tensor:
+def aggregation_weights(mask: Tensor, mode: AggMode, max_new_tokens: int, empty_rows: str = "count") -> Tensor:
     """Weights ``w [B, T]`` such that ``Σ w ℓ`` is the aggregated loss of the minibatch.
 
     Shapes: mask [B, T] → [B, T]. Call on the *whole* minibatch, then slice rows for
-    micro-batches.
+    micro-batches. ``empty_rows``: ``count`` (rows without response tokens count in N) or
+    ``skip`` (verl's rule: they do not).
     """
     mask = mask.float()
-    n_seq = mask.shape[0]
+    if empty_rows not in ("count", "skip"):
+        raise ValueError(f"unknown empty_rows rule '{empty_rows}'; valid: count, skip")
+    n_seq = mask.shape[0] if empty_rows == "count" else max(1, int((mask.sum(-1) > 0).sum()))
     if mode == "token-mean":
         return mask / mask.sum().clamp(min=1)
+    if mode == "token-sum":
+        return mask
     if mode == "seq-mean-token-mean":
         return mask / (n_seq * mask.sum(-1, keepdim=True).clamp(min=1))
     if mode == "seq-mean-token-sum":
@@ -59,6 +71,6 @@ def aggregation_weights(mask: Tensor, mode: AggMode, max_new_tokens: int) -> Ten
     raise ValueError(f"unknown aggregation mode '{mode}'; valid: {', '.join(AGG_MODES)}")
 
 
-def aggregate(loss: Tensor, mask: Tensor, mode: AggMode, max_new_tokens: int) -> Tensor:
+def aggregate(loss: Tensor, mask: Tensor, mode: AggMode, max_new_tokens: int, empty_rows: str = "count") -> Tensor:
     """Aggregate a per-token loss ``[B, T]`` of one full batch to a scalar."""
-    return (aggregation_weights(mask, mode, max_new_tokens) * loss).sum()
+    return (aggregation_weights(mask, mode, max_new_tokens, empty_rows) * loss).sum()

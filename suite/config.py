@@ -298,6 +298,9 @@ class TrainConfig:
     by π/μ themselves. In the run id when set."""
     is_low: float = 0.0
     """Lower bound of the ratio for ``is_correction`` (0 = none)."""
+    empty_rows: Literal["count", "skip"] = "count"
+    """The ``seq-mean-*`` aggregations' N: every row (``count``) or, as verl 0.9.1, only rows with at
+    least one response token (``skip``; :mod:`suite.aggregation`). In the run id when set."""
     is_high: float = 2.0
     """Upper bound of the ratio for ``is_correction`` (verl's default 2.0; TRL's is 3.0)."""
 
@@ -387,7 +390,7 @@ class EvalConfig:
 
 LATER_DEFAULTS = {"rollout": {"rng": "batch"}, "task": {"style": "bare"},
                   "train": {"autocast": "none", "share_prefix": False, "compile": False, "bucket_by_length": False,
-                            "is_correction": "none", "is_low": 0.0, "is_high": 2.0},
+                            "is_correction": "none", "is_low": 0.0, "is_high": 2.0, "empty_rows": "count"},
                   "optim": {"fused": False}, "algo": {"kl_target": None, "kl_horizon": 10000}}
 """Settings (by section) added after runs existed: at their defaults they stay out of the run id
 (and a spec.json written before them, which lacks them, matches a spec at the defaults)."""

@@ -361,7 +361,8 @@ class Trainer:
             perm = torch.randperm(B, generator=torch.Generator().manual_seed(seed_for(s.seed, "minibatch", self.step_no, epoch)))
             for mb_idx in torch.tensor_split(perm, t.minibatches):
                 mb = batch.select(mb_idx.to(batch.tokens.device))
-                w_all = aggregation_weights(mb.loss_mask, self.algo.aggregation, s.rollout.max_new_tokens)
+                w_all = aggregation_weights(mb.loss_mask, self.algo.aggregation, s.rollout.max_new_tokens,
+                                            t.empty_rows)
                 self.opt.zero_grad(set_to_none=True)
                 plan = self._micro_batches(mb)  # every rank's micro-batches (rows of mb)
                 computed += computed_positions(self.model, mb, plan, opts["prompt_width"], want, t.bucket_by_length)

@@ -27,10 +27,12 @@ HAND = {
     "seq-mean-token-sum": 38.0 / 3.0,
     # Σ mℓ / (N · L) = 38 / (3 · 5) = 38/15
     "seq-mean-token-sum-norm": 38.0 / 15.0,
+    # Σ mℓ = 38 (verl's token-sum)
+    "token-sum": 38.0,
 }
 
 
-def test_modes_are_the_four_documented():
+def test_modes_are_the_five_documented():
     assert set(AGG_MODES) == set(HAND)
 
 
@@ -51,7 +53,7 @@ def test_seq_mean_token_mean_weights_by_hand():
 
 def test_unknown_mode_lists_valid_modes():
     with pytest.raises(ValueError) as e:
-        aggregation_weights(MASK, "token-sum", L_CONST)
+        aggregation_weights(MASK, "sum-of-tokens", L_CONST)
     for mode in AGG_MODES:
         assert mode in str(e.value)
 
@@ -113,3 +115,23 @@ def test_extra_masked_columns_change_nothing(mode):
     loss = torch.cat([garbage[:, :1], LOSS, garbage], dim=1)
     mask = torch.cat([torch.zeros(3, 1, dtype=torch.float64), MASK, torch.zeros(3, 3, dtype=torch.float64)], dim=1)
     assert aggregate(loss, mask, mode, L_CONST).item() == pytest.approx(HAND[mode], rel=1e-6)
+
+
+def test_the_empty_row_rule_and_verl_on_the_same_inputs():
+    """Rows (1, 2, 3), (4, 5, pad) and an empty row; L = 3. verl 0.9.1 ``agg_loss`` on these inputs
+    (run once from its wheel, values recorded): token-mean 3.0, token-sum 15.0, seq-mean-token-mean
+    3.25, seq-mean-token-sum 7.5, seq-mean-token-sum-norm 2.5 (its N skips the empty row; its norm is
+    the mask's width 3 = L here). ``empty_rows=skip`` gives exactly those; ``count`` (the default)
+    counts the empty row in N = 3."""
+    loss = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 0.0], [0.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    verl = {"token-mean": 3.0, "token-sum": 15.0, "seq-mean-token-mean": 3.25, "seq-mean-token-sum": 7.5,
+            "seq-mean-token-sum-norm": 2.5}
+    for mode, want in verl.items():
+        assert aggregate(loss, mask, mode, 3, "skip").item() == pytest.approx(want)
+    count = {"token-mean": 3.0, "token-sum": 15.0, "seq-mean-token-mean": 6.5 / 3, "seq-mean-token-sum": 5.0,
+             "seq-mean-token-sum-norm": 15.0 / 9}
+    for mode, want in count.items():
+        assert aggregate(loss, mask, mode, 3).item() == pytest.approx(want)
+    with pytest.raises(ValueError, match="valid: count, skip"):
+        aggregation_weights(mask, "token-mean", 3, "drop")
