@@ -23,7 +23,7 @@ import torch
 
 from algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
 from suite.aggregation import AggMode
-from suite.ops import broadcast_to_tokens, group_normalised_advantage, masked_mean
+from suite.ops import approx_kl, broadcast_to_tokens, group_normalised_advantage, masked_mean
 from suite.types import Batch, Forward
 
 
@@ -32,8 +32,11 @@ def cispo_loss(logp, old_logp, adv, mask, eps_low: Optional[float], eps_high: fl
     ratio = torch.exp((logp - old_logp).clamp(-20.0, 20.0)).detach()
     w = ratio.clamp(max=1 + eps_high) if eps_low is None else ratio.clamp(1 - eps_low, 1 + eps_high)
     with torch.no_grad():
+        low = (ratio < 1 - eps_low) if eps_low is not None else torch.zeros_like(ratio, dtype=torch.bool)
         metrics = {"stats/clip_frac": masked_mean((w != ratio).float(), mask),
                    "stats/clip_frac_high": masked_mean((ratio > 1 + eps_high).float(), mask),
+                   "stats/clip_frac_low": masked_mean(low.float(), mask),
+                   "stats/approx_kl": approx_kl(logp, old_logp, mask),
                    "stats/ratio_mean": masked_mean(ratio, mask)}
     return -w * adv * logp * mask, metrics
 

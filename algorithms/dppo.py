@@ -42,7 +42,7 @@ import torch
 
 from algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
 from suite.aggregation import AggMode
-from suite.ops import broadcast_to_tokens, group_normalised_advantage, masked_mean
+from suite.ops import approx_kl, broadcast_to_tokens, group_normalised_advantage, masked_mean
 from suite.types import Batch, Forward
 
 Divergence = Literal["tv", "kl", "topk_tv", "topk_kl"]
@@ -140,6 +140,9 @@ class DPPO(Algorithm):
             active = mask * (adv != 0).float()
             masked = (1 - m) * active
             metrics = {"stats/clip_frac": masked_mean(1 - m, active),
+                       "stats/clip_frac_high": masked_mean(masked * (adv > 0).float(), active),
+                       "stats/clip_frac_low": masked_mean(masked * (adv < 0).float(), active),
+                       "stats/approx_kl": approx_kl(fwd.logp, batch.old_logp, mask),
                        "algo/dppo/masked_pos_frac": masked_mean(masked * (adv > 0).float(), active),
                        "algo/dppo/masked_neg_frac": masked_mean(masked * (adv < 0).float(), active),
                        "algo/dppo/tis_clip_frac": masked_mean((ratio > c.tis_cap).float(), mask),

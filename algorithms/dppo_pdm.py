@@ -60,7 +60,7 @@ from algorithms.dppo import (
     topk_divergence,
     trust_region_mask,
 )
-from suite.ops import masked_mean
+from suite.ops import approx_kl, masked_mean
 from suite.types import Batch, Forward
 
 
@@ -148,6 +148,9 @@ class DPPOPDM(DPPO):
             active = mask * (adv != 0).float()
             masked = (1 - m) * active
             metrics = {"stats/clip_frac": masked_mean(1 - m, active), "stats/ratio_mean": masked_mean(ratio, mask),
+                       "stats/clip_frac_high": masked_mean(masked * (adv > 0).float(), active),
+                       "stats/clip_frac_low": masked_mean(masked * (adv < 0).float(), active),
+                       "stats/approx_kl": approx_kl(fwd.logp, batch.old_logp, mask),
                        "algo/dppo_pdm/masked_pos_frac": masked_mean(masked * (adv > 0).float(), active),
                        "algo/dppo_pdm/masked_neg_frac": masked_mean(masked * (adv < 0).float(), active),
                        "algo/dppo_pdm/disagree_frac": masked_mean((inv_pred != inv_dppo).float(), active),

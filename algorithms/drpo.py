@@ -50,7 +50,7 @@ import torch
 from algorithms.base import AlgoConfig, register
 from algorithms.dppo import DPPO
 from suite.aggregation import AggMode
-from suite.ops import masked_mean
+from suite.ops import approx_kl, masked_mean
 from suite.types import Batch, Forward
 
 
@@ -124,6 +124,9 @@ class DRPO(DPPO):
             off = (w <= 0).float() * active  # at or beyond the boundary
             metrics = {"stats/clip_frac": masked_mean((w <= 0).float(), active),
                        "stats/ratio_mean": masked_mean(ratio, mask),
+                       "stats/clip_frac_high": masked_mean(off * (adv > 0).float(), active),
+                       "stats/clip_frac_low": masked_mean(off * (adv < 0).float(), active),
+                       "stats/approx_kl": approx_kl(fwd.logp, batch.old_logp, mask),
                        "algo/drpo/beyond_pos_frac": masked_mean(off * (adv > 0).float(), active),
                        "algo/drpo/beyond_neg_frac": masked_mean(off * (adv < 0).float(), active),
                        "algo/drpo/abs_dp_mean": masked_mean((fwd.logp.detach().exp() - anchor.exp()).abs(), mask),

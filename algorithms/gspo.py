@@ -24,7 +24,7 @@ import torch
 
 from algorithms.base import register
 from algorithms.grpo import GRPO, GRPOConfig
-from suite.ops import clipped_surrogate, masked_mean
+from suite.ops import approx_kl, clipped_surrogate, masked_mean
 from suite.types import Batch, Forward
 
 
@@ -60,7 +60,11 @@ class GSPO(GRPO):
         seq_loss = torch.maximum(l1, l2)  # [B]
         with torch.no_grad():
             clipped = (l2 > l1).float()[:, None].expand_as(mask)
+            lo = ((s < 1 - self.cfg.clip_eps_low) & (adv < 0)).float()[:, None].expand_as(mask)
+            hi = ((s > 1 + self.cfg.clip_eps_high) & (adv > 0)).float()[:, None].expand_as(mask)
             metrics = {"stats/clip_frac": masked_mean(clipped, mask), "algo/gspo/seq_clip_frac": (l2 > l1).float().mean(),
+                       "stats/clip_frac_low": masked_mean(lo, mask), "stats/clip_frac_high": masked_mean(hi, mask),
+                       "stats/approx_kl": approx_kl(fwd.logp, batch.old_logp, mask),
                        "stats/ratio_mean": s.mean(), "stats/ratio_min": s.min(), "stats/ratio_max": s.max()}
         return seq_loss[:, None] * mask, metrics
 
@@ -78,5 +82,5 @@ class GSPOToken(GSPO):
         # clipped_surrogate takes (logp, old_logp): pass the combined log-ratio against 0
         loss, metrics = clipped_surrogate(log_ratio, torch.zeros_like(log_ratio), batch.adv, mask,
                                           self.cfg.clip_eps_low, self.cfg.clip_eps_high)
-        metrics.pop("stats/approx_kl")
+        metrics["stats/approx_kl"] = approx_kl(fwd.logp, batch.old_logp, mask)  # per token, not of the combined ratio
         return loss, metrics

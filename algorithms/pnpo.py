@@ -52,7 +52,7 @@ from algorithms.base import register
 from algorithms.grpo import GRPO, GRPOConfig
 from algorithms.gspo import sequence_log_ratio
 from suite.aggregation import AggMode
-from suite.ops import clipped_surrogate, masked_mean
+from suite.ops import approx_kl, clipped_surrogate, masked_mean
 from suite.types import Batch, Forward
 
 BUCKETS = ((1, 4), (5, 16), (17, 64), (65, 256), (257, 10**9))
@@ -122,7 +122,7 @@ class PNPO(GRPO):
             eps_l, eps_h = c.clip_eps_low, c.clip_eps_high
         # clipped_surrogate takes (logp, old_logp): pass the ratio's log against 0 (tensor ε broadcast)
         loss, metrics = clipped_surrogate(log_rho, torch.zeros_like(log_rho), batch.adv, mask, eps_l, eps_h)
-        metrics.pop("stats/approx_kl")
+        metrics["stats/approx_kl"] = approx_kl(fwd.logp, batch.old_logp, mask)  # per token, not of ρ^PN
         with torch.no_grad():
             rho, adv = log_rho.detach().clamp(-20, 20).exp(), batch.adv
             clipped = (((rho > 1 + eps_h) & (adv > 0)) | ((rho < 1 - eps_l) & (adv < 0))).float()

@@ -158,6 +158,13 @@ def kl_estimate(logp: Tensor, ref_logp: Tensor, kind: KLEstimator) -> Tensor:
     return k2 - k2.detach() + value.detach()
 
 
+def approx_kl(logp: Tensor, old_logp: Tensor, mask: Tensor) -> Tensor:
+    """``stats/approx_kl``: the masked mean of ``log π_old − log π`` per token (verl's ``ppo_kl``,
+    OpenRLHF's ``ppo_kl``), detached. [B, T] → scalar."""
+    with torch.no_grad():
+        return masked_mean(-(logp - old_logp).clamp(-20.0, 20.0), mask)
+
+
 def clipped_surrogate(
     logp: Tensor,
     old_logp: Tensor,

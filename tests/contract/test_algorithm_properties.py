@@ -273,3 +273,20 @@ def test_kill_and_resume_gives_the_same_result(name, tmp_path, monkeypatch):
 
     assert strip(read_jsonl(run / "metrics.jsonl")) == strip(read_jsonl(ref / "metrics.jsonl"))
     assert strip(read_jsonl(run / "evals.jsonl")) == strip(read_jsonl(ref / "evals.jsonl"))
+
+
+@pytest.mark.parametrize("name", ALGOS)
+def test_clipping_entries_report_the_peers_ppo_metrics(name):
+    """Every entry whose loss clips or masks a ratio (it reports ``stats/clip_frac``) also reports
+    the lower and upper clip fractions and ``stats/approx_kl`` (verl's and OpenRLHF's ``ppo_kl``:
+    the masked mean of log π_old − log π), under the suite's names."""
+    algo = make(name)
+    batch, fwd = random_batch(4)
+    _, b = run_hooks(algo, batch, fwd)
+    _, m = algo.loss(fwd, b, ctx())
+    if "stats/clip_frac" not in m:
+        pytest.skip(f"{name}: its loss clips no ratio")
+    assert {"stats/clip_frac_low", "stats/clip_frac_high", "stats/approx_kl"} <= set(m), sorted(m)
+    mask = b.loss_mask
+    want = float(((b.old_logp - fwd.logp) * mask).sum() / mask.sum())
+    assert float(m["stats/approx_kl"]) == pytest.approx(want, abs=1e-5)
