@@ -13,3 +13,5 @@ from algorithms import agro, copc, dc_grpo, ggpo, sp3o  # noqa: E402,F401  (seed
 from algorithms import judges, rrc  # noqa: E402,F401  (RRC)
 from algorithms import dppo_pdm, drpo, edas, entrocraft, is_grpo, pnpo  # noqa: E402,F401  (seed papers A)
 from algorithms import fbos_rl  # noqa: E402,F401  (FBOS-RL)
+from algorithms import gdpo, gpg, grpo_passk, opo, remax  # noqa: E402,F401  (verl estimators)
+from algorithms import bnpo, clip_cov, dro, gmpo, luspo, sapo, vespo  # noqa: E402,F401  (peer losses: verl 0.9.1, TRL 1.16.0)

@@ -46,6 +46,7 @@ EXCEPTIONS: dict[str, str] = {
     "dc_grpo": "per-token −λ·δ_t shaping by the trainer–sampler probability gap (zero when μ = π_old, checked)",
     "ggpo": "contrast of the KL-adjusted U = R − β·Σ log(π_old/π_ref) (zero when π_ref = π_old, checked)",
     "agro": "contrast of the KL-adjusted U = R − β·Σ log(π_old/π_ref) (zero when π_ref = π_old, checked)",
+    "remax": "no group baseline: the baseline is the grade of the policy's greedy decode (in the reward hook)",
 }
 
 #: Exceptions whose source of non-zero advantage can be switched off in the batch; then the
@@ -62,6 +63,7 @@ BATCH_SHIFTED: dict[str, str] = {
     "reinforce_pp_baseline": "global whitening of the group-centred rewards: an equal group's 0 becomes "
                              "−mean/std of the batch's tokens (the same value on all of them); exactly 0 "
                              "when every group of the batch is equal",
+    "gdpo": "one-component GDPO: GRPO's z-score whitened over the batch's tokens (as reinforce_pp_baseline)",
 }
 
 
