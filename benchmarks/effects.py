@@ -436,20 +436,21 @@ def base_entropy(n: int = 256) -> dict:
 
 KEEP = ("step", "time", "reward/mean", "reward/std", "len/response_mean", "len/correct_mean", "len/wrong_mean",
         "len/truncated_frac", "stats/entropy", "stats/grad_norm", "stats/kl_ref", "group/mixed_frac",
-        "perf/step_time", "perf/rollout_time", "perf/train_time")
+        "perf/step_time", "perf/rollout_time", "perf/train_time", "stats/clip_frac", "stats/approx_kl",
+        "stability/nonfinite", "loss/policy")
 """The metrics a compact run copy keeps (every analysis above reads only these, and budget/*)."""
 
 
-def export(root: Path, dest: Path = OUT / "runs") -> int:
-    """Copy each finished run of ``root/effects`` compactly into ``dest/effects/<run_id>/``: its
+def export(root: Path, dest: Path = OUT / "runs", sweep: str = "effects") -> int:
+    """Copy each finished run of ``root/<sweep>`` compactly into ``dest/<sweep>/<run_id>/``: its
     spec, status, env and evals whole, its metrics cut to :data:`KEEP` and the budget counters,
     every file and row naming the CPU model it was measured on (from the run's env.json), no
     samples and no weights; ``render dest`` then reads the copies like run folders."""
     from suite.runfolder import cpu_model
 
     n = 0
-    for run in sorted((root / "effects").glob("*/spec.json")):
-        src, out = run.parent, dest / "effects" / run.parent.name
+    for run in sorted((root / sweep).glob("*/spec.json")):
+        src, out = run.parent, dest / sweep / run.parent.name
         status = json.loads((src / "status.json").read_text()) if (src / "status.json").exists() else {}
         if status.get("state") != "completed":
             continue
@@ -484,9 +485,11 @@ def main(argv=None) -> int:
     x = sub.add_parser("export", help="compact copies of the finished runs under ROOT/effects into "
                                       "benchmarks/results/effects/runs/ (render reads them like run folders)")
     x.add_argument("root", type=Path)
+    x.add_argument("--sweep", default="effects", help="the sweep folder under ROOT (e.g. leaderboard_embedded)")
+    x.add_argument("--dest", type=Path, default=OUT / "runs", help="where the copies go (DEST/<sweep>/<run_id>/)")
     args = ap.parse_args(argv)
     if args.cmd == "export":
-        print(f"exported {export(args.root)} runs to {OUT / 'runs'}")
+        print(f"exported {export(args.root, args.dest, args.sweep)} runs to {args.dest / args.sweep}")
         return 0
     if args.cmd == "base-entropy":
         print(json.dumps(base_entropy(), indent=1))
