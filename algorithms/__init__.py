@@ -15,3 +15,4 @@ from algorithms import dppo_pdm, drpo, edas, entrocraft, is_grpo, pnpo  # noqa: 
 from algorithms import fbos_rl  # noqa: E402,F401  (FBOS-RL)
 from algorithms import gdpo, gpg, grpo_passk, opo, remax  # noqa: E402,F401  (verl estimators)
 from algorithms import bnpo, clip_cov, dro, gmpo, luspo, sapo, vespo  # noqa: E402,F401  (peer losses: verl 0.9.1, TRL 1.16.0)
+from algorithms import rerule  # noqa: E402,F401  (ReRULE, issue 20 §3)

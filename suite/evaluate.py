@@ -12,6 +12,11 @@ For one prompt with n sampled completions of which c are correct:
 
 Scores average over prompts. The eval seed is fixed (``eval.seed``), so every step and run
 sees the same sampling noise.
+
+A task may add its own scores of the same completions through ``task.eval_metrics(examples,
+grades)`` (:meth:`tasks.base.Task.eval_metrics`, e.g. per-kind accuracies of ``unlearn_toy``): they
+are reported as ``greedy_<name>`` (the greedy completions) and ``sampled_<name>`` (every sampled
+completion, each prompt's ``n_samples`` grades).
 """
 
 from __future__ import annotations
@@ -84,6 +89,7 @@ def evaluate(engine, tokenizer, task, examples: Sequence[Any], prompt_ids: Seque
         params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop_ids=stop_ids)
         flat, texts, grades = _generate(engine, tokenizer, task, examples, prompt_ids, 1, params, **kw)
         out["greedy_acc"] = sum(g.correct for g in grades) / max(1, len(grades))
+        out.update(_task_metrics(task, examples, flat, grades, "greedy"))
         samples += _rows(task, examples, prompts_text, flat, texts, grades, cfg.save_samples, "greedy")
     if cfg.n_samples:
         n = cfg.n_samples
@@ -95,9 +101,18 @@ def evaluate(engine, tokenizer, task, examples: Sequence[Any], prompt_ids: Seque
             out[f"avg@{k}"] = sum(sum(g.correct for g in p[:k]) / k for p in per) / len(per)
             out[f"pass@{k}"] = sum(pass_at_k(n, sum(g.correct for g in p), k) for p in per) / len(per)
             out[f"maj@{k}"] = sum(maj_at_k([g.parsed for g in p], [g.correct for g in p], k) for p in per) / len(per)
+        out.update(_task_metrics(task, examples, flat, grades, "sampled"))
         samples += _rows(task, examples, prompts_text, flat, texts, grades,
                          max(0, cfg.save_samples - len(samples)), "sampled")
     return out, samples
+
+
+def _task_metrics(task, examples, flat, grades, mode: str) -> dict[str, float]:
+    """The task's own scores of these completions (``task.eval_metrics``), keyed ``<mode>_<name>``."""
+    hook = getattr(task, "eval_metrics", None)
+    if hook is None:
+        return {}
+    return {f"{mode}_{k}": float(v) for k, v in hook([examples[i] for i, _ in flat], grades).items()}
 
 
 def _rows(task, examples, prompts_text, flat, texts, grades, cap: int, mode: str) -> list[dict]:

@@ -8,3 +8,4 @@ from tasks.base import TASKS, Environment, Grade, Task, TaskConfig, register
 from tasks import arith, chain, code, code_toy, gsm8k, math, search, search_toy  # noqa: F401  (registration)
 
 __all__ = ["TASKS", "Environment", "Grade", "Task", "TaskConfig", "register"]
+from tasks import unlearn_toy  # noqa: E402,F401  (unlearning, issue 20 §3)

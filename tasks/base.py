@@ -128,6 +128,12 @@ class Task:
         """The reference answer as text (for samples.jsonl)."""
         return None
 
+    def eval_metrics(self, examples: Sequence[Any], grades: Sequence[Grade]) -> dict[str, float]:
+        """Task-specific scores of graded eval completions (``examples[i]`` graded ``grades[i]``; an
+        example repeats once per sample), e.g. per-kind accuracies; :func:`suite.evaluate.evaluate`
+        reports them next to ``greedy_acc`` as ``greedy_<name>`` / ``sampled_<name>``. Default: none."""
+        return {}
+
     def make_env(self, example: Any) -> Optional[Environment]:
         return None
 
