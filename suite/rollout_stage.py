@@ -10,6 +10,7 @@ budget it charges; grade errors are reported to ``note_grade_errors``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Any, Callable, Optional
 
@@ -60,21 +61,17 @@ class RolloutStage:
         behaviours = self.algo.before_rollout(ctx) or [Behaviour(0, tuple(range(len(rows))))]
         parts, order, metrics = [], [], {}
         for beh in behaviours:
-            saved = None
-            if beh.state is not None:
-                saved = {k: v.clone() for k, v in self.engine.state().items()}
-                self.engine.load_weights(beh.state, self.engine.version)
             sub = list(beh.rows)
-            gen = self.generator(seed_for(self.seed, "rollout", ctx.step, attempt, beh.id), sub)
-            self.engine.reset_stats()
-            rec, metrics = self.collect(self.engine, self.tok, [prompts[j] for j in sub], params, gen,
-                                         envs=[envs[j] for j in sub] if envs else None, max_turns=r.max_turns,
-                                         max_obs_tokens=r.max_obs_tokens, want_attn="behav_attn_stat" in self.needs,
-                                         group_ids=[j // G for j in sub], example_idx=[rows[j] for j in sub],
-                                         behaviour_ids=[beh.id] * len(sub))
-            metrics.update(self.engine.stats())  # the engine's own rollout metrics (e.g. S3R's acceptance)
-            if saved is not None:
-                self.engine.load_weights(saved, self.engine.version)
+            with self.engine_weights(beh.state):
+                gen = self.generator(seed_for(self.seed, "rollout", ctx.step, attempt, beh.id), sub)
+                self.engine.reset_stats()
+                rec, metrics = self.collect(self.engine, self.tok, [prompts[j] for j in sub], params, gen,
+                                             envs=[envs[j] for j in sub] if envs else None, max_turns=r.max_turns,
+                                             max_obs_tokens=r.max_obs_tokens,
+                                             want_attn="behav_attn_stat" in self.needs,
+                                             group_ids=[j // G for j in sub], example_idx=[rows[j] for j in sub],
+                                             behaviour_ids=[beh.id] * len(sub))
+                metrics.update(self.engine.stats())  # the engine's own rollout metrics (e.g. S3R's acceptance)
             parts.append(rec)
             order += sub
         rec = cat_rollouts(parts, offset_groups=False)
@@ -231,9 +228,7 @@ class RolloutStage:
             r, n = self.r, self.algo.anchors_per_prompt
             params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p,
                                     top_k=r.top_k, stop_ids=self.stop_ids)
-            saved = {k: v.clone() for k, v in self.engine.state().items()}
-            self.engine.load_weights(self.ref_state, self.engine.version)
-            try:
+            with self.engine_weights(self.ref_state):
                 for i in new:
                     gen = torch.Generator().manual_seed(seed_for(self.seed, "ref_anchor", i))
                     rec, _ = collect(self.engine, self.tok, [self.prompt("train", i)[0]] * n, params, gen)
@@ -241,9 +236,21 @@ class RolloutStage:
                     self.budget.charge("gen_tokens", g)
                     self.budget.charge_flops("anchor", rollout_flops(self.P, int(rec.attn_mask.sum()) - g, g))
                     self.ref_anchors[i] = tuple(rec.texts)
-            finally:
-                self.engine.load_weights(saved, self.engine.version)
         return [self.ref_anchors[i] for i in idx]
+
+    @contextlib.contextmanager
+    def engine_weights(self, state: Optional[dict]):
+        """The engine holds ``state`` inside the block and its own weights again after it, bit for bit
+        (None: its own weights throughout)."""
+        if state is None:
+            yield
+            return
+        saved = {k: v.clone() for k, v in self.engine.state().items()}
+        self.engine.load_weights(state, self.engine.version)
+        try:
+            yield
+        finally:
+            self.engine.load_weights(saved, self.engine.version)
 
     def charge(self, rec: Rollout, n_prompts: int) -> None:
         b = self.budget

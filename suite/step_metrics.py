@@ -59,7 +59,6 @@ def rollout_metrics(b: Batch, group_size: int, updates: float, algo_cfg) -> dict
         out["value/mean"] = float(masked_mean(b.values, m))
     if b.ref_logp is not None and b.old_logp is not None:
         out["stats/kl_ref"] = float(masked_mean(s_kl(algo_cfg, b.old_logp, b.ref_logp), m))
-        out["stats/kl_coef"] = algo_cfg.kl_coef
     return out
 
 

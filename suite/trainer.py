@@ -260,11 +260,13 @@ class Trainer:
             with self._amp():
                 fields["ref_logp"] = policy_forward(self.ref, tokens, attn, r.temperature, **opts).logp.float() * mask
             self.budget.charge_flops("score_ref", scoring_flops(self.P, computed(frozenset())))
-            if self.algo.cfg.kl_where == "reward":
-                kl_tok = s_kl(self.algo.cfg, fields["old_logp"], fields["ref_logp"]) * mask
-            if self.algo.cfg.kl_target is not None:  # the adaptive controller's reading, at π_old
-                per_seq = (s_kl(self.algo.cfg, fields["old_logp"], fields["ref_logp"]) * mask).sum(-1)
-                self._kl_reading = float((per_seq / mask.sum(-1).clamp(min=1)).mean())
+            cfg = self.algo.cfg
+            if cfg.kl_where == "reward" or cfg.kl_target is not None:  # the KL at π_old, computed once
+                kl_old = s_kl(cfg, fields["old_logp"], fields["ref_logp"]) * mask
+                if cfg.kl_where == "reward":
+                    kl_tok = kl_old
+                if cfg.kl_target is not None:  # the adaptive controller's reading
+                    self._kl_reading = float((kl_old.sum(-1) / mask.sum(-1).clamp(min=1)).mean())
         if self.init is not None:
             with self._amp():
                 fields["init_logp"] = policy_forward(self.init, tokens, attn, r.temperature, **opts).logp.float() * mask
