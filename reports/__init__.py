@@ -1,7 +1,8 @@
 """rlsuite reports: run folders -> leaderboards with CIs, stability counts, ablations, curves.
 
 Reads run folders only (never writes into them). Entry points:
-- `build_report(root, out, config) -> Path` (path of report.html);
+- `build_report(root, out, config) -> Path` (path of report.html; `root` may be a list of
+  roots: a compare report);
 - `reports.cli.add_arguments(parser)` / `reports.cli.main(args) -> int` for `rlsuite report`;
 - `python -m reports ROOT --out DIR` standalone.
 Statistics follow rliable (Agarwal et al. 2021); see reports/METRICS.md §4.

@@ -1,26 +1,29 @@
 """`build_report`: run folders -> tables, figures, report.md and a self-contained report.html.
 
-Pipeline: load (read-only) -> score + classify stability -> tables -> figures -> render.
-Everything is written under `out` atomically (tmp + rename); `out` may not lie inside a
-run folder.
+Pipeline: load (read-only) -> score + classify stability -> tables -> figures (static PNG/SVG
+and report.html's interactive ones, `reports.interactive`) -> render. Everything is written
+under `out` atomically (tmp + rename); `out` may not lie inside a run folder. Several roots
+make a compare report (`reports.load.load_roots`: every algorithm labelled by its root).
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import warnings
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from reports import ablation, scaling, stability, stats, tables, timing
+from reports import ablation, interactive, scaling, stability, stats, tables, timing
 from reports.atomic import atomic_write_text
 from reports.config import ReportConfig
 from reports.errors import ReportError
-from reports.figures import Figure, build_figures
-from reports.load import RunSet, load_runs
+from reports.figures import Figure, build_figures, hex_palette, profile_frame
+from reports.load import RunSet, load_roots
 from reports.render import Block, render_html, render_markdown, summary_lines, verdict_footer, write_table
 from reports.scores import Scored, config_fingerprint, score_runs
 from reports.tables import Table
@@ -75,6 +78,8 @@ class Context:
 
     def __init__(self, runset: RunSet, scored: Scored, cfg: ReportConfig):
         self.runset, self.scored, self.cfg = runset, scored, cfg
+        self.aggregate_intervals: pd.DataFrame | None = None
+        """The aggregate table with the median's and optimality gap's intervals (`score_tables`)."""
         self.code = code_commit()
         self.commits = run_commits(runset)
         vals = scored.scores["score"].to_numpy(dtype=float)
@@ -123,7 +128,8 @@ def score_tables(ctx: Context) -> tuple[list[Table], str | None]:
     """Leaderboard, aggregates, P(improvement), paired differences, verdicts; and the reference label."""
     cfg, sc = ctx.cfg, ctx.scored
     lb = tables.leaderboard(sc, cfg)
-    agg = tables.aggregate_table(sc, cfg)
+    ctx.aggregate_intervals = tables.aggregate_table(sc, cfg, intervals=True)
+    agg = ctx.aggregate_intervals[list(tables.AGGREGATE_COLUMNS)]
     ref = tables.choose_reference(agg, cfg)
     paired = tables.paired_table(sc, cfg, ref)
     pfoot = ctx.footer(f"{ctx.ci_label()} of per-seed differences (paired over shared seeds"
@@ -133,13 +139,16 @@ def score_tables(ctx: Context) -> tuple[list[Table], str | None]:
     out = [
         Table("leaderboard", "Leaderboard", lb, ctx.footer(f"{ctx.ci_label()} over seeds", coverage="cell"),
               f"Score: eval metric `{cfg.metric}`, " + _score_rule(cfg) + ".",
-              ctx.pct("mean", "ci_low", "ci_high", "iqm"), tables.LEADERBOARD_EXPLAINED),
+              ctx.pct("mean", "ci_low", "ci_high", "iqm"), tables.LEADERBOARD_EXPLAINED,
+              tables.not_separated(lb, "mean", "ci_low", "ci_high", group="task"), MARK_LEADERBOARD),
         Table("aggregate", "Aggregates across tasks", agg, ctx.footer(f"{ctx.ci_label()}, stratified (runs "
               "resampled within each task)", coverage="aggregate"), "Mean (tasks weighted equally), IQM (middle "
               "50% of all run x task scores), median (over tasks of the per-task mean) and optimality gap per "
               "algorithm, as rliable 1.2.0 defines them; raw scores, not normalised per task.",
               ctx.pct("mean", "mean_ci_low", "mean_ci_high", "iqm", "iqm_ci_low", "iqm_ci_high", "median",
-                      "optimality_gap")),
+                      "optimality_gap"), {},
+              tables.not_separated(agg, "mean", "mean_ci_low", "mean_ci_high")
+              | tables.not_separated(agg, "iqm", "iqm_ci_low", "iqm_ci_high"), MARK_AGGREGATE),
         Table("prob_improvement", "Probability of improvement", tables.poi_table(sc, cfg, ref),
               ctx.footer("independent stratified percentile bootstraps of both algorithms", scores=False),
               "P(X > Y): chance that a run of X beats a run of Y on the same task (ties count 1/2), "
@@ -160,6 +169,14 @@ def score_tables(ctx: Context) -> tuple[list[Table], str | None]:
               ctx.pct("diff", "ci_low", "ci_high", "holm_ci_low", "holm_ci_high", "mdd")),
     ]
     return out, ref
+
+
+MARK_LEADERBOARD = ("the mean's interval overlaps the interval of the best mean of its task (the best included): "
+                    "these intervals do not separate it from the best. An overlap check, not a test (the "
+                    "Holm-adjusted verdicts are in table `verdicts`); cells without an interval (one seed) and the "
+                    "base row are never marked.")
+MARK_AGGREGATE = ("the mean's (IQM's) interval overlaps that of the best mean (IQM): not separated from the best by "
+                  "these intervals (an overlap check, not a test); the base row is never marked.")
 
 
 def _score_rule(cfg: ReportConfig) -> str:
@@ -241,8 +258,15 @@ def provenance(runset: RunSet, scored: Scored, cfg: ReportConfig, code: str) -> 
     hw = sorted({f"{d}/{p}/{t} thread(s)" for d, p, t in zip(r["device"], r["precision"], r["num_threads"],
                                                               strict=True) if pd.notna(d)})
     states = r["state"].value_counts().to_dict()
+    if runset.roots:
+        per_root = r["root"].value_counts().to_dict()
+        where = ("Compare mode, one label per root (appended to every algorithm as `[label]`): "
+                 + "; ".join(f"`[{lab}]` = `{path}` ({per_root.get(lab, 0)} run folders)" for lab, path in runset.roots)
+                 + f". {len(r)} run folders in all")
+    else:
+        where = f"Root: `{runset.root}`; {len(r)} run folders"
     return [
-        f"Root: `{runset.root}`; {len(r)} run folders ({', '.join(f'{k}: {v}' for k, v in sorted(states.items()))}); "
+        f"{where} ({', '.join(f'{k}: {v}' for k, v in sorted(states.items()))}); "
         f"{len(scored.scores)} scored, {len(scored.excluded)} excluded.",
         f"Code commit of the runs: {run_commits(runset)}; report code: {code}.",
         f"Seeds: {', '.join(map(str, seeds)) if len(seeds) <= 30 else f'{len(seeds)} distinct'}.",
@@ -298,15 +322,19 @@ def examples(runset: RunSet, scored: Scored, n: int) -> pd.DataFrame:
     return s[cols].reset_index(drop=True)
 
 
-def build_report(root: Path, out: Path, config: ReportConfig | None = None) -> Path:
+def build_report(root: Path | Sequence[Path], out: Path, config: ReportConfig | None = None) -> Path:
     """Build the full report of the run folders under `root` into `out`.
 
-    Returns the path of `out/report.html`. Raises ReportError for bad input (no run
-    folders, unknown metric or reference, `out` inside a run folder).
+    `root` may be a sequence of roots: a compare report, every algorithm labelled by the folder
+    name of its root (`reports.load.load_roots`). Returns the path of `out/report.html`. Raises
+    ReportError for bad input (no run folders, a missing root, unknown metric or reference, `out`
+    inside a run folder). Without the `plotly` package report.html has no interactive figures
+    (a warning and a notice in the page say so); everything else is written as usual.
     """
     cfg = config or ReportConfig()
-    root, out = Path(root), Path(out)
-    runset = load_runs(root, max_depth=cfg.max_depth, samples_per_run=max(20, cfg.examples_per_algorithm))
+    roots = [Path(root)] if isinstance(root, (str, Path)) else [Path(r) for r in root]
+    out = Path(out)
+    runset = load_roots(roots, max_depth=cfg.max_depth, samples_per_run=max(20, cfg.examples_per_algorithm))
     check_out(out, runset)
     scored = score_runs(runset, cfg)
     check_x(scored, cfg)
@@ -322,11 +350,35 @@ def build_report(root: Path, out: Path, config: ReportConfig | None = None) -> P
     out.mkdir(parents=True, exist_ok=True)
     written = [f for tabs in sections.values() for t in tabs for f in write_table(t, out)]
     fits = sections["Compute scaling"][0].frame
-    figs = build_figures(runset, scored, fits, cfg, out) if cfg.figures and len(scored.scores) else []
-    blocks = compose(ctx, sections, figs, written)
-    title = f"rlsuite report: {root.name or root}"
+    drawn = cfg.figures and len(scored.scores) > 0
+    profile = profile_frame(scored, cfg) if drawn else None
+    figs = build_figures(runset, scored, fits, cfg, out, profile) if drawn else []
+    js = interactive.plotly_js() if drawn else None
+    if drawn and js is None:
+        warnings.warn("plotly is not installed: report.html has no interactive figures (tables and static figures "
+                      f"are complete); install it with {interactive.PLOTLY_HINT}", stacklevel=2)
+    plots = interactive_plots(ctx, sections, profile) if js is not None else []
+    blocks = compose(ctx, sections, figs, written, plots, plotly_missing=drawn and js is None)
+    names = [lab for lab, _ in runset.roots] or [root_name(roots[0])]
+    title = f"rlsuite report: {' vs '.join(names)}"
     atomic_write_text(out / "report.md", render_markdown(title, blocks))
-    return atomic_write_text(out / "report.html", render_html(title, blocks))
+    return atomic_write_text(out / "report.html", render_html(title, blocks, js))
+
+
+def root_name(root: Path) -> str:
+    return root.name or str(root)
+
+
+def interactive_plots(ctx: Context, sections: dict[str, list[Table]], profile: pd.DataFrame | None
+                      ) -> list[interactive.Plot]:
+    """report.html's interactive figures, drawn from the tables just built."""
+    by_name = {t.name: t.frame for tabs in sections.values() for t in tabs}
+    colors = hex_palette(ctx.scored.scores["algorithm"].unique().tolist())
+    return interactive.build_plots(
+        ctx.runset, ctx.scored, ctx.cfg, ctx.percent, agg=ctx.aggregate_intervals,
+        poi=by_name.get("prob_improvement"), profile=profile, abl=by_name.get("ablation"),
+        inter=by_name.get("interactions"), stab=by_name.get("stability_counts"),
+        flags=tables.stability_counts(ctx.scored), colors=colors)
 
 
 EMPTY_TEXT = {"stability_runs": "No flagged runs: every scored run is stable."}
@@ -339,9 +391,11 @@ def _tables(tabs: list[Table]) -> list[Block]:
                                       else Block("table", t))]
 
 
-def compose(ctx: Context, sections: dict[str, list[Table]], figs: list[Figure], written: list[str]) -> list[Block]:
+def compose(ctx: Context, sections: dict[str, list[Table]], figs: list[Figure], written: list[str],
+            plots: list[interactive.Plot] | None = None, plotly_missing: bool = False) -> list[Block]:
     """The report's blocks, in reading order: summary, provenance, leaderboard, then each
-    section's tables (empty sections skipped), figures, runs, unreadable input, files."""
+    section's tables (empty sections skipped), figures (report.html: the interactive ones, then
+    the static ones collapsed), runs, unreadable input, files."""
     score_tabs = sections["Leaderboard and comparisons"]
     lb = score_tabs[0]
     inter = next((t.frame for t in sections["Ablations"] if t.name == "interactions"), None)
@@ -361,8 +415,23 @@ def compose(ctx: Context, sections: dict[str, list[Table]], figs: list[Figure], 
     for name in ("Stability", "Ablations", "Time to target", "Compute scaling"):
         if sections[name]:
             blocks += [Block("h2", name)] + _tables(sections[name])
-    if figs:
-        blocks += [Block("h2", "Figures")] + [b for f in figs for b in (Block("h3", f.title), Block("figure", f))]
+    static = [b for f in figs for b in (Block("h3", f.title), Block("figure", f))]
+    if plots:
+        blocks += [Block("h2", "Figures"),
+                   Block("html_only", [Block("p", "Interactive figures (hover for values, drag to zoom, click the "
+                                                  "legend to hide or show an algorithm; the static PNG/SVG figures "
+                                                  "for papers follow, collapsed).")]
+                         + [b for p in plots for b in (Block("h3", p.title), Block("plot", p))])]
+        if static:
+            blocks.append(Block("details", ("Static figures (PNG and SVG files under figures/, as in report.md)",
+                                            static)))
+    elif figs or plotly_missing:
+        blocks.append(Block("h2", "Figures"))
+        if plotly_missing:
+            blocks.append(Block("html_only", [Block("notice", "No interactive figures: the `plotly` package is not "
+                                                    f"installed ({interactive.PLOTLY_HINT}); the static figures "
+                                                    "follow.")]))
+        blocks += static
     blocks += [Block("h2", "Runs")] + _tables(sections["Runs"])
     problems = list(ctx.runset.problems)
     if problems:

@@ -1,7 +1,10 @@
-"""Command line: `rlsuite report ROOT --out DIR [options]` (also `python -m reports ...`).
+"""Command line: `rlsuite report ROOT [ROOT ...] [--out DIR] [options]` (also `python -m reports ...`).
 
 The lead's CLI calls `add_arguments(subparser)` and then `main(args)`; `main` returns the
-exit code: 0 on success, 2 on bad input (the message goes to stderr).
+exit code: 0 on success, 2 on bad input (the message goes to stderr). Several roots make a
+compare report (every algorithm labelled by its root's folder name, `reports.load.load_roots`);
+`--out` is then required (a default inside one root would mix a compare report into that
+root's own report folder).
 """
 
 from __future__ import annotations
@@ -24,8 +27,11 @@ STABILITY_FIELDS = tuple(f.name for f in dataclasses.fields(StabilityThresholds)
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the report options to `parser` (defaults are ReportConfig's)."""
     d = ReportConfig()
-    parser.add_argument("root", type=Path, help="report root: run folders (with spec.json) at depth <= 3")
-    parser.add_argument("--out", type=Path, default=None, help="output folder (default: ROOT/report)")
+    parser.add_argument("root", type=Path, nargs="+", metavar="ROOT",
+                        help="report root: run folders (with spec.json) at depth <= 3; several roots (two code "
+                             "versions, two machines) make a compare report, algorithms labelled 'grpo [ROOTNAME]'")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output folder (default: ROOT/report; required with several roots)")
     parser.add_argument("--score", choices=["final", "last-k"], default=d.score,
                         help="final test eval at the matched budget, or the mean of the last k val evals")
     parser.add_argument("--k", type=int, default=d.k, help="evals averaged by --score last-k")
@@ -95,10 +101,14 @@ def main(args: argparse.Namespace) -> int:
         print(f"rlsuite report: error: {exc.name} is not installed; install the report extra: "
               f'pip install -e ".[report]"', file=sys.stderr)
         return 2
+    roots = [Path(r) for r in (args.root if isinstance(args.root, (list, tuple)) else [args.root])]
     try:
+        if len(roots) > 1 and args.out is None:
+            raise ReportError(f"--out is required with several roots (compare mode: {len(roots)} roots given); "
+                              "e.g. --out compare_report")
         cfg = config_from_args(args)
-        out = args.out if args.out is not None else Path(args.root) / "report"
-        path = build_report(args.root, out, cfg)
+        out = args.out if args.out is not None else roots[0] / "report"
+        path = build_report(roots if len(roots) > 1 else roots[0], out, cfg)
     except ReportError as exc:
         print(f"rlsuite report: error: {exc}", file=sys.stderr)
         return 2

@@ -77,9 +77,19 @@ def mean_band(curves: np.ndarray, cfg: ReportConfig) -> tuple[np.ndarray, np.nda
             return mean, mean, mean
         rng = np.random.default_rng(cfg.seed)
         idx = rng.integers(0, len(curves), size=(min(cfg.reps, MAX_BAND_REPS), len(curves)))
-        boot = np.nanmean(curves[idx], axis=1)
         alpha = 100 * (1 - cfg.confidence) / 2
-        low, high = np.nanpercentile(boot, [alpha, 100 - alpha], axis=0)
+        # the NaN-aware reductions only where NaNs are (grid points outside some runs' range):
+        # the same numbers as nanmean/nanpercentile everywhere, several times faster
+        full = ~np.isnan(curves).any(axis=0)
+        boot = np.empty((idx.shape[0], curves.shape[1]))
+        boot[:, full] = curves[:, full][idx].mean(axis=1)
+        if not full.all():
+            boot[:, ~full] = np.nanmean(curves[:, ~full][idx], axis=1)
+        done = ~np.isnan(boot).any(axis=0)
+        low, high = np.full(curves.shape[1], np.nan), np.full(curves.shape[1], np.nan)
+        low[done], high[done] = np.percentile(boot[:, done], [alpha, 100 - alpha], axis=0)
+        if not done.all():
+            low[~done], high[~done] = np.nanpercentile(boot[:, ~done], [alpha, 100 - alpha], axis=0)
     return mean, low, high
 
 
@@ -185,8 +195,12 @@ def passk_figure(task: str, runset: RunSet, scored: Scored, colors: dict, cfg: R
     return Figure(f"passk_{_slug(task)}", f"{task}: pass@k", "Mean over seeds with bootstrap CI bands.", png, files)
 
 
-def profile_figure(scored: Scored, colors: dict, cfg: ReportConfig, out: Path) -> Figure | None:
-    """Performance profiles F(tau) across tasks with pointwise stratified-bootstrap CIs."""
+def profile_frame(scored: Scored, cfg: ReportConfig) -> pd.DataFrame | None:
+    """Performance profiles F(tau) across tasks with pointwise stratified-bootstrap CIs, per
+    algorithm on 101 thresholds spanning the scores (None without finite scores).
+
+    Columns: `algorithm, tau, fraction_above, ci_low, ci_high` (performance_profile.csv).
+    """
     from reports.scores import score_matrix
     s = scored.scores
     vals = s["score"].to_numpy(dtype=float)
@@ -195,24 +209,35 @@ def profile_figure(scored: Scored, colors: dict, cfg: ReportConfig, out: Path) -
         return None
     tasks = sorted(s["task"].unique())
     taus = np.linspace(vals.min() - 1e-9, vals.max() + 1e-9, 101)
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
     rows = []
     for alg in sorted(s["algorithm"].unique()):
         point, low, high = stats.profile_interval(score_matrix(s, alg, tasks), taus, reps=min(cfg.reps, MAX_BAND_REPS),
                                                   confidence=cfg.confidence, seed=cfg.seed)
-        ax.plot(taus, point, color=colors[alg], label=alg)
-        ax.fill_between(taus, low, high, color=colors[alg], alpha=0.15, lw=0)
         rows.append(pd.DataFrame({"algorithm": alg, "tau": taus, "fraction_above": point, "ci_low": low,
                                   "ci_high": high}))
-    atomic_write_text(out / "performance_profile.csv", pd.concat(rows).to_csv(index=False))
+    return pd.concat(rows, ignore_index=True)
+
+
+PROFILE_CAPTION = ("Fraction of (run x task) scores above each threshold, tasks weighted equally; bands: "
+                   "pointwise stratified-bootstrap CIs.")
+
+
+def profile_figure(profile: pd.DataFrame | None, colors: dict, cfg: ReportConfig, out: Path) -> Figure | None:
+    """The performance profiles of `profile_frame` as a figure (and performance_profile.csv)."""
+    if profile is None or profile.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for alg, g in profile.groupby("algorithm", sort=True):
+        ax.plot(g["tau"], g["fraction_above"], color=colors[alg], label=alg)
+        ax.fill_between(g["tau"], g["ci_low"], g["ci_high"], color=colors[alg], alpha=0.15, lw=0)
+    atomic_write_text(out / "performance_profile.csv", profile.to_csv(index=False))
     ax.set_xlabel(r"score threshold $\tau$")
     ax.set_ylabel(r"fraction of runs with score > $\tau$")
     ax.legend(fontsize=7, ncol=2)
     ax.set_title("Performance profiles (all tasks)")
     png, files = save(fig, out, "performance_profile", cfg)
     files = (*files, "performance_profile.csv")
-    return Figure("performance_profile", "Performance profiles", "Fraction of (run x task) scores above each "
-                  "threshold, tasks weighted equally; bands: pointwise stratified-bootstrap CIs.", png, files)
+    return Figure("performance_profile", "Performance profiles", PROFILE_CAPTION, png, files)
 
 
 def _interval(row, name: str, fmt: str) -> str:
@@ -270,8 +295,15 @@ def scaling_figure(task: str, scored: Scored, fits: pd.DataFrame, colors: dict, 
                   f"({cfg.scaling_reps} refits).", png, files)
 
 
-def build_figures(runset: RunSet, scored: Scored, fits: pd.DataFrame, cfg: ReportConfig, out: Path) -> list[Figure]:
-    """Every figure of the report, written under out/figures/."""
+def hex_palette(algorithms: list[str]) -> dict[str, str]:
+    """`palette` as '#rrggbb' strings (report.html's interactive figures use the same colours)."""
+    return {a: matplotlib.colors.to_hex(c) for a, c in palette(algorithms).items()}
+
+
+def build_figures(runset: RunSet, scored: Scored, fits: pd.DataFrame, cfg: ReportConfig, out: Path,
+                  profile: pd.DataFrame | None = None) -> list[Figure]:
+    """Every figure of the report, written under out/figures/ (`profile`: `profile_frame`'s,
+    computed here when not given)."""
     sns.set_theme(style="whitegrid", context="paper")
     colors = palette(scored.scores["algorithm"].unique().tolist())
     figs: list[Figure | None] = []
@@ -279,7 +311,7 @@ def build_figures(runset: RunSet, scored: Scored, fits: pd.DataFrame, cfg: Repor
     for task in tasks:
         figs.append(curves_figure(task, runset, scored, colors, cfg, out))
         figs.append(passk_figure(task, runset, scored, colors, cfg, out))
-    figs.append(profile_figure(scored, colors, cfg, out))
+    figs.append(profile_figure(profile_frame(scored, cfg) if profile is None else profile, colors, cfg, out))
     for task in tasks:
         figs.append(scaling_figure(task, scored, fits, colors, cfg, out))
     return [f for f in figs if f is not None]

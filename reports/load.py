@@ -27,6 +27,13 @@ Frames (one row per ...):
   eval_task, metric, value` (`eval/<eval_task>/<metric>` keys; NaN values dropped).
 - `samples`: sample, the last `samples_per_run` of each run: `run_id, step, split, prompt,
   completion, reward, parsed, gold`.
+
+Compare mode (`load_roots` with several roots, e.g. two code versions or two machines): each
+root is loaded as above and labelled by its folder name (parent folders are added until the
+labels differ); its runs' `algorithm` and `algo` become `grpo [LABEL]`, their run ids
+`LABEL/<run_id>` (two machines running one sweep write the same run ids), and `runs.root`
+holds the label. Everything downstream (cells, pairing by seed, ablation groups) then treats
+the roots' runs as different algorithms.
 """
 
 from __future__ import annotations
@@ -76,6 +83,8 @@ class RunSet:
     """What was skipped or could not be read, one message each."""
     env_warnings: tuple[str, ...] = ()
     """Cells that pool runs from different CPU models or torch versions, one message each."""
+    roots: tuple[tuple[str, str], ...] = ()
+    """Compare mode: (label, path) of each root, in the order given; () for a single root."""
 
 
 def find_run_dirs(root: Path, max_depth: int = 3) -> list[Path]:
@@ -298,3 +307,68 @@ def load_runs(root: Path, *, max_depth: int = 3, samples_per_run: int = 20) -> R
 def spec_value(spec: dict, dotted: str) -> Any:
     """Value of a dotted field (`rollout.prompts_per_step`) in a spec dict, else None."""
     return _dig(spec, *dotted.split("."))
+
+
+def root_labels(roots: list[Path]) -> list[str]:
+    """Labels of several roots: each folder's name, with parent folders prepended (`a/sweep`,
+    `b/sweep`) until no two are equal. Raises ReportError when one root is given twice."""
+    resolved = [Path(r).resolve() for r in roots]
+    seen: dict[Path, Path] = {}
+    for given, res in zip(roots, resolved, strict=True):
+        if res in seen:
+            raise ReportError(f"report root {given} is given twice (as {seen[res]} too); pass each root once")
+        seen[res] = Path(given)
+    parts = [res.parts[1:] or (str(res),) for res in resolved]
+    depth = [1] * len(roots)
+    while True:
+        labels = ["/".join(p[-d:]) for p, d in zip(parts, depth, strict=True)]
+        clash = {lab for lab in labels if labels.count(lab) > 1}
+        if not clash:
+            return labels
+        for i, lab in enumerate(labels):
+            if lab in clash and depth[i] < len(parts[i]):
+                depth[i] += 1
+
+
+def load_roots(roots: list[Path], *, max_depth: int = 3, samples_per_run: int = 20) -> RunSet:
+    """One root: `load_runs`. Several: each loaded and labelled (compare mode, module docstring).
+
+    Raises:
+        ReportError: no root, a root given twice, or any root missing or without readable run
+            folders (the message names that root).
+    """
+    roots = [Path(r) for r in roots]
+    if not roots:
+        raise ReportError("no report root given")
+    if len(roots) == 1:
+        return load_runs(roots[0], max_depth=max_depth, samples_per_run=samples_per_run)
+    labels = root_labels(roots)
+    sets = []
+    for root, label in zip(roots, labels, strict=True):
+        try:
+            sets.append(load_runs(root, max_depth=max_depth, samples_per_run=samples_per_run))
+        except ReportError as exc:
+            raise ReportError(f"compare mode, root [{label}]: {exc}") from None
+    runs, metrics, evals, samples, specs, envs, problems = [], [], [], [], {}, {}, []
+    for rs, label in zip(sets, labels, strict=True):
+        rid = {r: f"{label}/{r}" for r in rs.runs["run_id"]}
+        r = rs.runs.assign(run_id=rs.runs["run_id"].map(rid), algorithm=rs.runs["algorithm"] + f" [{label}]",
+                           algo=rs.runs["algo"] + f" [{label}]", root=label)
+        runs.append(r)
+        for frame, acc in ((rs.metrics, metrics), (rs.evals, evals), (rs.samples, samples)):
+            acc.append(frame.assign(run_id=frame["run_id"].map(rid)))
+        specs.update({rid[k]: v for k, v in rs.specs.items()})
+        envs.update({rid[k]: v for k, v in rs.envs.items()})
+        problems += [f"[{label}] {m}" for m in rs.problems]
+
+    def cat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+        frames = [f for f in frames if len(f)] or frames[:1]
+        return pd.concat(frames, ignore_index=True)
+    runs_f = cat(runs)
+    runs_f["seed"] = pd.Series([s for r in runs for s in r["seed"]], dtype=object)
+    mixed = mixed_env_warnings(runs_f)
+    return RunSet(
+        root=roots[0], runs=runs_f, metrics=cat(metrics), evals=cat(evals), samples=cat(samples),
+        specs=specs, envs=envs, problems=tuple(problems), env_warnings=tuple(mixed),
+        roots=tuple((label, str(root)) for label, root in zip(labels, roots, strict=True)),
+    )

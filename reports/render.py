@@ -1,6 +1,8 @@
 """Rendering: tables to Markdown / LaTeX / HTML / CSV, and whole reports to report.md and a
-self-contained report.html (inline CSS, PNG figures as base64 data URIs, no scripts, no
-external resources). Written by hand: no jinja2, no tabulate.
+self-contained report.html: inline CSS, PNG figures as base64 data URIs, sortable tables (a
+small inline script), and the interactive figures of `reports.interactive` (plotly.js embedded
+once, the figures as one JSON element). Nothing external is referenced or fetched. Written by
+hand: no jinja2, no tabulate.
 """
 
 from __future__ import annotations
@@ -17,19 +19,28 @@ import pandas as pd
 
 from reports.atomic import atomic_write_text
 from reports.figures import Figure
+from reports.interactive import PLOTS_JS, Plot, to_json
 from reports.scores import BASE_LABEL
 from reports.tables import NOT_DISTINGUISHABLE, UNTESTABLE, Table
 
-BlockKind = Literal["h2", "h3", "p", "note", "list", "table", "figure", "pre"]
+BlockKind = Literal["h2", "h3", "p", "note", "list", "table", "figure", "pre", "plot", "html_only", "details",
+                    "notice"]
 
 
 @dataclass(frozen=True)
 class Block:
-    """One piece of a report: a heading, paragraph, footer-style note, bullet list, table, figure
-    or preformatted text."""
+    """One piece of a report: a heading, paragraph, footer-style note, bullet list, table, figure,
+    preformatted text, or, for report.html: an interactive figure (`plot`: a
+    `reports.interactive.Plot`), blocks shown only there (`html_only`: a list of blocks; report.md
+    skips them) or a collapsed section (`details`: (summary, blocks); report.md shows the blocks)."""
 
     kind: BlockKind
     content: Any
+
+
+def section_id(title: str) -> str:
+    """The anchor of an h2 section in report.html (`sec-<slug>`)."""
+    return "sec-" + "".join(c if c.isalnum() else "-" for c in title.lower()).strip("-")
 
 
 # --- cell formatting ------------------------------------------------------------------
@@ -109,13 +120,40 @@ def to_latex(table: Table) -> str:
     ])
 
 
+def _sort_key(value: Any) -> str | None:
+    """The raw number a sortable column orders by (`data-v`; "" = missing, sorted last); None for
+    text and booleans."""
+    if value is None or value is pd.NA:
+        return ""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return None
+    v = float(value)
+    return "" if math.isnan(v) else repr(v) if math.isfinite(v) else ("1e999" if v > 0 else "-1e999")
+
+
 def to_html_table(table: Table) -> str:
-    """An HTML <table> (escaped) followed by its footer."""
+    """A sortable HTML <table> (escaped; numeric cells carry their raw value in `data-v`, marked
+    cells the class `best`), the meaning of the marks, and the footer."""
     d = display(table)
     if not len(d):
         body = "<p class='empty'>(no rows)</p>"
     else:
-        body = d.to_html(index=False, escape=True, border=0, classes="tbl", na_rep="n/a")
+        head = "".join(f"<th>{html.escape(str(c))}</th>" for c in d.columns)
+        rows = []
+        raw = table.frame.reset_index(drop=True)
+        for i, row in enumerate(d.itertuples(index=False)):
+            cells = []
+            for col, text in zip(d.columns, row, strict=True):
+                key = _sort_key(raw.at[i, col])
+                attrs = "" if key is None else f" data-v='{key}'"
+                if (i, col) in table.marked:
+                    attrs += " class='best'"
+                cells.append(f"<td{attrs}>{html.escape(str(text))}</td>")
+            rows.append("<tr>" + "".join(cells) + "</tr>")
+        body = (f"<table class='tbl sortable'><thead><tr>{head}</tr></thead><tbody>" + "".join(rows)
+                + "</tbody></table>")
+        if table.marked and table.mark_note:
+            body += f"<p class='marks'><span class='best'>bold</span>: {_inline(table.mark_note)}</p>"
     return body + (f"<p class='footer'>{html.escape(table.footer)}</p>" if table.footer else "")
 
 
@@ -249,13 +287,15 @@ def verdict_footer(verdicts: pd.DataFrame, confidence: float) -> str:
 def render_markdown(title: str, blocks: list[Block]) -> str:
     """report.md: figures are linked as relative paths (figures/<name>.png)."""
     parts = [f"# {title}\n"]
-    for b in blocks:
+    for b in _flatten_md(blocks):
         if b.kind in ("h2", "h3"):
             parts.append(("## " if b.kind == "h2" else "### ") + b.content + "\n")
         elif b.kind == "p":
             parts.append(b.content + "\n")
         elif b.kind == "note":
             parts.append(f"*{b.content}*\n")
+        elif b.kind == "notice":
+            parts.append(f"> **Note:** {b.content}\n")
         elif b.kind == "list":
             parts.append("\n".join(f"- {item}" for item in b.content) + "\n")
         elif b.kind == "table":
@@ -270,6 +310,17 @@ def render_markdown(title: str, blocks: list[Block]) -> str:
     return "\n".join(parts)
 
 
+def _flatten_md(blocks: list[Block]) -> list[Block]:
+    """report.md's blocks: `html_only` and `plot` dropped, `details` opened."""
+    out = []
+    for b in blocks:
+        if b.kind == "details":
+            out += _flatten_md(b.content[1])
+        elif b.kind not in ("html_only", "plot"):
+            out.append(b)
+    return out
+
+
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;max-width:1200px;
 margin:2em auto;padding:0 1em;color:#222;line-height:1.45}
@@ -281,12 +332,57 @@ p.footer{font-size:12px;color:#555;font-style:italic}figure{margin:1em 0}
 figure img{max-width:100%;border:1px solid #ddd}figcaption{font-size:12px;color:#555}
 pre{background:#f7f7f7;padding:.7em;overflow-x:auto;font-size:12px}.empty{color:#777}
 section.table{overflow-x:auto}
+table.sortable th{cursor:pointer;user-select:none}table.sortable th:hover{background:#e2e2e2}
+table.sortable th[data-sort=asc]::after{content:" \\25B2"}table.sortable th[data-sort=desc]::after{content:" \\25BC"}
+td.best,span.best{font-weight:700;background:#eef5ff}p.marks{font-size:12px;color:#333;margin:.2em 0}
+figure.plot{margin:1.2em 0}.plot-controls{font-size:13px;margin:.2em 0 .4em}.plot-controls label{margin-right:1.2em}
+.plotly-div{min-height:200px}details>summary{cursor:pointer;font-weight:600;margin:.8em 0}
+p.notice{background:#fff6e0;border:1px solid #e5c07b;padding:.5em .8em}nav.toc{font-size:13px;margin:.5em 0}
 """
+
+TABLES_JS = r"""
+(function () {
+  "use strict";
+  [].forEach.call(document.querySelectorAll("table.sortable"), function (table) {
+    var body = table.tBodies[0], heads = table.tHead.rows[0].cells;
+    [].forEach.call(body.rows, function (r, i) { r.setAttribute("data-i", i); });
+    [].forEach.call(heads, function (th, col) {
+      th.title = "click to sort (again: reverse, a third time: original order)";
+      th.addEventListener("click", function () {
+        var dir = {"": "asc", asc: "desc", desc: ""}[th.getAttribute("data-sort") || ""];
+        [].forEach.call(heads, function (h) { h.removeAttribute("data-sort"); });
+        if (dir) th.setAttribute("data-sort", dir);
+        var rows = [].slice.call(body.rows);
+        var numeric = rows.every(function (r) { return r.cells[col].hasAttribute("data-v"); });
+        function key(r) {
+          var c = r.cells[col];
+          if (!numeric) return c.textContent;
+          var v = c.getAttribute("data-v");
+          return v === "" ? null : parseFloat(v);
+        }
+        rows.sort(function (a, b) {
+          if (!dir) return a.getAttribute("data-i") - b.getAttribute("data-i");
+          var x = key(a), y = key(b);
+          if (x === null || y === null) return (x === null) - (y === null);
+          var c = numeric ? x - y : String(x).localeCompare(String(y), undefined, {numeric: true});
+          return dir === "asc" ? c : -c;
+        });
+        rows.forEach(function (r) { body.appendChild(r); });
+      });
+    });
+  });
+})();
+"""
+"""Sortable tables: click a header to sort by it (numbers by their raw value, missing last)."""
 
 
 def _html_block(b: Block) -> str:
-    if b.kind in ("h2", "h3"):
-        return f"<{b.kind}>{html.escape(b.content)}</{b.kind}>"
+    if b.kind == "h2":
+        return f"<h2 id='{section_id(b.content)}'>{html.escape(b.content)}</h2>"
+    if b.kind == "h3":
+        return f"<h3>{html.escape(b.content)}</h3>"
+    if b.kind == "notice":
+        return f"<p class='notice'>{_inline(b.content)}</p>"
     if b.kind == "p":
         return f"<p>{_inline(b.content)}</p>"
     if b.kind == "note":
@@ -302,7 +398,30 @@ def _html_block(b: Block) -> str:
         data = base64.b64encode(fig.png).decode("ascii")
         return (f"<figure id='{html.escape(fig.name)}'><img alt='{html.escape(fig.title)}' "
                 f"src='data:image/png;base64,{data}'><figcaption>{html.escape(fig.caption)}</figcaption></figure>")
+    if b.kind == "plot":
+        p: Plot = b.content
+        return (f"<figure class='plot' id='{html.escape(p.name)}-figure'><div class='plot-controls'></div>"
+                f"<div class='plotly-div' id='{html.escape(p.name)}' data-kind='{p.kind}'></div>"
+                f"<figcaption>{_inline(p.caption)}</figcaption></figure>")
+    if b.kind == "html_only":
+        return "\n".join(_html_block(c) for c in b.content)
+    if b.kind == "details":
+        summary, inner = b.content
+        return (f"<details><summary>{html.escape(summary)}</summary>\n"
+                + "\n".join(_html_block(c) for c in inner) + "\n</details>")
     return f"<pre>{html.escape(b.content)}</pre>"
+
+
+def _plots(blocks: list[Block]) -> list[Plot]:
+    out = []
+    for b in blocks:
+        if b.kind == "plot":
+            out.append(b.content)
+        elif b.kind == "html_only":
+            out += _plots(b.content)
+        elif b.kind == "details":
+            out += _plots(b.content[1])
+    return out
 
 
 def _inline(text: str) -> str:
@@ -311,10 +430,23 @@ def _inline(text: str) -> str:
     return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
 
 
-def render_html(title: str, blocks: list[Block]) -> str:
-    """report.html: one file, inline CSS, figures embedded as base64 PNG."""
+def render_html(title: str, blocks: list[Block], plotly_js: str | None = None) -> str:
+    """report.html: one file, inline CSS, figures embedded as base64 PNG, sortable tables and,
+    when `plotly_js` is given, the interactive figures (the library once, then every figure's
+    JSON in one element and the script that draws them)."""
     body = "\n".join(_html_block(b) for b in blocks)
+    toc = " · ".join(f"<a href='#{section_id(b.content)}'>{html.escape(b.content)}</a>" for b in blocks
+                     if b.kind == "h2")
+    plots = _plots(blocks)
+    scripts = f"<script>{TABLES_JS}</script>"
+    if plots:
+        if plotly_js is None:
+            raise ValueError("interactive figures need plotly_js (reports.interactive.plotly_js())")
+        specs = {p.name: {"kind": p.kind, "spec": p.spec} for p in plots}
+        scripts += (f"\n<script>{plotly_js}</script>\n<script type='application/json' id='rlsuite-plots'>"
+                    f"{to_json(specs)}</script>\n<script>{PLOTS_JS}</script>")
     return (f"<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
             f"<meta name='viewport' content='width=device-width, initial-scale=1'>"
             f"<title>{html.escape(title)}</title><style>{CSS}</style></head>\n"
-            f"<body><h1>{html.escape(title)}</h1>\n{body}\n</body></html>\n")
+            f"<body><h1>{html.escape(title)}</h1>\n<nav class='toc'>{toc}</nav>\n{body}\n{scripts}\n"
+            "</body></html>\n")

@@ -52,6 +52,10 @@ class Table:
     percent: tuple[str, ...] = ()
     """Columns shown x100 (percentage points) in md/html/tex; the CSV keeps raw values."""
     columns_explained: dict[str, str] = field(default_factory=dict)
+    marked: frozenset[tuple[int, str]] = frozenset()
+    """(row position, column) cells that report.html marks (bold): not separated from the best."""
+    mark_note: str = ""
+    """What a marked cell means (printed under the table in report.html)."""
 
 
 def _budget(g: pd.DataFrame) -> tuple[str, float | str]:
@@ -121,6 +125,11 @@ AGGREGATE_COLUMNS = ("algorithm", "n_tasks", "n_runs", "mean", "mean_ci_low", "m
                      "stable_k", "stable_n")
 
 
+AGGREGATE_EXTRA_COLUMNS = ("median_ci_low", "median_ci_high", "optimality_gap_ci_low", "optimality_gap_ci_high")
+"""The median's and optimality gap's intervals (stratified percentile bootstrap, from the same
+bootstrap as the table's): computed with the table, drawn in report.html's interval estimates."""
+
+
 def _aggregate_row(label: str, matrix: np.ndarray, cfg: ReportConfig, stable: tuple) -> dict:
     ints = stats.stratified_interval(matrix, ("mean", "iqm", "median", "optimality_gap"),
                                      reps=cfg.reps, confidence=cfg.confidence, seed=cfg.seed, method=cfg.ci)
@@ -129,15 +138,19 @@ def _aggregate_row(label: str, matrix: np.ndarray, cfg: ReportConfig, stable: tu
             "mean": ints["mean"].point, "mean_ci_low": ints["mean"].low, "mean_ci_high": ints["mean"].high,
             "iqm": ints["iqm"].point, "iqm_ci_low": ints["iqm"].low, "iqm_ci_high": ints["iqm"].high,
             "median": ints["median"].point, "optimality_gap": ints["optimality_gap"].point,
-            "stable_k": stable[0], "stable_n": stable[1]}
+            "stable_k": stable[0], "stable_n": stable[1],
+            "median_ci_low": ints["median"].low, "median_ci_high": ints["median"].high,
+            "optimality_gap_ci_low": ints["optimality_gap"].low,
+            "optimality_gap_ci_high": ints["optimality_gap"].high}
 
 
-def aggregate_table(scored: Scored, cfg: ReportConfig) -> pd.DataFrame:
+def aggregate_table(scored: Scored, cfg: ReportConfig, *, intervals: bool = False) -> pd.DataFrame:
     """Per algorithm across tasks: mean and IQM with stratified CIs (rliable; `cfg.ci` via
     `stats.stratified_method`), median over tasks of the per-task mean, optimality gap.
 
     Tasks are weighted equally; an algorithm missing a task is aggregated over the tasks it
-    has (see `n_tasks`). Starts with the base (step 0) row. Columns: `AGGREGATE_COLUMNS`.
+    has (see `n_tasks`). Starts with the base (step 0) row. Columns: `AGGREGATE_COLUMNS`, then
+    `AGGREGATE_EXTRA_COLUMNS` with `intervals=True` (the table itself leaves them out).
     """
     s = scored.scores
     tasks = sorted(s["task"].unique())
@@ -149,9 +162,31 @@ def aggregate_table(scored: Scored, cfg: ReportConfig) -> pd.DataFrame:
     for alg, g in s.groupby("algorithm", sort=True):
         rows.append(_aggregate_row(alg, score_matrix(s, alg, tasks), cfg,
                                    (int(g["stable"].sum()), len(g))))
-    out = pd.DataFrame(rows, columns=list(AGGREGATE_COLUMNS))
+    out = pd.DataFrame(rows, columns=list(AGGREGATE_COLUMNS + AGGREGATE_EXTRA_COLUMNS))
     head, rest = out[out["algorithm"] == BASE_LABEL], out[out["algorithm"] != BASE_LABEL]
-    return pd.concat([head, rest.sort_values("iqm", ascending=False)], ignore_index=True)
+    out = pd.concat([head, rest.sort_values("iqm", ascending=False)], ignore_index=True)
+    return out if intervals else out[list(AGGREGATE_COLUMNS)]
+
+
+def not_separated(frame: pd.DataFrame, col: str, low: str, high: str, group: str | None = None,
+                  skip: tuple[str, ...] = (BASE_LABEL,)) -> frozenset[tuple[int, str]]:
+    """Cells (row position, `col`) whose interval [low, high] overlaps that of the best (highest
+    `col`) row of its `group` (all rows when None), the best included; rows labelled in `skip`
+    and rows without an interval are never marked (nor chosen as the best)."""
+    out: set[tuple[int, str]] = set()
+    f = frame.reset_index(drop=True)
+    keys = f[group] if group else pd.Series(0, index=f.index)
+    for _, g in f.groupby(keys, sort=False):
+        g = g[~g["algorithm"].isin(skip)]
+        vals = pd.to_numeric(g[col], errors="coerce")
+        lo, hi = pd.to_numeric(g[low], errors="coerce"), pd.to_numeric(g[high], errors="coerce")
+        ok = vals.notna() & lo.notna() & hi.notna()
+        if not ok.any():
+            continue
+        best = vals[ok].idxmax()
+        overlap = ok & (hi >= lo[best]) & (lo <= hi[best])
+        out |= {(int(i), col) for i in g.index[overlap.to_numpy()]}
+    return frozenset(out)
 
 
 def choose_reference(aggregate: pd.DataFrame, cfg: ReportConfig) -> str | None:
