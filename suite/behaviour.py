@@ -22,13 +22,14 @@ class BehaviourSync:
         if rollout.mismatch != "none":
             engine.load_weights(self.behaviour_state(model.state_dict(), 0), 0)
 
-    def behaviour_state(self, state: dict, version: int) -> dict:
-        """The weights the engine samples with: the policy's, through the mismatch knob."""
+    def behaviour_state(self, state: dict, version: int, gen=None) -> dict:
+        """The weights the engine samples with: the policy's, through the mismatch knob (``gen``:
+        the version's noise generator, passed on when ``state`` comes in parts, in order)."""
         r = self.r
         if r.mismatch == "none":
             return state
         out = {}
-        gen = torch.Generator().manual_seed(seed_for(self.seed, "mismatch", version))
+        gen = gen if gen is not None else torch.Generator().manual_seed(seed_for(self.seed, "mismatch", version))
         for k, v in state.items():
             if not v.is_floating_point():
                 out[k] = v
@@ -48,6 +49,11 @@ class BehaviourSync:
             for old in [v for v in self.history if v < target]:
                 del self.history[old]
             if target != self.engine.version or r.staleness == 0:
-                self.engine.load_weights(self.behaviour_state(self.history[target], target), target)
+                self.load(self.history[target], target)
         elif u - self.engine.version > r.staleness:
-            self.engine.load_weights(self.behaviour_state(self.model.state_dict(), u), u)
+            self.load(self.model.state_dict(), u)
+
+    def load(self, state: dict, version: int) -> None:
+        """Load the policy weights ``state`` of ``version`` into the engine, through the mismatch
+        knob (sharded training gathers them layer by layer: :class:`suite.sharding.ShardedBehaviour`)."""
+        self.engine.load_weights(self.behaviour_state(state, version), version)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -34,6 +35,21 @@ def _add_spec_args(p: argparse.ArgumentParser, run: bool = True) -> None:
         p.add_argument("--budget", action="append", default=[], metavar="KEY=VALUE",
                        help=f"budget limit, keys: {', '.join(BUDGET_KEYS)}; repeatable")
         p.add_argument("--out", default="runs", help="output root; the run goes to OUT/<run_id>/ (default runs/)")
+        add_log_argument(p)
+
+
+def add_log_argument(p: argparse.ArgumentParser) -> None:
+    """``--log NAME`` (repeatable, or comma-separated): the experiment trackers, ``train.log``."""
+    from suite.trackers import TRACKERS
+
+    p.add_argument("--log", action="append", default=[], metavar="NAME",
+                   help=f"also log to an experiment tracker: {', '.join(TRACKERS)} (train.log; repeatable; "
+                        f"needs its extra, e.g. pip install -e '.[wandb]'; not in the run id)")
+
+
+def log_names(values: Sequence[str]) -> list[str]:
+    """The tracker names of ``--log`` values (``--log a --log b,c``), in order, once each."""
+    return list(dict.fromkeys(n.strip() for v in values for n in str(v).split(",") if n.strip()))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,8 +90,15 @@ def _spec_from_args(args, algo: Optional[str], budgets: Sequence[str] = ()):
 
     configs = [load_yaml_config(f) for f in args.config]
     sets = [parse_assignment(s, "--set") for s in args.set]
+    if getattr(args, "log", None):  # --log: train.log (later than --set)
+        sets.append(("train.log", log_names(args.log)))
     bud = [parse_assignment(b, "--budget") for b in budgets]
-    return resolve(args.task, algo, args.model, getattr(args, "seed", None), configs, sets, bud)
+    try:
+        return resolve(args.task, algo, args.model, getattr(args, "seed", None), configs, sets, bud)
+    except BadInput as e:
+        if not getattr(args, "log", None):
+            raise
+        raise BadInput([re.sub(r"^train\.log\[\d+\]:", "--log:", p) for p in e.problems]) from None
 
 
 def cmd_run(args) -> int:

@@ -289,6 +289,23 @@ class TrainConfig:
     each generates and trains on a shard of every batch and gradients are summed, so the run
     equals the one-process run with the same global batch up to float summation order (needs
     ``rollout.rng=row``). Not in the run id, so a run may resume with another world size."""
+    shard: Literal["none", "fsdp"] = "none"
+    """``fsdp``: the policy, critic, reference and their optimizer state are sharded across the
+    ``world_size`` ranks (FSDP2 ``fully_shard`` per decoder layer plus the root; gradients
+    reduce-scattered as sums; :mod:`suite.sharding`), checkpoints written with
+    torch.distributed.checkpoint. The same run as ``none`` up to float summation order, like
+    ``world_size``: not in the run id (a sharded run may resume on another world size)."""
+    shard_precision: Literal["fp32", "bf16"] = "fp32"
+    """``shard=fsdp``: the parameters' dtype in the sharded forward/backward (FSDP2
+    ``MixedPrecisionPolicy``): ``bf16`` all-gathers and computes in bfloat16 and reduces
+    gradients in fp32 (fp32 master weights and optimizer state); use it where the device
+    supports bf16 (CUDA). Changes results: in the run id when set."""
+    activation_checkpointing: bool = False
+    """``shard=fsdp``: recompute each decoder layer's activations in the backward
+    (``torch.utils.checkpoint``, non-reentrant). Same math: not in the run id."""
+    shard_offload: bool = False
+    """``shard=fsdp`` on CUDA: keep the sharded parameters, gradients and optimizer state in CPU
+    memory and step the optimizer there (FSDP2 ``CPUOffloadPolicy``). Not in the run id."""
     is_correction: Literal["none", "token_tis", "seq_tis", "geo_tis", "token_mis", "seq_mis", "geo_mis",
                            "token_reject", "seq_reject", "geo_reject"] = "none"
     """Training–inference mismatch correction from μ (the engine) to π_old (the trainer), for every
@@ -303,10 +320,39 @@ class TrainConfig:
     least one response token (``skip``; :mod:`suite.aggregation`). In the run id when set."""
     is_high: float = 2.0
     """Upper bound of the ratio for ``is_correction`` (verl's default 2.0; TRL's is 3.0)."""
+    log: tuple[Literal["tensorboard", "wandb", "mlflow"], ...] = ()
+    """Experiment trackers that receive every ``metrics.jsonl`` row and the ``eval/*`` values of
+    every ``evals.jsonl`` row at the row's step, on rank 0 (:mod:`suite.trackers`; ``rlsuite run
+    --log NAME``, repeatable): ``tensorboard`` (event files), ``wandb`` (Weights & Biases;
+    ``WANDB_MODE=offline`` writes a local run for ``wandb sync``), ``mlflow``. Each needs its extra
+    (``pip install -e ".[wandb]"``); a tracker that fails warns once on stderr and is switched off,
+    the run goes on (the JSONL files stay the record). Not in the run id."""
+    log_dir: Optional[str] = None
+    """Where the trackers write: ``None``, inside the run folder (``tensorboard/``, ``wandb/``,
+    ``mlruns/``); a folder shared by many runs: ``<log_dir>/<run_id>/`` (TensorBoard, so
+    ``tensorboard --logdir <log_dir>`` shows them side by side), ``<log_dir>/wandb/`` and the MLflow
+    file store ``<log_dir>/mlruns``. Not in the run id."""
+    log_project: str = "rlsuite"
+    """The W&B project, and the MLflow experiment of a run outside a sweep (a sweep's runs go to
+    the experiment named after the sweep and form the W&B group of that name). Not in the run id."""
+    mlflow_uri: Optional[str] = None
+    """MLflow tracking URI (a server ``http://host:5000``, ``sqlite:///mlflow.db`` with the full
+    ``mlflow`` package, ``file:///path``); ``None``: the local file store ``mlruns/`` of
+    ``log_dir`` (mlflow-skinny has no SQLite backend; MLflow 3 keeps the file store in maintenance
+    mode behind ``MLFLOW_ALLOW_FILE_STORE``, which rlsuite sets to true for a file store unless it
+    is set). Not in the run id."""
+    progress: Literal["auto", "bar", "lines", "off"] = "auto"
+    """Progress on stderr (:mod:`suite.progress`, rank 0): ``bar``, one line redrawn in place
+    (budget %, step, reward mean, throughput, ETA); ``lines``, the same as a plain line every
+    ``progress_every_s`` (logs); ``auto``, a bar on a terminal and lines otherwise; each eval is a
+    line of its own (``off``: nothing). Also the warm start's SFT loop. Not in the run id."""
+    progress_every_s: float = 30.0
+    """Seconds between two progress lines of ``progress=lines``. Not in the run id."""
 
     ranges: ClassVar[dict[str, str]] = {
         "epochs": "[1, inf)", "minibatches": "[1, inf)", "micro_batch_size": "[0, inf)", "num_threads": "[1, inf)",
-        "checkpoint_every": "[0, inf)", "world_size": "[1, inf)", "is_low": "[0, inf)", "is_high": "(0, inf)"}
+        "checkpoint_every": "[0, inf)", "world_size": "[1, inf)", "is_low": "[0, inf)", "is_high": "(0, inf)",
+        "progress_every_s": "(0, inf)"}
 
 
 def available_cores() -> int:
@@ -390,7 +436,8 @@ class EvalConfig:
 
 LATER_DEFAULTS = {"rollout": {"rng": "batch"}, "task": {"style": "bare"},
                   "train": {"autocast": "none", "share_prefix": False, "compile": False, "bucket_by_length": False,
-                            "is_correction": "none", "is_low": 0.0, "is_high": 2.0, "empty_rows": "count"},
+                            "is_correction": "none", "is_low": 0.0, "is_high": 2.0, "empty_rows": "count",
+                            "shard_precision": "fp32"},
                   "optim": {"fused": False}, "algo": {"kl_target": None, "kl_horizon": 10000}}
 """Settings (by section) added after runs existed: at their defaults they stay out of the run id
 (and a spec.json written before them, which lacks them, matches a spec at the defaults)."""
@@ -410,10 +457,14 @@ ALIASES: dict[str, tuple[str, ...]] = {"clip_eps": ("clip_eps_low", "clip_eps_hi
 (``--set``, ``--config``, sweeps, old ``spec.json`` documents) by every class that has all of its
 new fields, with a deprecation message printed once per process; a new field given as well wins."""
 
-NOT_IN_ID = {"train": ("checkpoint_every", "keep_checkpoint", "world_size"), "rollout": ("vllm_gpu_memory",)}
+NOT_IN_ID = {"train": ("checkpoint_every", "keep_checkpoint", "world_size", "shard", "activation_checkpointing",
+                       "shard_offload", "log", "log_dir", "log_project",
+                       "mlflow_uri", "progress", "progress_every_s"),
+             "rollout": ("vllm_gpu_memory",)}
 """Settings that do not change results: checkpointing and what a completed run keeps of it, the
 data-parallel width (the same run by construction, ``suite/distributed.py``; a run may resume
-with another one) and a resource setting. (``eval.save_samples`` only chooses what is logged
+with another one), a resource setting, and what is reported where (experiment trackers, progress
+output). (``eval.save_samples`` only chooses what is logged
 too, but it was in every run id from the start: leaving it out now would change them all.)"""
 
 LABELS = ("sweep", "factors", "tuning")
@@ -557,7 +608,10 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
     origin = typing.get_origin(tp)
     bad = BadInput(f"{where}: expected {_type_name(tp)}, got {value!r}")
     if origin is Literal:
-        if value in typing.get_args(tp):
+        if isinstance(value, bool):  # YAML 1.1 reads on/off/yes/no as booleans: the option of that spelling
+            value = next((a for a in typing.get_args(tp) if isinstance(a, str)
+                          and a.lower() in (("on", "yes", "true") if value else ("off", "no", "false"))), value)
+        if value in typing.get_args(tp) and not isinstance(value, bool):
             return value
         raise BadInput(f"{where}: {value!r} is not valid; valid: {', '.join(map(str, typing.get_args(tp)))}")
     if origin in (typing.Union, types.UnionType):
@@ -718,6 +772,20 @@ def check_ranges(spec: RunSpec) -> list[str]:
     if t.world_size > 1 and r.rng != "row":
         e.append(f"train.world_size={t.world_size} needs rollout.rng=row (samples that do not depend on how "
                  f"rows are split across processes), got rollout.rng={r.rng}; valid: row (batch: world_size 1 only)")
+    if t.shard == "none" and (t.shard_precision != "fp32" or t.activation_checkpointing or t.shard_offload):
+        e.append("train.shard_precision, train.activation_checkpointing and train.shard_offload apply to sharded "
+                 "runs only; set train.shard=fsdp (valid train.shard: none, fsdp)")
+    if t.shard != "none" and (t.share_prefix or t.compile):
+        e.append(f"train.shard={t.shard} runs the HF forward (the functional forward of train.share_prefix / "
+                 f"train.compile reads unsharded weights); turn train.share_prefix and train.compile off")
+    if t.shard != "none" and spec.optim.fused:
+        e.append(f"train.shard={t.shard} steps AdamW on sharded parameters (foreach); set optim.fused=false")
+    if t.shard != "none" and r.engine in ("hf", "vllm"):
+        e.append(f"train.shard={t.shard} syncs full weights into the rollout engine layer by layer (the kv sampler "
+                 f"family); rollout.engine={r.engine} is not supported with it; valid: auto, kv, native, onednn, s3r")
+    if t.shard_offload and t.device == "cpu":
+        e.append("train.shard_offload keeps sharded state in CPU memory while training on a GPU; with "
+                 "train.device=cpu everything is there already: set train.shard_offload=false")
     if r.rng == "row" and r.engine not in ("auto", "kv", "native", "onednn"):
         e.append(f"rollout.rng=row is implemented by the kv sampler, not rollout.engine={r.engine}; "
                  f"valid rollout.engine with rng=row: auto, kv, native, onednn")

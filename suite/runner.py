@@ -233,6 +233,7 @@ def _execute(spec: RunSpec, out: Path, run_dir: Path, world, claim: _Claim,
     import algorithms  # noqa: F401
     import tasks  # noqa: F401
     from algorithms.base import ALGORITHMS
+    from suite import progress
     from suite.distributed import launch_local
     from suite.models import load_model
     from suite.trainer import Trainer
@@ -264,10 +265,11 @@ def _execute(spec: RunSpec, out: Path, run_dir: Path, world, claim: _Claim,
     torch.set_num_threads(threads)
     task = TASKS.get(spec.task.name)(spec.task)
     algo = ALGORITHMS.get(spec.algo.name)(spec.algo)
-    model, tok, embedded = load_model(spec.model)
     warm = {}
-    if embedded and spec.model.warm_start == "task":
-        warm = warm_started(task, model, tok, spec.model.name, threads)
+    with progress.using(spec.train.progress if world.main else "off", spec.train.progress_every_s):  # their loops
+        model, tok, embedded = load_model(spec.model)  # (a pinned model's sha256 check)
+        if embedded and spec.model.warm_start == "task":
+            warm = warm_started(task, model, tok, spec.model.name, threads)  # (an SFT built here)
     trainer = None
     try:
         trainer = Trainer(spec, run_dir, task, algo, model, tok)  # validates capabilities and splits

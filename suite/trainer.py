@@ -31,6 +31,15 @@ Data parallelism (``train.world_size`` > 1, :mod:`suite.distributed`): every ran
 same state and the same full batch; generation (2) and the update (6) are sharded by rows
 (records all-gathered, gradients all-reduced with the global normaliser's weights); scoring
 passes (4) run on the full batch; rank 0 alone writes the run folder and evaluates.
+
+Sharded training (``train.shard=fsdp``, :mod:`suite.sharding`): the same loop over the same
+row shards, with the policy, critic, reference and optimizer state sharded across the ranks by
+FSDP2 (gradients reduce-scattered as sums instead of one all-reduce; every rank runs as many
+micro-batches, padding with weight-0 copies); the engine receives full weights gathered one
+layer at a time; checkpoints are torch.distributed.checkpoint shards plus rank 0's counters.
+
+Rank 0 also copies every metrics and eval row to the experiment trackers of ``train.log``
+(:mod:`suite.trackers`) and prints progress on stderr (:mod:`suite.progress`).
 """
 
 from __future__ import annotations
@@ -67,12 +76,14 @@ from suite.mismatch_correction import correction
 from suite.models import Critic, non_embedding_params
 from suite.ops import masked_mean
 from suite.policy import policy_forward
+from suite.progress import RunProgress
 from suite.prompts import encode_prompt, encode_text, seed_for  # noqa: F401  (their old import path)
 from suite.rollout_stage import RolloutStage
 from suite.runfolder import ReadOnlyFolder, RunFolder, now_iso
 from suite.step_metrics import merge as _merge
 from suite.step_metrics import rollout_metrics, s_kl
 from suite.stop import stop_ids
+from suite.trackers import Trackers
 from suite.types import Batch, Rollout, cat_rollouts, real_width
 from suite.update_plan import computed_positions, lr_factor, micro_batches
 
@@ -111,6 +122,12 @@ class Trainer:
             with torch.random.fork_rng(devices=[]):  # the critic's initial weights depend on the seed only
                 torch.manual_seed(seed_for(spec.seed, "critic") % 2**63)
                 self.critic = Critic(self.model, algo.critic or spec.model.critic).to(self.device)
+        self.shard = None  # train.shard=fsdp: the models sharded across the ranks (suite/sharding.py)
+        if t.shard != "none":
+            from suite.sharding import Sharding
+
+            self.shard = Sharding(t, self.device, self.world)
+            self.shard.apply(self)
         groups = [{"params": [p for p in self.model.parameters() if p.requires_grad], "lr": spec.optim.lr}]
         if self.critic is not None:
             groups.append({"params": list(self.critic.parameters()), "lr": spec.optim.critic_lr})
@@ -132,6 +149,8 @@ class Trainer:
         self.rollouts = RolloutStage(r, spec.model.chat_template, spec.seed, task, self.splits, tokenizer, self.engine,
                                      algo, self.needs, self.world, self.budget, self.P, self._note_grade_errors,
                                      self.stop_ids)
+        self.trackers = Trackers.for_run(spec, run_dir, self.world.main)  # train.log (suite/trackers.py), rank 0
+        self.progress_out = RunProgress(t, self.budget, self.world.main)  # stderr progress (suite/progress.py)
 
     def _update_fields(self) -> frozenset[str]:
         """The fields the training forward computes for this algorithm (besides logp)."""
@@ -369,8 +388,8 @@ class Trainer:
                 plan = self._micro_batches(mb)  # every rank's micro-batches (rows of mb)
                 computed += computed_positions(self.model, mb, plan, opts["prompt_width"], want, t.bucket_by_length)
                 nonfinite = None
-                for rows in plan[self.world.rank]:
-                    mic, w = mb.select(rows), w_all[rows]
+                for rows, live in self._rank_micro_batches(plan):
+                    mic, w = mb.select(rows), w_all[rows] if live else torch.zeros_like(w_all[rows])
                     if t.bucket_by_length:  # drop the micro-batch's trailing padding columns
                         width = real_width(mic.attn_mask)
                         mic, w = mic.trim(width), w[:, :width]
@@ -400,6 +419,8 @@ class Trainer:
                         m["loss/value"] = vl.detach()
                     m["loss/total"] = total.detach()
                     m["stats/entropy"] = masked_mean(fwd.entropy.detach(), mic.loss_mask)
+                    if self.shard is not None and not self.shard.all_finite(bool(torch.isfinite(total))):
+                        raise Diverged(f"non-finite loss at step {self.step_no} on a sharded rank")  # agreed
                     if not torch.isfinite(total):  # data-parallel: all ranks learn of it at the all-reduce
                         nonfinite = f"non-finite loss at step {self.step_no} (loss/total={float(total.detach())})"
                         if not self.world.active:
@@ -407,7 +428,7 @@ class Trainer:
                     else:
                         total.backward()
                     share = float(w.sum())  # this micro-batch's share of the normaliser
-                    for k, v in m.items():
+                    for k, v in (m.items() if live else ()):
                         acc.setdefault(k, []).append((float(v), share))
                 acc.setdefault("stats/grad_norm", []).append((self._clip_and_step(nonfinite), 1.0))
                 self.budget.charge("updates", 1)
@@ -429,8 +450,18 @@ class Trainer:
         """Per rank, the row indices of its micro-batches of ``mb`` (:func:`suite.update_plan.micro_batches`)."""
         return micro_batches(mb, self.world.size, self.spec.train)
 
+    def _rank_micro_batches(self, plan: list[list[torch.Tensor]]) -> list[tuple[torch.Tensor, bool]]:
+        """This rank's micro-batches as (rows, live); sharded, every rank runs as many (each
+        forward/backward is a collective): a short rank pads with weight-0 copies of a real one."""
+        mine = [(rows, True) for rows in plan[self.world.rank]]
+        if self.shard is None:
+            return mine
+        n = max(len(p) for p in plan)
+        pad = next(rows for p in plan for rows in p)
+        return mine + [(pad, False)] * (n - len(mine))
+
     def _clip_and_step(self, nonfinite: Optional[str] = None) -> float:
-        if self.world.active:  # sum the ranks' shares of the minibatch gradient (global weights)
+        if self.world.active and self.shard is None:  # sum the ranks' shares of the minibatch gradient (global weights)
             params = [p for g in self.opt.param_groups for p in g["params"]]
             if self.world.all_reduce_grads(params, flag=float(nonfinite is not None)):
                 raise Diverged(nonfinite or f"non-finite loss on another data-parallel rank at step {self.step_no}")
@@ -438,7 +469,8 @@ class Trainer:
         for g, base in zip(self.opt.param_groups, self.base_lrs):
             g["lr"] = base * factor
         clip = self.spec.optim.grad_clip or float("inf")
-        norms = [torch.nn.utils.clip_grad_norm_(g["params"], clip) for g in self.opt.param_groups]
+        clip_norm = self.shard.clip_grad_norm if self.shard is not None else torch.nn.utils.clip_grad_norm_
+        norms = [clip_norm(g["params"], clip) for g in self.opt.param_groups]
         if not all(torch.isfinite(n) for n in norms):
             raise Diverged(f"non-finite gradient norm at step {self.step_no}")
         self.opt.step()
@@ -462,7 +494,7 @@ class Trainer:
         v = self.engine.version
         return v == int(self.budget.counters["updates"]) or v in self.behaviour.history
 
-    def _state(self) -> dict[str, Any]:
+    def _state(self, packed: bool = True) -> dict[str, Any]:
         st = {"model": self.model.state_dict(), "opt": self.opt.state_dict(), "algo": self.algo.state_dict(),
               "budget": self.budget.state_dict(), "step": self.step_no, "cursor": self.cursor,
               "evals_done": self.evals_done, "entropy": self.entropy, "engine_version": self.engine.version,
@@ -479,9 +511,11 @@ class Trainer:
             st["history"] = self.behaviour.history  # the current policy in it is stored once (pack)
         if self.rollouts.ref_anchors:
             st["ref_anchors"] = dict(self.rollouts.ref_anchors)
-        return pack(st)
+        return pack(st) if packed else st
 
     def save_checkpoint(self) -> None:
+        if self.shard is not None:  # every rank writes its shards (torch.distributed.checkpoint)
+            return self.shard.save(self, self._state(packed=False))
         if not self.world.main:
             return  # rank 0 alone writes the run folder
         state = self._state()
@@ -499,29 +533,38 @@ class Trainer:
                            f"{st['base_sha256'][:12]}…, now {self._base_sha256()[:12]}… for model "
                            f"'{self.spec.model.name}'); its frozen reference is rebuilt from the base, so it cannot "
                            f"resume exactly: restore that model or start the run afresh (remove {path.parent})")
-        self.model.load_state_dict(st["model"])
-        self.opt.load_state_dict(st["opt"])
+        if self.shard is not None:  # the sharded weights and optimizer state (any world size)
+            self.shard.load(self, st, path.parent)
+        elif "sharded" in st:
+            raise BadInput(f"{path.parent}: written by a sharded run (train.shard=fsdp); resume it with train.shard=fsdp")
+        else:
+            self.model.load_state_dict(st["model"])
+            self.opt.load_state_dict(st["opt"])
         self.algo.load_state_dict(st["algo"])
         self.budget.load_state_dict(st["budget"])
         self.step_no, self.cursor, self.evals_done, self.entropy = st["step"], st["cursor"], st["evals_done"], st["entropy"]
         self.kl_coef = float(st.get("kl_coef", self.algo.cfg.kl_coef))
-        if self.critic is not None:
+        if self.critic is not None and self.shard is None:
             self.critic.load_state_dict(st["critic"])
-        if self.ref is not None and "ref" in st:  # refreshed (or a checkpoint written before refs were rebuilt)
+        if self.ref is not None and "ref" in st and self.shard is None:  # refreshed (or a checkpoint written before refs were rebuilt)
             self.ref.load_state_dict(st["ref"])
             self._ref_refreshed = True
-        self.behaviour.history = st.get("history", self.behaviour.history)
+        if self.shard is None:
+            self.behaviour.history = st.get("history", self.behaviour.history)
         self.rollouts.ref_anchors = dict(st.get("ref_anchors", {}))
         v = st["engine_version"]
         if "engine" in st:
             self.engine.load_weights(st["engine"], v)
         else:  # the policy of version v, through the mismatch knob, as BehaviourSync loaded it
             src = self.behaviour.history[v] if v in self.behaviour.history else self.model.state_dict()
-            self.engine.load_weights(self.behaviour.behaviour_state(src, v), v)
+            self.behaviour.load(src, v)
         return True
 
     # -- eval --------------------------------------------------------------------------
     def run_eval(self, split: str, final: bool = False) -> dict[str, Any]:
+        current = None  # sharded and the engine lags: every rank gathers the current policy for rank 0's eval
+        if self.shard is not None and self.engine.version != self.budget.counters["updates"]:
+            current = self.shard.eval_engine(self)
         if not self.world.main:
             return {}  # rank 0 evaluates alone; the other ranks wait at their next collective
         s = self.spec
@@ -529,7 +572,7 @@ class Trainer:
         ids = [self._prompt(split, i) for i in range(len(examples))]
         engine = self.engine
         if engine.version != self.budget.counters["updates"]:
-            engine = make_engine(s.rollout.engine, self.model, self.tok, s.rollout)  # the current policy
+            engine = current or make_engine(s.rollout.engine, self.model, self.tok, s.rollout)  # the current policy
         counted = _CountingGrader(self.task)  # grade errors of the eval, counted (never a silent "wrong")
         res, samples = evaluate(engine, self.tok, counted, examples, [p[0] for p in ids], [p[1] for p in ids],
                                 s.eval, s.rollout.max_new_tokens, self.stop_ids, s.rollout.max_turns,
@@ -550,6 +593,8 @@ class Trainer:
         self.folder.append("evals.jsonl", [row])
         self.folder.append("samples.jsonl", [{"step": self.step_no, "split": split, "final": final, **x}
                                              for x in samples])
+        self.trackers.log_eval(row)
+        self.progress_out.on_eval(row)
         return row
 
     # -- the loop ----------------------------------------------------------------------
@@ -581,10 +626,23 @@ class Trainer:
         metrics["stability/nonfinite"] = 0
         row = {"step": self.step_no, "time": time.time(), **self.budget.row(), **metrics}
         self.folder.append("metrics.jsonl", [row], durable=False)  # fsynced before each checkpoint
+        self.trackers.log_metrics(row)
+        self.progress_out.on_step(row)
         return row
 
     def train(self, resume: bool, attempt: int) -> tuple[str, Optional[str]]:
-        """Run to the budget; returns (final state, reason). Writes status throughout."""
+        """Run to the budget; returns (final state, reason). Writes status throughout. The
+        trackers and the progress output finish with the state in every case (``failed`` when an
+        exception leaves)."""
+        state = "failed"
+        try:
+            state, reason = self._train(resume, attempt)
+            return state, reason
+        finally:
+            self.trackers.finish(state)
+            self.progress_out.finish(state, self.step_no)
+
+    def _train(self, resume: bool, attempt: int) -> tuple[str, Optional[str]]:
         f, s = self.folder, self.spec
         resumed = resume and self.load_checkpoint()
         if not self.world.main:
@@ -599,6 +657,8 @@ class Trainer:
         f.set_status(state="running", reason=None, step=self.step_no, budget=self.budget.counters,
                      started_at=now_iso(), host=socket.gethostname(), pid=os.getpid(), attempt=attempt)
         f.start_heartbeat()
+        self.trackers.start(s.to_dict() | {"run_id": f.path.name}, resumed, self.step_no)
+        self.progress_out.start(self.step_no)
         self.signals.install()
         try:
             if not resumed:  # the base on both splits: a final test score is compared with a step-0 test score
@@ -619,10 +679,12 @@ class Trainer:
             self.save_checkpoint()
             self.run_eval("val", final=True)
             self.run_eval("test", final=True)
+            self._final_state = self.shard.full_state(self.model, self.world.main) if self.shard is not None else None
             f.replace_dir("final", self._save_final)
             return "completed", None
         except Diverged as e:
-            f.append("metrics.jsonl", [{"step": self.step_no, **self.budget.row(), "stability/nonfinite": 1}])
+            f.append("metrics.jsonl", [row := {"step": self.step_no, **self.budget.row(), "stability/nonfinite": 1}])
+            self.trackers.log_metrics(row)
             return "diverged", str(e)
         except Interrupted as e:
             self.save_checkpoint()
@@ -633,6 +695,11 @@ class Trainer:
 
     def _save_final(self, d: Path) -> None:
         """``final/``: the policy as ``save_pretrained`` writes it (safetensors in the weights' own
-        dtype, ``model.dtype``; tied weights once) and the tokenizer."""
-        self.model.save_pretrained(d)
+        dtype, ``model.dtype``; tied weights once) and the tokenizer; sharded: the gathered weights."""
+        if getattr(self, "_final_state", None) is not None:
+            from suite.sharding import save_pretrained
+
+            save_pretrained(self.model, d, self._final_state)
+        else:
+            self.model.save_pretrained(d)
         self.tok.save_pretrained(d)

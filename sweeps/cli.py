@@ -34,6 +34,11 @@ def add_arguments(sub) -> None:
                      help="--dry-run: assumed prompt tokens per sample (default 512)")
     run.add_argument("--retry-failed", action="store_true", help="also resubmit runs whose state is failed")
     run.add_argument("--no-wait", action="store_true", help="SLURM: return after submitting")
+    from suite.trackers import TRACKERS
+
+    run.add_argument("--log", action="append", default=[], metavar="NAME",
+                     help=f"every run also logs to this experiment tracker: {', '.join(TRACKERS)} (the spec's "
+                          f"set: {{train.log: [NAME]}}; repeatable; not in the run ids)")
     tu = ssub.add_parser("tune", help="equal-budget grid (LR x the entry's knob) on val; writes the final spec")
     tu.add_argument("spec")
     tu.add_argument("--out", type=Path, default=Path("results"))
@@ -82,8 +87,9 @@ def cmd_sweep(args) -> int:
         if args.prompt_tokens < 0:
             raise BadInput(f"--prompt-tokens must be ≥ 0, got {args.prompt_tokens}")
         cost["prompt_tokens"] = args.prompt_tokens
+    logs = list(dict.fromkeys(n.strip() for v in args.log for n in v.split(",") if n.strip()))
     root, st = run_sweep(args.spec, args.out, args.cluster, args.workers, args.dry_run, args.retry_failed,
-                         wait=not args.no_wait, cost=cost)
+                         wait=not args.no_wait, cost=cost, log=logs)
     if st:
         print(f"{root}: " + " ".join(f"{k}={v}" for k, v in st["counts"].items()))
     bad = {k: v for k, v in st.get("counts", {}).items() if k in ("failed",)}

@@ -271,6 +271,17 @@ def checkpoint_bytes(arch: Arch, dtype: str, separate_critic: bool = False, beha
     return (trainable * (1 + ADAM_MOMENTS) + copies * arch.params) * DTYPE_BYTES[dtype]
 
 
+def rank_memory_bytes(arch: Arch, dtype: str, trainable: int, frozen_copies: int, behaviour: int, world_size: int,
+                      sharded: bool) -> int:
+    """The training state one rank holds, activations excluded: the trainable parameters, their
+    gradients and AdamW's 2 moments, the frozen reference / initial policy copies and the
+    behaviour-history copies, all in ``dtype`` and divided by the world size under
+    ``train.shard=fsdp`` (every rank holds all of it otherwise), + the rollout engine's full copy
+    of the policy (never sharded)."""
+    state = (trainable * (2 + ADAM_MOMENTS) + (frozen_copies + behaviour) * arch.params) * DTYPE_BYTES[dtype]
+    return state // (world_size if sharded else 1) + arch.params * DTYPE_BYTES[dtype]
+
+
 def final_bytes(arch: Arch, dtype: str) -> int:
     """The final model: the policy in ``dtype``, tied embeddings once."""
     return arch.params * DTYPE_BYTES[dtype]
@@ -330,6 +341,8 @@ class RunCost:
     peak: Optional[int] = None
     kept: Optional[int] = None
     gpu_hours: Optional[float] = None
+    rank_memory: Optional[int] = None
+    """Training state one rank holds (:func:`rank_memory_bytes`)."""
     why: str = ""
 
 
@@ -395,6 +408,11 @@ def plan_run(spec, arch: Optional[Arch], prompt_tokens: int = DEFAULT_PROMPT_TOK
     copies = behaviour_copies(r.sync, r.staleness, per_step)
     cost.checkpoint = checkpoint_bytes(arch, dtype, uses_separate_critic(spec), copies, refreshed)
     cost.final = final_bytes(arch, dtype)
+    t = spec.train
+    frozen = int("ref_logp" in algo.needs) + int("init_logp" in algo.needs)
+    cost.rank_memory = rank_memory_bytes(arch, dtype, arch.params + (arch.critic_params if uses_separate_critic(spec)
+                                                                     else 0), frozen, copies,
+                                         getattr(t, "world_size", 1), getattr(t, "shard", "none") != "none")
     cost.peak = run_peak_bytes(cost.checkpoint, cost.final)
     cost.kept = cost.final + (cost.checkpoint if getattr(spec.train, "keep_checkpoint", False) else 0)
     if samples is not None:
@@ -434,7 +452,8 @@ def run_columns(c: RunCost) -> str:
     """The cost columns of one run row (tab-separated ``key=value``)."""
     s = "unknown" if c.samples is None else (f"{c.samples}" if c.bound == "=" else f"{c.bound}{c.samples}")
     return "\t".join([f"samples={s}", f"flops={fmt_sci(c.flops)}", f"ckpt={fmt_bytes(c.checkpoint)}",
-                      f"final={fmt_bytes(c.final)}", f"gpu_h={fmt_hours(c.gpu_hours)}"])
+                      f"final={fmt_bytes(c.final)}", f"gpu_h={fmt_hours(c.gpu_hours)}",
+                      f"mem_rank={fmt_bytes(c.rank_memory)}"])
 
 
 def sweep_totals(costs: list[RunCost], concurrency: int) -> dict[str, Any]:
@@ -474,7 +493,10 @@ def dry_run_lines(runs: Iterable, concurrency: int, concurrency_from: str,
              "# disk: ckpt = trainable models + AdamW's 2 moments per trainable parameter, in model.dtype (as "
              "torch keeps them), + lagging behaviour-policy copies (rollout.staleness > 0) and a refreshed "
              "reference; final = the policy in model.dtype; tied embeddings once, no frozen reference",
-             f"# GPU-hours at {fmt_sci(throughput)} FLOP/s per GPU ({tp}; --throughput FLOP/s)"]
+             f"# GPU-hours at {fmt_sci(throughput)} FLOP/s per GPU ({tp}; --throughput FLOP/s)",
+             "# mem_rank: training state per rank (activations excluded): trainable weights + gradients + AdamW's 2 "
+             "moments + frozen reference/initial copies + behaviour history, in model.dtype, ÷ train.world_size "
+             "under train.shard=fsdp, + the rollout engine's full policy copy"]
     rows = []
     for r in runs:
         arch, src = model_arch(r.model.name)

@@ -25,7 +25,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from suite.config import RunSpec
 from suite.runfolder import atomic_write_json, is_stale, lock_holder, lock_path, read_json, read_jsonl
@@ -294,10 +294,17 @@ def _progress_bar(total: int):
 
 def run_sweep(spec_ref: str, out: Path, cluster: str, workers: int, dry_run: bool = False,
               retry_failed: bool = False, wait: bool = True, progress: bool = True,
-              cost: Optional[dict] = None) -> tuple[Path, dict]:
+              cost: Optional[dict] = None, log: Sequence[str] = ()) -> tuple[Path, dict]:
+    """``log``: experiment trackers for every run (``--log``): the spec's ``set: {train.log: [...]}``,
+    which it replaces (not in the run ids)."""
+    import dataclasses
+
     from sweeps.spec import load
 
-    return run_sweep_spec(load(spec_ref), out, cluster, workers, dry_run, retry_failed, wait, progress, cost)
+    sweep = load(spec_ref)
+    if log:
+        sweep = dataclasses.replace(sweep, set={**sweep.set, "train.log": list(log)})
+    return run_sweep_spec(sweep, out, cluster, workers, dry_run, retry_failed, wait, progress, cost)
 
 
 def run_sweep_spec(sweep, out: Path, cluster: str, workers: int, dry_run: bool = False,

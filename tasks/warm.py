@@ -21,8 +21,11 @@ def sft_until(model, draw: Callable[[], Any], loss_fn: Callable[[Any], torch.Ten
     ``loss_fn(draw())`` (gradient norm clipped at 1), each round followed by ``check()``; stops
     when ``done(check result)`` or after ``max_steps`` steps. Returns (steps, last check result,
     ``initial`` when no round ran)."""
+    from suite.progress import Meter
+
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     stats, step = initial, 0
+    meter = Meter("warm start (SFT)", max_steps, "steps")  # stderr (suite/progress.py); the total is a cap
     while step < max_steps:
         for _ in range(every):
             loss = loss_fn(draw())
@@ -31,10 +34,21 @@ def sft_until(model, draw: Callable[[], Any], loss_fn: Callable[[Any], torch.Ten
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             step += 1
+            meter.update(step, f"loss {loss.item():.3f}" + (f", check {_brief(stats)}" if step > every else ""))
         stats = check()
         if done(stats):
             break
+    meter.close(f"check {_brief(stats)}")
     return step, stats
+
+
+def _brief(stats: Any) -> str:
+    """A check result for a progress line (a float, or a dict of them)."""
+    if isinstance(stats, float):
+        return f"{stats:.3f}"
+    if isinstance(stats, dict):
+        return " ".join(f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}" for k, v in stats.items())
+    return str(stats)
 
 
 def answer_sft_warm_start(task, model, tokenizer, seed: int, *, max_new_tokens: int, check_every: int,
