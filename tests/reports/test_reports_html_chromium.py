@@ -197,7 +197,8 @@ def _roots(kind: str, synthetic_root_ro: Path, tmp_path: Path) -> list[Path]:
             synthetic.write_root(tmp_path / machine / "sweep", arms, ["arith"], [0, 1, 2])
             roots.append(tmp_path / machine / "sweep")
         return roots
-    real = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "effects" / "runs" / "effects"
+    committed = {"real": ("effects", "effects"), "quickstart": ("quickstart", "quickstart")}[kind]
+    real = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / committed[0] / "runs" / committed[1]
     if not real.is_dir():
         pytest.skip(f"no committed sweep at {real}")
     return [real]
@@ -205,10 +206,12 @@ def _roots(kind: str, synthetic_root_ro: Path, tmp_path: Path) -> list[Path]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(plotly_js() is None, reason="the interactive figures need plotly (pip install -e '.[report]')")
-@pytest.mark.parametrize("kind", ["single", "compare", "real"])
+@pytest.mark.parametrize("kind", ["single", "compare", "real", "quickstart"])
 def test_interactive_report_in_browser(kind, browser, synthetic_root_ro, tmp_path):
     """`real`: the committed compact runs of a suite sweep (benchmarks/results/effects: the chain task,
-    51 runs of 5 seeds), as `rlsuite sweep run` and `rlsuite quickstart` write them."""
+    60 runs of 5 seeds), as `rlsuite sweep run` writes them; `quickstart`: the 12 runs of
+    `rlsuite quickstart` (benchmarks/results/quickstart/runs, compact copies), so the page tested
+    is the quickstart's report.html."""
     roots = _roots(kind, synthetic_root_ro, tmp_path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the committed runs' fits warn (overflow in exp)
@@ -225,7 +228,7 @@ def test_interactive_report_in_browser(kind, browser, synthetic_root_ro, tmp_pat
     assert r["errors"] == [] and r["console"] == [] and r["plot_errors"] == []
     assert r["resources"] == []  # nothing requested: no CDN, no font, no tile server
     ids = re.findall(r"class='plotly-div' id='([^']+)'", text)
-    assert r["plots"] == ids and len(ids) >= (5 if kind == "real" else 6) and r["empty"] == []
+    assert r["plots"] == ids and len(ids) >= (5 if kind in ("real", "quickstart") else 6) and r["empty"] == []
     leg = r["legend"]
     assert leg["visible"] == "legendonly", leg
     assert leg["after"] == leg["before"] - leg["group"] and leg["group"] == 2  # its band and mean left the SVG
