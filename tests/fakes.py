@@ -170,3 +170,33 @@ def make_entry(name, **kw):
 
     cls = ALGORITHMS.get(name)
     return cls(dataclasses.replace(cls.Config(name=name), **kw))
+
+
+def kill_rank_when(run_dir, at_step: int, rank: int = 1, timeout_s: float = 300.0):
+    """Start a watcher thread that SIGKILLs the local data-parallel process ``rlsuite-rank<rank>``
+    once ``run_dir/status.json`` reports step >= ``at_step``. Returns (thread, killed): ``killed``
+    gets ``{"step": s}`` when the kill happened."""
+    import json
+    import multiprocessing as mp
+    import os
+    import signal
+    import threading
+    import time
+    from pathlib import Path
+
+    status, killed = Path(run_dir) / "status.json", {}
+
+    def watch():
+        deadline = time.time() + timeout_s
+        while time.time() < deadline and not killed:
+            st = json.loads(status.read_text()) if status.exists() else {}
+            if st.get("step", 0) >= at_step:
+                for p in mp.active_children():
+                    if p.name == f"rlsuite-rank{rank}":
+                        os.kill(p.pid, signal.SIGKILL)
+                        killed["step"] = st["step"]
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread, killed

@@ -180,32 +180,17 @@ def test_a_rank_that_dies_fails_the_run_and_a_rerun_completes_it(tmp_path):
     """SIGKILL rank 1 mid-run: rank 0 is left blocked in a collective; the local launcher stops it
     after the grace period and records the run ``failed`` (exit 1), naming the dead rank; running
     the same spec again resumes and completes it."""
-    import multiprocessing as mp
-    import threading
 
     from suite.distributed import launch_local
     from suite.runner import execute
+    from tests.fakes import kill_rank_when
     from suite.spec import resolve
 
     sets = [("eval.max_prompts", 8), ("rollout.prompts_per_step", 4), ("rollout.group_size", 4),
             ("rollout.rng", "row"), ("train.world_size", 2), ("train.checkpoint_every", 1)]
     spec = resolve("arith", "grpo", "tiny", 1, sets=sets, budgets=[("updates", 40)])
     run = tmp_path / spec.run_id
-    killed = {}
-
-    def kill_rank1_once_running():
-        deadline = time.time() + 300
-        while time.time() < deadline and not killed:
-            st = json.loads((run / "status.json").read_text()) if (run / "status.json").exists() else {}
-            if st.get("step", 0) >= 2:
-                for p in mp.active_children():
-                    if p.name == "rlsuite-rank1":
-                        os.kill(p.pid, signal.SIGKILL)
-                        killed["step"] = st["step"]
-            time.sleep(0.05)
-
-    watcher = threading.Thread(target=kill_rank1_once_running, daemon=True)
-    watcher.start()
+    watcher, killed = kill_rank_when(run, at_step=2, timeout_s=300)
     assert launch_local(spec, tmp_path, grace_s=2.0) == 1
     watcher.join(5)
     assert killed, "rank 1 was never seen running"

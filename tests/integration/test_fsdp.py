@@ -15,9 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -171,31 +169,16 @@ def test_sharded_checkpoint_resumes_exactly_and_on_another_world_size(tmp_path):
 def test_a_killed_sharded_rank_fails_the_run_and_the_rerun_resumes_exactly(tmp_path):
     """(6) SIGKILL rank 1 of a sharded run: ``failed`` naming rank 1; the re-run resumes from the
     sharded checkpoint and ends with the uninterrupted sharded run's metrics and weights."""
-    import multiprocessing as mp
-    import threading
 
     from suite.distributed import launch_local
     from suite.runner import execute
+    from tests.fakes import kill_rank_when
 
     budget = (("updates", 8),)
     spec = _spec("grpo", SHARD2 + RESUME, budget)
     assert spawn_run(spec, tmp_path / "ref", 2) == 0
     run = tmp_path / "run" / spec.run_id
-    killed = {}
-
-    def kill_rank1_once_running():
-        deadline = time.time() + 600
-        while time.time() < deadline and not killed:
-            st = json.loads((run / "status.json").read_text()) if (run / "status.json").exists() else {}
-            if st.get("step", 0) >= 3:
-                for p in mp.active_children():
-                    if p.name == "rlsuite-rank1":
-                        os.kill(p.pid, signal.SIGKILL)
-                        killed["step"] = st["step"]
-            time.sleep(0.05)
-
-    watcher = threading.Thread(target=kill_rank1_once_running, daemon=True)
-    watcher.start()
+    watcher, killed = kill_rank_when(run, at_step=3, timeout_s=600)
     assert launch_local(spec, tmp_path / "run", grace_s=2.0) == 1
     watcher.join(5)
     assert killed, "rank 1 was never seen running"
