@@ -29,6 +29,7 @@ measured by benchmarks/report_scale.py, results in `COVERAGE_FILE`).
 
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 from collections.abc import Callable, Iterable, Sequence
@@ -852,7 +853,11 @@ def t_test(xcols: Columns, ycols: Columns | None = None) -> TTest:
 
     Paired: pass the per-seed differences as `xcols` (one task: the paired t-test, df n - 1).
     Unpaired: `ycols` too (one task: Welch's test). Columns with one run add no variance.
-    No replicated column -> NaN se/df/p; zero spread -> p = 0 (difference) or 1 (none).
+    No replicated column -> NaN se/df/p. Zero spread (every column constant): t is undefined
+    (t = diff / 0), so p comes from the exact randomization test instead (`randomization_p`:
+    sign flips of the paired differences, or relabellings of the pooled runs), which needs no
+    variance estimate: identical non-zero differences on 3 seeds give p = 2/2^3 = 0.25, not 0;
+    df is NaN and se 0. No difference at all -> p = 1.
     """
     if not xcols or (ycols is not None and not ycols):
         return TTest(float("nan"), float("nan"), float("nan"), float("nan"))
@@ -862,17 +867,75 @@ def t_test(xcols: Columns, ycols: Columns | None = None) -> TTest:
         return TTest(diff, float("nan"), float("nan"), float("nan"))
     var, df = satterthwaite(terms)
     if var == 0:
-        return TTest(diff, 0.0, float("nan"), 0.0 if diff != 0 else 1.0)
+        return TTest(diff, 0.0, float("nan"), randomization_p(xcols, ycols) if diff != 0 else 1.0)
     se = math.sqrt(var)
     return TTest(diff, se, df, float(2 * scipy.stats.t.sf(abs(diff) / se, df)))
 
 
+RANDOMIZATION_EXACT_MAX = 65536
+"""Largest number of sign flips / relabellings `randomization_p` enumerates; above it, Monte Carlo."""
+RANDOMIZATION_DRAWS = 20000
+
+
+def randomization_p(xcols: Columns, ycols: Columns | None = None, *, seed: int = 0) -> float:
+    """Two-sided randomization p-value of mean_j(x_j) [- mean_j(y_j)] = 0.
+
+    Paired (`ycols` None): the columns hold per-seed differences; under H0 each one's sign is
+    exchangeable, so the null distribution is the statistic over all 2^N sign flips (N runs in
+    all). Unpaired: within each column (task) the pooled x and y runs are exchangeable, so the
+    null distribution is over every split of each column's pool into n_j and m_j runs. p is the
+    share of the null statistics at least as far from 0 as the observed one (the observed is one
+    of them, so p >= 1 / #null). Exact up to `RANDOMIZATION_EXACT_MAX` arrangements; beyond, a
+    Monte Carlo estimate (1 + k) / (1 + B) from `RANDOMIZATION_DRAWS` draws with `seed`.
+    Hand example: x = [0.01, 0.01, 0.01] (paired): 8 flips, 2 reach |0.01| -> p = 0.25.
+    """
+    obs = abs(float(agg_mean(xcols) - (agg_mean(ycols) if ycols else 0.0)))
+    tol = 1e-12 * max(1.0, obs)
+    rng = np.random.default_rng(seed)
+    if ycols is None:
+        vals = np.concatenate(xcols)
+        col = np.concatenate([np.full(c.size, j) for j, c in enumerate(xcols)])
+        sizes = np.array([c.size for c in xcols], dtype=float)
+        w = 1.0 / (len(xcols) * sizes[col])  # weight of each run in the mean of column means
+        n = vals.size
+        if 2**n <= RANDOMIZATION_EXACT_MAX:
+            bits = (np.arange(2**n)[:, None] >> np.arange(n)) & 1
+            signs = 1.0 - 2.0 * bits
+        else:
+            signs = rng.choice([-1.0, 1.0], size=(RANDOMIZATION_DRAWS, n))
+        null = np.abs(signs @ (w * vals))
+        k = int(np.sum(null >= obs - tol))
+        return k / len(null) if 2**n <= RANDOMIZATION_EXACT_MAX else (1 + k) / (1 + len(null))
+    if len(xcols) != len(ycols):
+        raise ValueError(f"randomization_p: {len(xcols)} x columns vs {len(ycols)} y columns; they must match")
+    splits = [math.comb(x.size + y.size, x.size) for x, y in zip(xcols, ycols, strict=True)]
+    total = math.prod(splits)
+    per_col = []  # per column: (arrangements, 2) of (mean of the x part, mean of the y part)
+    for x, y in zip(xcols, ycols, strict=True):
+        pool, nx = np.concatenate([x, y]), x.size
+        if total <= RANDOMIZATION_EXACT_MAX:
+            idx = np.array(list(itertools.combinations(range(pool.size), nx)), dtype=int)
+        else:
+            idx = np.argsort(rng.random((RANDOMIZATION_DRAWS, pool.size)), axis=1)[:, :nx]
+        xs = pool[idx].sum(axis=1)
+        per_col.append((xs / nx - (pool.sum() - xs) / y.size))
+    if total <= RANDOMIZATION_EXACT_MAX:
+        grid = np.meshgrid(*per_col, indexing="ij")
+        null = np.abs(np.mean([g.ravel() for g in grid], axis=0))
+        return int(np.sum(null >= obs - tol)) / null.size
+    null = np.abs(np.mean(per_col, axis=0))
+    return (1 + int(np.sum(null >= obs - tol))) / (1 + null.size)
+
+
 def t_test_interval(t: TTest, confidence: float) -> Interval:
-    """diff +- t_{(1+confidence)/2, df} se (zero width when se = 0; NaN when untestable)."""
+    """diff +- t_{(1+confidence)/2, df} se; NaN when untestable, and NaN when the spread is zero
+    but the difference is not (a t interval needs a spread: `t_test` then tests by
+    randomization, which gives a p-value but no interval). Zero difference with zero spread:
+    zero width at 0."""
     if not math.isfinite(t.se):
         return Interval(t.diff, float("nan"), float("nan"))
     if t.se == 0:
-        return Interval(t.diff, t.diff, t.diff)
+        return Interval(t.diff, t.diff, t.diff) if t.diff == 0 else Interval(t.diff, float("nan"), float("nan"))
     half = float(scipy.stats.t.ppf((1 + confidence) / 2, t.df)) * t.se
     return Interval(t.diff, t.diff - half, t.diff + half)
 

@@ -283,7 +283,9 @@ VERDICT_EXPLAINED = {
     "n_x, n_y, n_pairs": "runs of x and y, and the seeds they share (the pairing unit)",
     "diff": "mean of x - y over shared seeds (paired), else difference of means (Welch)",
     "ci_low, ci_high": "unadjusted t interval of `diff` at the report's confidence",
-    "p_value": "two-sided paired t-test (Welch t-test when fewer than 2 seeds are shared)",
+    "p_value": "two-sided paired t-test (Welch t-test when fewer than 2 seeds are shared); when every run "
+               "of the difference is identical (zero spread, t undefined) the exact randomization test instead "
+               "(sign flips or relabellings: 3 identical paired differences give p = 0.25)",
     "p_holm": "Holm-adjusted p within the task's family: the algorithms vs the base, or the pairs of algorithms",
     "holm_ci_low, holm_ci_high": "t interval at the level Holm tested the comparison; excludes 0 exactly when "
                                  "the verdict is a difference",

@@ -33,11 +33,12 @@ BASE = [("eval.max_prompts", 8), ("rollout.prompts_per_step", 4), ("rollout.grou
         ("train.minibatches", 1), ("train.micro_batch_size", 4)]
 SHARD2 = [("train.world_size", 2), ("train.shard", "fsdp")]
 ALGOS = ["grpo", "ppo", "ggpo"]  # ppo: a critic (its own parameter group); ggpo: a reference (refreshed)
+EXTRA = {"ggpo": [("algo.refresh_every", 1)]}  # π_ref ← π_θ after every update: the sharded refresh by step 2
 TIMING = ("time", "budget/wall_s")
 
 
 def _spec(algo: str, sets=(), budget=(("updates", 40),)):
-    return resolve("arith", algo, "tiny", 1, sets=BASE + list(sets), budgets=list(budget))
+    return resolve("arith", algo, "tiny", 1, sets=BASE + EXTRA.get(algo, []) + list(sets), budgets=list(budget))
 
 
 def _rel(a: float, b: float) -> float:
@@ -76,6 +77,13 @@ def test_two_sharded_ranks_equal_one_process_at_steps_1_and_2(algo, sharded, tmp
         err = float((r0["delta"][k] - d).norm() / d.norm().clamp(min=1e-30))
         assert err < 1e-4, (k, err)
         torch.testing.assert_close(r1["delta"][k], r0["delta"][k], rtol=0, atol=0)  # every rank has the same view
+    if algo == "ggpo":  # step 2 scores against the reference refreshed (sharded) after update 1
+        a, b = one["rows"][1], r0["rows"][1]
+        assert a["algo/ggpo/refreshes"] == b["algo/ggpo/refreshes"] == 1
+        kls = [k for k in a if "kl" in k.lower() and isinstance(a[k], float) and math.isfinite(a[k])]
+        assert kls, sorted(a)
+        for k in kls:
+            assert b[k] == pytest.approx(a[k], rel=1e-3, abs=1e-6), k
     assert len(one["tokens"]) == len(r0["tokens"]) == 2
     for a, b in zip(one["tokens"], r0["tokens"]):  # the step-1 and step-2 rollouts: the same tokens
         assert torch.equal(a, b)

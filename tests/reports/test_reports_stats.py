@@ -7,6 +7,8 @@ Run: python -m pytest tests/reports/test_reports_stats.py -q
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -252,8 +254,38 @@ def test_t_test_matches_scipy():
     welch = stats.t_test([x], [y[:4]])
     ref = scipy.stats.ttest_ind(x, y[:4], equal_var=False)
     assert welch.p == pytest.approx(ref.pvalue) and welch.diff == pytest.approx(x.mean() - y[:4].mean())
-    assert stats.t_test([np.full(3, 0.1)]).p == 0.0  # a difference with no spread
     assert stats.t_test([np.zeros(3)]).p == 1.0
+
+
+def test_zero_spread_difference_is_tested_by_randomization_not_called_certain():
+    # 3 seeds, every paired difference exactly 0.01 (two algorithms 2 prompts of 200 apart on
+    # every seed): t = 0.01 / 0 is undefined; the 8 sign flips give |mean| = 0.01 twice -> 0.25
+    t = stats.t_test([np.full(3, 0.01)])
+    assert t.p == pytest.approx(0.25) and t.se == 0.0 and np.isnan(t.df)
+    ci = stats.t_test_interval(t, 0.95)
+    assert ci.point == pytest.approx(0.01) and np.isnan(ci.low) and np.isnan(ci.high)
+    assert stats.t_test([np.full(6, -0.01)]).p == pytest.approx(2 / 2**6)
+    # unpaired, both arms constant: 3 vs 3 runs -> 20 splits, 2 as extreme -> 0.1
+    assert stats.t_test([np.full(3, 0.5)], [np.full(3, 0.4)]).p == pytest.approx(0.1)
+    assert stats.t_test_interval(stats.t_test([np.zeros(3)]), 0.95) == (0.0, 0.0, 0.0)
+
+
+def test_randomization_p_matches_scipy_permutation_test():
+    rng = np.random.default_rng(7)
+    d = rng.normal(0.3, 1.0, 7)
+    ref = scipy.stats.permutation_test((d,), np.mean, permutation_type="samples", n_resamples=np.inf)
+    assert stats.randomization_p([d]) == pytest.approx(ref.pvalue)
+    x, y = rng.normal(1.0, 1.0, 5), rng.normal(0.0, 1.0, 4)
+    ref = scipy.stats.permutation_test((x, y), lambda a, b: np.mean(a) - np.mean(b),
+                                       permutation_type="independent", n_resamples=np.inf)
+    assert stats.randomization_p([x], [y]) == pytest.approx(ref.pvalue)
+    # two tasks (columns), paired: the statistic is the mean of the column means
+    cols = [np.array([0.2, 0.1, 0.3]), np.array([0.05, -0.02])]
+    flips = [np.array(s) for s in itertools.product([-1, 1], repeat=5)]
+    v, w = np.concatenate(cols), np.array([1 / 6] * 3 + [1 / 4] * 2)
+    obs = abs(stats.agg_mean(cols))
+    want = np.mean([abs(f @ (w * v)) >= obs - 1e-12 for f in flips])
+    assert stats.randomization_p(cols) == pytest.approx(want)
 
 
 def test_holm_on_known_p_values():

@@ -68,3 +68,51 @@ def test_two_task_slurm_job_runs_one_data_parallel_run(tmp_path, capsys):
     m1, m2 = read_jsonl(ref / "metrics.jsonl"), read_jsonl(run / "metrics.jsonl")
     assert [r["reward/mean"] for r in m1] == [r["reward/mean"] for r in m2]
     assert [r["budget/gen_tokens"] for r in m1] == [r["budget/gen_tokens"] for r in m2]
+
+
+SHARDED_SPEC = """
+name: fsdp_slurm
+tasks: [arith]
+algorithms: [{algo}]
+seeds: [1]
+budget: {{samples: 48}}
+set: {{eval.max_prompts: 8, rollout.prompts_per_step: 4, rollout.group_size: 4, rollout.rng: row,
+      train.world_size: 2, train.shard: fsdp}}
+resources: {{timeout_min: 10, mem_gb: 2, cpus_per_task: 1, nodes: 1, tasks_per_node: 2, gpus_per_node: 0}}
+"""
+
+
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_two_task_slurm_job_runs_one_sharded_run(algo, tmp_path, capsys):
+    """`train.shard=fsdp` through submitit: one job, two tasks (two gloo ranks that rendezvous on
+    the job's node as data parallelism does), one run folder written by rank 0 with the sharded
+    checkpoint gone and a loadable `final/`; its first two steps sample the same tokens and
+    rewards as one unsharded process with the same global batch (later steps may drift by float
+    summation order, as in tests/integration/test_fsdp.py). PPO adds a sharded critic."""
+    spec = tmp_path / "fsdp.yaml"
+    spec.write_text(SHARDED_SPEC.format(algo=algo))
+    code = main(["sweep", "run", str(spec), "--cluster", "slurm", "--out", str(tmp_path / "out"), "--dry-run"])
+    dry = capsys.readouterr().out
+    assert code == 0 and "mem_rank=" in dry, dry
+    code = main(["sweep", "run", str(spec), "--cluster", "slurm", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    (run,) = [p.parent for p in (tmp_path / "out" / "fsdp_slurm").glob("*/status.json")]
+    st = json.loads((run / "status.json").read_text())
+    assert st["state"] == "completed" and st["step"] == 3, st
+    env = json.loads((run / "env.json").read_text())
+    assert env["world_size"] == 2, env
+    assert json.loads((run / "spec.json").read_text())["train"]["shard"] == "fsdp"
+    assert (run / "final" / "config.json").is_file()
+    code = main(["run", "--task", "arith", "--algo", algo, "--seed", "1", "--budget", "samples=48",
+                 "--set", "eval.max_prompts=8", "--set", "rollout.prompts_per_step=4", "--set", "rollout.group_size=4",
+                 "--set", "rollout.rng=row", "--out", str(tmp_path / "ref")])
+    out = capsys.readouterr().out
+    assert code == 0
+    ref = tmp_path / "ref" / run.name  # train.shard and world_size are not in the run id
+    assert ref.is_dir(), out
+    m1, m2 = read_jsonl(ref / "metrics.jsonl"), read_jsonl(run / "metrics.jsonl")
+    assert len(m1) == len(m2) == 3
+    assert [r["reward/mean"] for r in m1[:2]] == [r["reward/mean"] for r in m2[:2]]
+    assert [r["budget/gen_tokens"] for r in m1[:2]] == [r["budget/gen_tokens"] for r in m2[:2]]
+    assert m2[0]["stats/grad_norm"] == pytest.approx(m1[0]["stats/grad_norm"], rel=1e-5)
