@@ -477,9 +477,17 @@ def _interval(point: float, dist: np.ndarray, confidence: float, replicated: boo
 
 # --- t and studentized (bootstrap-t) intervals of stratified means ---------------------
 
+CONSTANT_RTOL = 1e-9
+"""Values within this relative distance of a column's first value count as identical: scores
+differenced in float (48.5 − 47.5 and 47.0 − 46.0 as percentages of 200 prompts) differ in the
+last bits, and a "spread" of 1e-15 would make t = diff / se enormous."""
+
+
 def _constant(c: np.ndarray) -> np.ndarray:
-    """Per leading index: all values of the column identical (exactly; no float tolerance)."""
-    return np.all(c == c[..., :1], axis=-1)
+    """Per leading index: all values of the column identical up to float rounding
+    (|c - c_0| <= CONSTANT_RTOL * max(1, |c|))."""
+    scale = np.maximum(1.0, np.max(np.abs(c), axis=-1, keepdims=True))
+    return np.all(np.abs(c - c[..., :1]) <= CONSTANT_RTOL * scale, axis=-1)
 
 
 def _var_terms(cols: Columns, weight: float) -> list[tuple[np.ndarray, int]]:
@@ -998,8 +1006,8 @@ def mdd_from_test(t: TTest, *, alpha: float = 0.05, power: float = 0.8) -> float
     """MDD at the observed spread of a `t_test`: (t_{1-alpha/2, df} + t_{power, df}) * se."""
     if not math.isfinite(t.se):
         return float("nan")
-    if t.se == 0:
-        return 0.0
+    if t.se == 0:  # no spread: t (and a t-sized MDD) undefined unless there is no difference at all
+        return 0.0 if t.diff == 0 else float("nan")
     return _mdd_factor(alpha, power, t.df) * t.se
 
 
@@ -1009,7 +1017,9 @@ def seeds_needed(diff: float, terms: Sequence[tuple[float, int]], *, alpha: floa
 
     `terms` are the variance terms (w^2 s^2 / n_obs, n_obs - 1) of `t_test`; with every n set
     to the same n, var(n) = sum(w^2 s^2) / n and df(n) = Satterthwaite. Returns the smallest
-    n >= 2 with MDD(n) <= |diff|; inf when diff = 0 or beyond `max_n`; 2 when sd = 0.
+    n >= 2 with MDD(n) <= |diff|; inf when diff = 0 or beyond `max_n`. When sd = 0 the
+    t-test is undefined and `t_test` tests by randomization, where n identical paired
+    differences reach p = 2 / 2^n: the smallest n with 2 / 2^n <= alpha (6 at alpha 0.05).
     """
     if not terms or not math.isfinite(diff):
         return float("nan")
@@ -1018,7 +1028,7 @@ def seeds_needed(diff: float, terms: Sequence[tuple[float, int]], *, alpha: floa
     if diff == 0:
         return float("inf")
     if s2 == 0:
-        return 2.0
+        return float(max(2, math.ceil(math.log2(2 / alpha) - 1e-12)))
     shape = s2**2 / sum(u**2 for u, _ in unit)  # df(n) = shape * (n - 1)
     z = scipy.stats.norm.ppf(1 - alpha / 2) + scipy.stats.norm.ppf(power)
     n = max(2, int(z**2 * s2 / diff**2))

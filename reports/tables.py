@@ -288,11 +288,12 @@ VERDICT_EXPLAINED = {
                "(sign flips or relabellings: 3 identical paired differences give p = 0.25)",
     "p_holm": "Holm-adjusted p within the task's family: the algorithms vs the base, or the pairs of algorithms",
     "holm_ci_low, holm_ci_high": "t interval at the level Holm tested the comparison; excludes 0 exactly when "
-                                 "the verdict is a difference",
+                                 "the verdict is a difference (n/a with zero spread: no t interval exists)",
     "verdict": "`x > y` / `x < y` when p_holm <= alpha (family-wise), else `not distinguishable`",
     "mdd": "minimum detectable difference at the observed spread: (t_{1-alpha/2,df} + t_{0.8,df}) x SE (80% "
-           "power, two-sided alpha = 1 - confidence, unadjusted)",
-    "seeds_needed": "seeds per arm at which the observed |diff| would be the MDD (inf: no difference observed)",
+           "power, two-sided alpha = 1 - confidence, unadjusted; n/a with zero spread)",
+    "seeds_needed": "seeds per arm at which the observed |diff| would be the MDD (inf: no difference observed; with "
+                    "zero spread, the seeds at which identical paired differences pass the randomization test)",
 }
 
 

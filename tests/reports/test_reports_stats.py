@@ -265,6 +265,9 @@ def test_zero_spread_difference_is_tested_by_randomization_not_called_certain():
     ci = stats.t_test_interval(t, 0.95)
     assert ci.point == pytest.approx(0.01) and np.isnan(ci.low) and np.isnan(ci.high)
     assert stats.t_test([np.full(6, -0.01)]).p == pytest.approx(2 / 2**6)
+    # the same in percentage points as the report differences them: equal up to the last bits
+    d = np.array([48.5 - 47.5, 47.0 - 46.0, 45.5 - 44.5]) + np.array([0.0, 2e-15, -3e-15])
+    assert np.ptp(d) > 0 and stats.t_test([d]).p == pytest.approx(0.25)
     # unpaired, both arms constant: 3 vs 3 runs -> 20 splits, 2 as extreme -> 0.1
     assert stats.t_test([np.full(3, 0.5)], [np.full(3, 0.4)]).p == pytest.approx(0.1)
     assert stats.t_test_interval(stats.t_test([np.zeros(3)]), 0.95) == (0.0, 0.0, 0.0)
@@ -322,7 +325,7 @@ def test_mdd_formula_on_known_sd():
     terms = [(4.0 / 5, 4)]  # (sd^2 / n_obs, n_obs - 1)
     assert stats.seeds_needed(2.0, terms) == 10
     assert stats.minimum_detectable_difference(2.0, 10) <= 2.0 < stats.minimum_detectable_difference(2.0, 9)
-    assert stats.seeds_needed(0.0, terms) == np.inf and stats.seeds_needed(1.0, [(0.0, 4)]) == 2
+    assert stats.seeds_needed(0.0, terms) == np.inf and stats.seeds_needed(1.0, [(0.0, 4)]) == 6  # zero spread: 2/2^n <= 0.05 (randomization)
 
 
 # --- verdicts and the summary --------------------------------------------------------------
@@ -414,3 +417,14 @@ def test_config_and_cli_accept_the_new_methods():
     parser = cli.add_arguments(argparse.ArgumentParser())
     assert parser.parse_args(["root", "--ci", "studentized"]).ci == "studentized"
     assert parser.parse_args(["root"]).ci == "auto"
+
+
+def test_pair_of_algorithms_two_prompts_apart_on_every_seed_is_not_a_verdict():
+    # the embedded leaderboard's sp3o vs clip_cov: 2 of 200 test prompts apart on each of 3 seeds
+    x = pd.Series([0.485, 0.47, 0.455], index=["seed:0", "seed:1", "seed:2"]) * 100
+    y = pd.Series([0.475, 0.46, 0.445], index=["seed:0", "seed:1", "seed:2"]) * 100
+    test, terms, shared, pairing = tables.pair_test(x, y)
+    assert shared == 3 and pairing == "paired over 3 seed(s)"
+    assert test.diff == pytest.approx(1.0) and test.p == pytest.approx(0.25)
+    assert np.isnan(stats.mdd_from_test(test)) and stats.seeds_needed(test.diff, terms) == 6
+    assert stats.holm([test.p, 0.5])[0] > 0.05
