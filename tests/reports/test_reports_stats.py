@@ -325,7 +325,7 @@ def test_mdd_formula_on_known_sd():
     terms = [(4.0 / 5, 4)]  # (sd^2 / n_obs, n_obs - 1)
     assert stats.seeds_needed(2.0, terms) == 10
     assert stats.minimum_detectable_difference(2.0, 10) <= 2.0 < stats.minimum_detectable_difference(2.0, 9)
-    assert stats.seeds_needed(0.0, terms) == np.inf and stats.seeds_needed(1.0, [(0.0, 4)]) == 6  # zero spread: 2/2^n <= 0.05 (randomization)
+    assert stats.seeds_needed(0.0, terms) == np.inf and stats.seeds_needed(1.0, [(0.0, 4)]) == 6
 
 
 # --- verdicts and the summary --------------------------------------------------------------
