@@ -441,9 +441,11 @@ KEEP = ("step", "time", "reward/mean", "reward/std", "len/response_mean", "len/c
 """The metrics a compact run copy keeps (every analysis above reads only these, and budget/*)."""
 
 
-def export(root: Path, dest: Path = OUT / "runs", sweep: str = "effects") -> int:
+def export(root: Path, dest: Path = OUT / "runs", sweep: str = "effects",
+           keep_prefixes: tuple[str, ...] = ("budget/",)) -> int:
     """Copy each finished run of ``root/<sweep>`` compactly into ``dest/<sweep>/<run_id>/``: its
-    spec, status, env and evals whole, its metrics cut to :data:`KEEP` and the budget counters,
+    spec, status, env and evals whole, its metrics cut to :data:`KEEP` and the keys starting with
+    one of ``keep_prefixes`` (the budget counters; e.g. ``mismatch/`` too for the mismatch sweeps),
     every file and row naming the CPU model it was measured on (from the run's env.json), no
     samples and no weights; ``render dest`` then reads the copies like run folders."""
     from suite.runfolder import cpu_model
@@ -467,7 +469,7 @@ def export(root: Path, dest: Path = OUT / "runs", sweep: str = "effects") -> int
                 for line in f:
                     row = json.loads(line)
                     if keep is not None:
-                        row = {k: v for k, v in row.items() if k in keep or k.startswith("budget/")}
+                        row = {k: v for k, v in row.items() if k in keep or k.startswith(keep_prefixes)}
                     g.write(json.dumps({**row, "cpu_model": cpu}) + "\n")
         n += 1
     return n
@@ -487,9 +489,12 @@ def main(argv=None) -> int:
     x.add_argument("root", type=Path)
     x.add_argument("--sweep", default="effects", help="the sweep folder under ROOT (e.g. leaderboard_embedded)")
     x.add_argument("--dest", type=Path, default=OUT / "runs", help="where the copies go (DEST/<sweep>/<run_id>/)")
+    x.add_argument("--keep-prefix", action="append", default=["budget/"], metavar="PREFIX",
+                   help="also keep the metrics whose name starts with PREFIX (repeatable; budget/ always)")
     args = ap.parse_args(argv)
     if args.cmd == "export":
-        print(f"exported {export(args.root, args.dest, args.sweep)} runs to {args.dest / args.sweep}")
+        n = export(args.root, args.dest, args.sweep, tuple(dict.fromkeys(args.keep_prefix)))
+        print(f"exported {n} runs to {args.dest / args.sweep}")
         return 0
     if args.cmd == "base-entropy":
         print(json.dumps(base_entropy(), indent=1))

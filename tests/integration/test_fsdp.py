@@ -173,6 +173,40 @@ def test_sharded_checkpoint_resumes_exactly_and_on_another_world_size(tmp_path):
     assert sorted(os.listdir(ref / "final")) == sorted(os.listdir(tmp_path / "plain" / spec.run_id / "final"))
 
 
+def test_a_stale_engine_under_sharding_equals_the_unsharded_stale_run(tmp_path):
+    """``rollout.staleness=2, rollout.sync=lag``: the behaviour history holds sharded snapshots and
+    the engine samples from the policy of two updates ago; the evals (rank 0, on the stale
+    engine's eval copy, gathered by every rank) and every step's metrics equal the unsharded
+    one-process run up to float summation order, and the lagging engine's weights resume from a
+    sharded checkpoint exactly."""
+    budget = (("updates", 4),)
+    stale = [("rollout.staleness", 2), ("rollout.sync", "lag"), ("eval.every", 0.5)]
+    spec = _spec("grpo", SHARD2 + RESUME + stale, budget)
+    plain = _spec("grpo", RESUME + stale, budget)
+    assert spec.run_id == plain.run_id
+    assert spawn_run(spec, tmp_path / "fsdp", 2) == 0
+    assert spawn_run(plain, tmp_path / "plain", 1) == 0
+    a, b = tmp_path / "plain" / spec.run_id, tmp_path / "fsdp" / spec.run_id
+    _same_metrics(a, b, rel=1e-4)
+    ea, eb = read_jsonl(a / "evals.jsonl"), read_jsonl(b / "evals.jsonl")
+    assert len(ea) == len(eb) >= 3 and [e["step"] for e in ea] == [e["step"] for e in eb]
+    for x, y in zip(ea, eb):
+        assert {k: v for k, v in x.items() if k.startswith("eval/")} == \
+            {k: v for k, v in y.items() if k.startswith("eval/")}, (x["step"], x["split"])
+    # the weights after 4 AdamW steps: float summation order moves near-zero-gradient entries
+    # (Adam divides by sqrt(v)); as a whole within 1e-5 relative of the unsharded run's
+    pa, pb = load_file(a / "final" / "model.safetensors"), load_file(b / "final" / "model.safetensors")
+    assert pa.keys() == pb.keys()
+    num = sum(float((pb[k] - pa[k]).norm()) ** 2 for k in pa) ** 0.5
+    den = sum(float(pa[k].norm()) ** 2 for k in pa) ** 0.5
+    assert num / den < 1e-5, num / den
+    # stopped at step 2 (the engine two updates behind) and resumed: the uninterrupted sharded run
+    assert spawn_run(spec, tmp_path / "resumed", 2, stop_at=2) == 130
+    assert spawn_run(spec, tmp_path / "resumed", 2) == 0
+    _same_metrics(b, tmp_path / "resumed" / spec.run_id)
+    _same_final(b, tmp_path / "resumed" / spec.run_id)
+
+
 @pytest.mark.slow
 def test_a_killed_sharded_rank_fails_the_run_and_the_rerun_resumes_exactly(tmp_path):
     """(6) SIGKILL rank 1 of a sharded run: ``failed`` naming rank 1; the re-run resumes from the
