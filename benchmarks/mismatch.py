@@ -36,6 +36,10 @@ def _fmt(x: float, d: int = 3) -> str:
     return "—" if x != x else f"{x:.{d}f}"
 
 
+def _per_seed(acc: dict) -> str:
+    return " / ".join(f"{_fmt(v)} (s{k})" for k, v in sorted(acc.items(), key=lambda kv: str(kv[0]))) or "—"
+
+
 def collect(sweep_dir: Path) -> tuple[dict[str, list[dict]], dict]:
     arms: dict[str, list[dict]] = {}
     base: dict = {}
@@ -46,8 +50,8 @@ def collect(sweep_dir: Path) -> tuple[dict[str, list[dict]], dict]:
         rows = read_jsonl(run / "metrics.jsonl") if (run / "metrics.jsonl").exists() else []
         acc = {(e["split"], bool(e.get("final"))): e.get("eval/chain/greedy_acc") for e in evals}
         for e in evals:
-            if e["step"] == 0:
-                base[e["split"]] = e.get("eval/chain/greedy_acc")
+            if e["step"] == 0:  # the engine's copy of the base (through the mismatch knob): per seed
+                base.setdefault(e["split"], {})[spec.get("seed")] = e.get("eval/chain/greedy_acc")
                 base["n_prompts"] = e.get("n_prompts")
         last = rows[-10:]
         arms.setdefault(spec.get("variant") or "none", []).append({
@@ -72,8 +76,9 @@ def render(sweep_dir: Path) -> str:
     arms, base = collect(sweep_dir)
     cpus = sorted({r["env"].get("cpu_model") or "unknown" for rs in arms.values() for r in rs}) or [cpu_model()]
     lines = [f"CPU: {', '.join(cpus)} (runs), rendered on {cpu_model()}", "",
-             f"Base greedy accuracy (committed `chain` base): val {_fmt(base.get('val', float('nan')))}, "
-             f"test {_fmt(base.get('test', float('nan')))} ({base.get('n_prompts')} prompts each).", "",
+             "Step-0 greedy accuracy (the committed `chain` base as the engine serves it: evals run through "
+             f"the engine, so through the mismatch knob; per seed): val {_per_seed(base.get('val', {}))}, "
+             f"test {_per_seed(base.get('test', {}))} ({base.get('n_prompts')} prompts each).", "",
              "| correction | runs ok | val acc (per seed) | test acc (mean) | train reward (last 10) | "
              "max grad norm | final entropy | mean IS weight | truncated | masked | mismatch KL | token ratio range |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]

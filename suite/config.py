@@ -186,7 +186,8 @@ class RolloutConfig:
     simulated deterministically; the trainer keeps the last k policies)."""
     mismatch: Literal["none", "bf16", "noise"] = "none"
     """Training–inference mismatch knob: the engine samples from a bf16-rounded copy, or a copy
-    with seeded Gaussian weight noise, so μ ≠ π_old even on-policy."""
+    with seeded Gaussian weight noise, so μ ≠ π_old even on-policy. Evals run through the engine
+    too, so they score that copy (what an inference engine would serve), step 0 included."""
     mismatch_scale: float = 1e-3
     """Relative std of the ``noise`` mismatch (noise = scale · std(weight) per tensor)."""
     old_logp: Literal["recompute", "behaviour"] = "recompute"
