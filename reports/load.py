@@ -187,10 +187,16 @@ def _is_bad(value: Any) -> bool:
     return isinstance(value, float) and not math.isfinite(value)
 
 
+PROVENANCE_KEYS = ("cpu_model",)
+"""Per-row provenance strings, not metrics: compact run copies (``benchmarks/effects.py export``)
+name the CPU a row was measured on in every row; the run's env.json holds the same, so they are
+dropped from the metric rows instead of being read as non-numeric metrics."""
+
+
 def _metric_rows(rows: list[dict], run_id: str) -> list[dict]:
     out = []
     for i, row in enumerate(rows):
-        row = dict(row)
+        row = {k: v for k, v in row.items() if k not in PROVENANCE_KEYS}
         row["run_id"] = run_id
         row.setdefault("step", i + 1)
         flag = row.get("stability/nonfinite")

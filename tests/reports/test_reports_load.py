@@ -128,3 +128,15 @@ def test_running_and_empty_runs(tmp_path):
     out = build_report(tmp_path, tmp_path / "out", ReportConfig(reps=20, figures=False))
     text = (tmp_path / "out" / "report.md").read_text()
     assert out.is_file() and "not at the matched budget" in text
+
+
+def test_compact_copies_naming_the_cpu_in_every_row_load_without_problems(tmp_path):
+    # benchmarks/effects.py export writes {"cpu_model": ...} into every metrics row
+    run = tmp_path / "r"
+    synthetic.write_run(run, "arith", synthetic.Arm(algo="grpo"), 0)
+    folder = next(p.parent for p in run.rglob("spec.json"))
+    rows = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps({**r, "cpu_model": "AMD EPYC"}) + "\n" for r in rows))
+    rs = load_runs(tmp_path)
+    assert not rs.problems and "cpu_model" not in rs.metrics.columns
+    assert len(rs.metrics) == len(rows)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -47,24 +48,35 @@ def need_slurm_with_two_cpus():
         pytest.skip("the SLURM node offers fewer than 2 CPUs (start it with SLURM_NODE_CPUS=2)")
 
 
-def test_two_task_slurm_job_runs_one_data_parallel_run(tmp_path, capsys):
-    spec = tmp_path / "dp.yaml"
-    spec.write_text(SPEC)
+def _slurm_run(tmp_path: Path, spec_text: str, name: str, capsys) -> Path:
+    """Run the one-run sweep on the cluster; its run folder, checked completed at step 3 on 2 ranks."""
+    spec = tmp_path / f"{name}.yaml"
+    spec.write_text(spec_text)
     code = main(["sweep", "run", str(spec), "--cluster", "slurm", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 0, err
-    (run,) = [p.parent for p in (tmp_path / "out" / "dp_slurm").glob("*/status.json")]
+    (run,) = [p.parent for p in (tmp_path / "out" / name).glob("*/status.json")]
     st = json.loads((run / "status.json").read_text())
     assert st["state"] == "completed" and st["step"] == 3, st
     assert json.loads((run / "env.json").read_text())["world_size"] == 2
-    # the same run in one local process: the same samples and rewards
-    code = main(["run", "--task", "arith", "--algo", "grpo", "--seed", "1", "--budget", "samples=48",
+    return run
+
+
+def _one_process_run(tmp_path: Path, algo: str, run_id: str, capsys) -> Path:
+    """The same run (world size and sharding are not in the run id) in one local process."""
+    code = main(["run", "--task", "arith", "--algo", algo, "--seed", "1", "--budget", "samples=48",
                  "--set", "eval.max_prompts=8", "--set", "rollout.prompts_per_step=4", "--set", "rollout.group_size=4",
                  "--set", "rollout.rng=row", "--out", str(tmp_path / "ref")])
     out = capsys.readouterr().out
     assert code == 0
-    ref = tmp_path / "ref" / run.name
+    ref = tmp_path / "ref" / run_id
     assert ref.is_dir(), out
+    return ref
+
+
+def test_two_task_slurm_job_runs_one_data_parallel_run(tmp_path, capsys):
+    run = _slurm_run(tmp_path, SPEC, "dp_slurm", capsys)
+    ref = _one_process_run(tmp_path, "grpo", run.name, capsys)  # the same samples and rewards
     m1, m2 = read_jsonl(ref / "metrics.jsonl"), read_jsonl(run / "metrics.jsonl")
     assert [r["reward/mean"] for r in m1] == [r["reward/mean"] for r in m2]
     assert [r["budget/gen_tokens"] for r in m1] == [r["budget/gen_tokens"] for r in m2]
@@ -91,26 +103,13 @@ def test_two_task_slurm_job_runs_one_sharded_run(algo, tmp_path, capsys):
     summation order, as in tests/integration/test_fsdp.py). PPO adds a sharded critic."""
     spec = tmp_path / "fsdp.yaml"
     spec.write_text(SHARDED_SPEC.format(algo=algo))
-    code = main(["sweep", "run", str(spec), "--cluster", "slurm", "--out", str(tmp_path / "out"), "--dry-run"])
+    code = main(["sweep", "run", str(spec), "--cluster", "slurm", "--out", str(tmp_path / "dry"), "--dry-run"])
     dry = capsys.readouterr().out
     assert code == 0 and "mem_rank=" in dry, dry
-    code = main(["sweep", "run", str(spec), "--cluster", "slurm", "--out", str(tmp_path / "out")])
-    err = capsys.readouterr().err
-    assert code == 0, err
-    (run,) = [p.parent for p in (tmp_path / "out" / "fsdp_slurm").glob("*/status.json")]
-    st = json.loads((run / "status.json").read_text())
-    assert st["state"] == "completed" and st["step"] == 3, st
-    env = json.loads((run / "env.json").read_text())
-    assert env["world_size"] == 2, env
+    run = _slurm_run(tmp_path, SHARDED_SPEC.format(algo=algo), "fsdp_slurm", capsys)
     assert json.loads((run / "spec.json").read_text())["train"]["shard"] == "fsdp"
-    assert (run / "final" / "config.json").is_file()
-    code = main(["run", "--task", "arith", "--algo", algo, "--seed", "1", "--budget", "samples=48",
-                 "--set", "eval.max_prompts=8", "--set", "rollout.prompts_per_step=4", "--set", "rollout.group_size=4",
-                 "--set", "rollout.rng=row", "--out", str(tmp_path / "ref")])
-    out = capsys.readouterr().out
-    assert code == 0
-    ref = tmp_path / "ref" / run.name  # train.shard and world_size are not in the run id
-    assert ref.is_dir(), out
+    assert (run / "final" / "config.json").is_file() and not (run / "checkpoint").exists()
+    ref = _one_process_run(tmp_path, algo, run.name, capsys)
     m1, m2 = read_jsonl(ref / "metrics.jsonl"), read_jsonl(run / "metrics.jsonl")
     assert len(m1) == len(m2) == 3
     assert [r["reward/mean"] for r in m1[:2]] == [r["reward/mean"] for r in m2[:2]]
