@@ -898,41 +898,31 @@ def randomization_p(xcols: Columns, ycols: Columns | None = None, *, seed: int =
     Hand example: x = [0.01, 0.01, 0.01] (paired): 8 flips, 2 reach |0.01| -> p = 0.25.
     """
     obs = abs(float(agg_mean(xcols) - (agg_mean(ycols) if ycols else 0.0)))
-    tol = 1e-12 * max(1.0, obs)
     rng = np.random.default_rng(seed)
     if ycols is None:
         vals = np.concatenate(xcols)
-        col = np.concatenate([np.full(c.size, j) for j, c in enumerate(xcols)])
-        sizes = np.array([c.size for c in xcols], dtype=float)
-        w = 1.0 / (len(xcols) * sizes[col])  # weight of each run in the mean of column means
+        # each run's weight in the mean of the column means
+        w = np.concatenate([np.full(c.size, 1.0 / (len(xcols) * c.size)) for c in xcols])
         n = vals.size
-        if 2**n <= RANDOMIZATION_EXACT_MAX:
-            bits = (np.arange(2**n)[:, None] >> np.arange(n)) & 1
-            signs = 1.0 - 2.0 * bits
-        else:
-            signs = rng.choice([-1.0, 1.0], size=(RANDOMIZATION_DRAWS, n))
+        exact = 2**n <= RANDOMIZATION_EXACT_MAX
+        signs = (1.0 - 2.0 * ((np.arange(2**n)[:, None] >> np.arange(n)) & 1) if exact
+                 else rng.choice([-1.0, 1.0], size=(RANDOMIZATION_DRAWS, n)))
         null = np.abs(signs @ (w * vals))
-        k = int(np.sum(null >= obs - tol))
-        return k / len(null) if 2**n <= RANDOMIZATION_EXACT_MAX else (1 + k) / (1 + len(null))
-    if len(xcols) != len(ycols):
-        raise ValueError(f"randomization_p: {len(xcols)} x columns vs {len(ycols)} y columns; they must match")
-    splits = [math.comb(x.size + y.size, x.size) for x, y in zip(xcols, ycols, strict=True)]
-    total = math.prod(splits)
-    per_col = []  # per column: (arrangements, 2) of (mean of the x part, mean of the y part)
-    for x, y in zip(xcols, ycols, strict=True):
-        pool, nx = np.concatenate([x, y]), x.size
-        if total <= RANDOMIZATION_EXACT_MAX:
-            idx = np.array(list(itertools.combinations(range(pool.size), nx)), dtype=int)
-        else:
-            idx = np.argsort(rng.random((RANDOMIZATION_DRAWS, pool.size)), axis=1)[:, :nx]
-        xs = pool[idx].sum(axis=1)
-        per_col.append((xs / nx - (pool.sum() - xs) / y.size))
-    if total <= RANDOMIZATION_EXACT_MAX:
-        grid = np.meshgrid(*per_col, indexing="ij")
-        null = np.abs(np.mean([g.ravel() for g in grid], axis=0))
-        return int(np.sum(null >= obs - tol)) / null.size
-    null = np.abs(np.mean(per_col, axis=0))
-    return (1 + int(np.sum(null >= obs - tol))) / (1 + null.size)
+    else:
+        if len(xcols) != len(ycols):
+            raise ValueError(f"randomization_p: {len(xcols)} x columns vs {len(ycols)} y columns; they must match")
+        exact = math.prod(math.comb(x.size + y.size, x.size) for x, y in zip(xcols, ycols)) <= RANDOMIZATION_EXACT_MAX
+        per_col = []  # per column: the x-part mean minus the y-part mean of each split of its pool
+        for x, y in zip(xcols, ycols):
+            pool = np.concatenate([x, y])
+            idx = (np.array(list(itertools.combinations(range(pool.size), x.size)), dtype=int) if exact
+                   else np.argsort(rng.random((RANDOMIZATION_DRAWS, pool.size)), axis=1)[:, :x.size])
+            xs = pool[idx].sum(axis=1)
+            per_col.append(xs / x.size - (pool.sum() - xs) / y.size)
+        # exact: every combination of the columns' splits; Monte Carlo: the columns' draws side by side
+        null = np.abs(np.mean([g.ravel() for g in np.meshgrid(*per_col, indexing="ij")] if exact else per_col, axis=0))
+    k = int(np.sum(null >= obs - 1e-12 * max(1.0, obs)))
+    return k / null.size if exact else (1 + k) / (1 + null.size)
 
 
 def t_test_interval(t: TTest, confidence: float) -> Interval:

@@ -428,3 +428,14 @@ def test_pair_of_algorithms_two_prompts_apart_on_every_seed_is_not_a_verdict():
     assert test.diff == pytest.approx(1.0) and test.p == pytest.approx(0.25)
     assert np.isnan(stats.mdd_from_test(test)) and stats.seeds_needed(test.diff, terms) == 6
     assert stats.holm([test.p, 0.5])[0] > 0.05
+
+
+def test_randomization_p_monte_carlo_beyond_the_exact_limit_agrees_with_scipy():
+    rng = np.random.default_rng(1)
+    d = rng.normal(0.3, 1.0, 20)  # 2^20 sign flips > RANDOMIZATION_EXACT_MAX: Monte Carlo
+    ref = scipy.stats.permutation_test((d,), np.mean, permutation_type="samples", n_resamples=20000, random_state=0)
+    assert stats.randomization_p([d]) == pytest.approx(ref.pvalue, abs=0.01)
+    x, y = rng.normal(0.5, 1.0, 12), rng.normal(0.0, 1.0, 12)  # C(24, 12) splits: Monte Carlo
+    ref = scipy.stats.permutation_test((x, y), lambda a, b: np.mean(a) - np.mean(b), permutation_type="independent",
+                                       n_resamples=20000, random_state=0)
+    assert stats.randomization_p([x], [y]) == pytest.approx(ref.pvalue, abs=0.02)
