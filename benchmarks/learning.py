@@ -22,6 +22,7 @@ from _run import run_cli
 from suite.warmstart import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
+CHAIN_MARK = "<!-- chain section: benchmarks/learning_chain.py -->"
 
 
 def one(algo: str, seed: int, out: Path) -> dict:
@@ -67,7 +68,9 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     print(text)
     args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(text)
+    old = args.results.read_text() if args.results.exists() else ""
+    chain = old[old.index(CHAIN_MARK):] if CHAIN_MARK in old else ""  # benchmarks/learning_chain.py's section
+    args.results.write_text(text + ("\n" + chain if chain else ""))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,11 @@
 """Shared fixtures. Tests run with one torch thread (two shared cores) and a cache under
 ``RLSUITE_CACHE`` (default ``.cache/`` in the repo, so the arith warm start is built once).
 
+The README's test command runs the tests in parallel (``-n auto --dist loadgroup``, pytest-xdist,
+one torch thread per worker). Every test is put in an ``xdist_group`` (below): its module's, so a
+module's fixtures are built on one worker only, or a shared serial group for the tests that start
+processes of their own (ranks, SLURM jobs), so that at most one of those runs at a time.
+
 Data tests read ``$RLSUITE_DATA`` (default ``../shared/data``) in place; where it is absent
 they skip with the reason, unless ``RLSUITE_REQUIRE_DATA=1`` (CI), which turns the skip into
 a failure.
@@ -20,6 +25,23 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(1)
+
+
+# modules whose tests spawn ranks or whole runs of their own, or submit SLURM jobs: one group each
+# (run one after another on one worker, never two at once), the rest per module
+SERIAL_GROUPS = {
+    "tests/integration/test_data_parallel.py": "ranks",
+    "tests/integration/test_fsdp.py": "ranks",
+    "tests/sweeps/test_slurm.py": "slurm",
+    "tests/sweeps/test_slurm_dp.py": "slurm",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the marks
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(SERIAL_GROUPS.get(module, module)))
 
 
 def data_dir(sub: str) -> Path:

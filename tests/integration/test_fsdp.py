@@ -45,6 +45,22 @@ def _rel(a: float, b: float) -> float:
     return abs(a - b) / max(abs(a), abs(b), 1e-12)
 
 
+# The engine and the trainer compute the same fp32 log-probs with different kernels and summation
+# orders, so ``mismatch/*`` (|Δ log-prob|, the k1 KL, the ratio μ/π_old) is float rounding noise: a
+# few ulps of a log-prob (~1e-6 nats here) whose size depends on the CPU's kernels (AVX-512, AMX,
+# plain loops) and on the sharding. No two runs need agree on it; what holds on any CPU is that it
+# stays rounding-sized: |Δ log-prob| and the KL below 1e-4 nats, ratios within 1e-4 of 1. A real
+# mismatch fails it: a missed weight push, or bf16 engine weights (largest |Δ log-prob| ~0.2 a token,
+# benchmarks/results/mismatch.md).
+NOISE_BOUND = 1e-4
+
+
+def _within_noise(key: str, a: float, b: float) -> None:
+    centre = 1.0 if "ratio" in key or "weight" in key else 0.0
+    for v in (a, b):
+        assert abs(v - centre) <= NOISE_BOUND, (key, a, b)
+
+
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory):
     """Two steps of each algorithm on 2 sharded gloo ranks (one process group for all)."""
@@ -64,7 +80,11 @@ def test_two_sharded_ranks_equal_one_process_at_steps_1_and_2(algo, sharded, tmp
         assert _rel(row1[k], row2[k]) < 1e-5, (k, row1[k], row2[k])
     assert row1["stats/grad_norm"] > 0 and 0 < row1["reward/mean"] < 1  # a non-trivial update
     for k, v in row1.items():  # every other metric of step 1 as well
-        if k not in TIMING and not k.startswith("perf/") and isinstance(v, float) and not math.isnan(v):
+        if k in TIMING or k.startswith("perf/") or not isinstance(v, float) or math.isnan(v):
+            continue
+        if k.startswith("mismatch/"):  # engine-vs-trainer rounding noise: bounded, not equal
+            _within_noise(k, v, row2[k])
+        else:
             assert row2[k] == pytest.approx(v, rel=1e-5, abs=1e-7), k
     assert r0["delta"].keys() == one["delta"].keys()
     # the parameter update of step 1: within 1e-5 relative as a whole; tensor by tensor within
@@ -117,9 +137,10 @@ def _same_metrics(a: Path, b: Path, rel: float = 0.0) -> None:
                 continue
             if isinstance(v, float) and math.isnan(v):
                 assert math.isnan(r2[k]), k
-            elif rel:  # mismatch/*: μ's log-probs (the engine) against π_old's, differences of ~1e-6
-                assert r2[k] == pytest.approx(v, rel=rel, abs=1e-5 if k.startswith("mismatch/") else 1e-7), \
-                    (r1["step"], k)
+            elif rel and k.startswith("mismatch/"):  # μ's log-probs (the engine) against π_old's
+                _within_noise(k, v, r2[k])
+            elif rel:
+                assert r2[k] == pytest.approx(v, rel=rel, abs=1e-7), (r1["step"], k)
             else:
                 assert r2[k] == v, (r1["step"], k)
 

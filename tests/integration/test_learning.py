@@ -1,13 +1,15 @@
 """The embedded tasks learn on any CPU: one seed of GRPO and of PPO at the default `arith`
-budget, and one seed of DAPO (4 updates a batch) at the `chain` preset, from the committed
-bases, raise greedy accuracy by a margin.
+budget, from the committed base, raise greedy accuracy by a margin; one seed of DAPO (4 updates a
+batch) at the `chain` preset runs from its committed base and does not degrade (no chain arm at
+today's preset gains reliably: the numbers are next to the test).
 
 What may and may not depend on the CPU:
 * the base is the committed bytes (suite/bases/), so its greedy accuracy is the manifest's
   measured value on every machine, up to greedy near-ties that flip between CPUs (±1 point);
-* RL is not bit-reproducible across CPUs, so the gain is asserted with a margin of at most half
-  the smallest per-seed gain measured in `benchmarks/results/learning.md` and `baselines.md`
-  (`MARGIN` below; the measured minimum is named next to it).
+* RL is not bit-reproducible across CPUs: a seed's gain on another CPU is a fresh draw from the
+  per-seed distribution, so every bound is chosen from per-seed gains measured in
+  `benchmarks/results/learning.md` (and `baselines.md`) so that it fails with probability <= 1% under
+  a normal fit of them (the figures are named next to each bound).
 
 Slow (≈ 40 s per `arith` run, ≈ 3 min for the `chain` run, on one thread).
 """
@@ -52,19 +54,22 @@ def test_default_budget_improves_greedy_accuracy(algo, tmp_path, capsys):
 
 
 # The embedded reasoning task: DAPO with 4 minibatch updates per rollout batch (the `dapo:mb4` arm
-# of sweeps/effects.yaml) at the `chain` preset, from the committed base. Its per-seed gains of
-# greedy val accuracy (200 prompts, base 0.460) measured on AMD EPYC (benchmarks/results/effects.md,
-# compact runs under benchmarks/results/effects/runs/effects/chain__dapo__s*): +0.070, +0.055, +0.035,
-# +0.060, +0.070 (seeds 0–4; seed 0 is this configuration, its run id differs by the variant label);
-# the smallest is +0.035 and the margin is half of it.
-CHAIN_MIN_MEASURED_GAIN = 0.035
-CHAIN_MARGIN = 0.0175
-assert CHAIN_MARGIN <= CHAIN_MIN_MEASURED_GAIN / 2
+# of sweeps/effects.yaml) at the `chain` preset, from the committed base. Its per-seed gains of greedy
+# val accuracy (200 prompts, base 0.460), 10 seeds on AMD EPYC without AVX-512
+# (benchmarks/results/learning.md, `benchmarks/learning_chain.py`): mean +0.047, sd 0.026, min +0.000;
+# an Intel Xeon's seed 0 lost 0.015. No one-seed gain margin holds with P(fail) <= 1% (mean - 2.326 sd
+# = -0.015), and the same runs' greedy *test* accuracy does not move (+0.002 on average): at today's
+# preset the chain policy barely moves. So this is a regression test of the preset, not a learning
+# claim (the arith tests above are those): the run starts from the committed base, updates the policy
+# and does not degrade by more than CHAIN_FLOOR, P(fail) ~ 0.15% under the normal fit.
+CHAIN_MEAN_GAIN, CHAIN_SD_GAIN = 0.047, 0.026
+CHAIN_FLOOR = -0.03
+assert (CHAIN_MEAN_GAIN - CHAIN_FLOOR) / CHAIN_SD_GAIN >= 2.326  # P(gain < floor) <= 1% under the fit
 
 
 @pytest.mark.slow
-def test_chain_preset_improves_greedy_accuracy(tmp_path, capsys):
-    """≈ 3 minutes on one thread (50 rollout steps of 128 samples, 200 updates)."""
+def test_chain_preset_runs_from_the_committed_base_and_does_not_degrade(tmp_path, capsys):
+    """≈ 3 minutes on one thread (≈ 25 rollout steps of 128 samples after DAPO's filtering, 4 updates each)."""
     man = json.loads(warmstart.manifest_path("chain", "tiny").read_text())
     code = main(["run", "--task", "chain", "--algo", "dapo", "--seed", "0", "--out", str(tmp_path),
                  "--set", "rollout.engine=native", "--set", "train.minibatches=4"])
@@ -77,4 +82,9 @@ def test_chain_preset_improves_greedy_accuracy(tmp_path, capsys):
     assert val[0]["step"] == 0 and val[-1]["final"] and val[0]["n_prompts"] == 200
     start, end = val[0]["eval/chain/greedy_acc"], val[-1]["eval/chain/greedy_acc"]
     assert start == pytest.approx(man["measured"]["val/greedy_acc"], abs=0.01), "the committed base"
-    assert end - start >= CHAIN_MARGIN, (start, end)
+    rows = [r for r in read_jsonl(f"{run_dir}/metrics.jsonl") if "stats/approx_kl" in r]
+    # the policy is updated: |k1 KL(π_old, π)| over a step's 4 minibatches is 0 without an update; its mean
+    # over a run was 3.0e-4 to 4.9e-4 on the 10 seeds of learning.md
+    moved = sum(abs(r["stats/approx_kl"]) for r in rows) / max(len(rows), 1)
+    assert len(rows) >= 20 and moved > 5e-5, (len(rows), moved)
+    assert end - start >= CHAIN_FLOOR, (start, end)
