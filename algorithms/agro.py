@@ -34,9 +34,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-from algorithms.base import register
-from algorithms.ggpo import GGPO, GGPOConfig
-from suite.aggregation import AggMode
+from rlsuite.algorithms.base import register
+from rlsuite.algorithms.ggpo import GGPO, GGPOConfig
+from rlsuite.suite.aggregation import AggMode
 
 
 @dataclass(frozen=True, kw_only=True)

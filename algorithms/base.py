@@ -15,7 +15,7 @@ hook                        contract (defaults in this class)
 ``before_rollout(ctx)``     → list of :class:`Behaviour` (weights + the sample rows each
                             one draws), or None for the current policy for every sample
 ``rewards(group, ctx)``     → ``[G]`` rewards of one prompt group (default: the task grade)
-``replay(ctx)``             → a :class:`~suite.types.Rollout` of stale rows to train on again
+``replay(ctx)``             → a :class:`~rlsuite.suite.types.Rollout` of stale rows to train on again
                             this step (appended after the fresh rows with their group ids
                             shifted; their μ log-probs and policy versions stay their own, so
                             π_old is re-scored for them), or None
@@ -41,7 +41,7 @@ loss (``+β·k`` per token, aggregated with the rest) or in the reward (``r_t �
 policy tokens, with π_old's log-probs; sequence rewards get ``−β·Σ_t k``).
 
 Algorithm configs hold only the algorithm's knobs with paper defaults; learning rates, G,
-batch and lengths come from the task/model preset (:mod:`suite.config`).
+batch and lengths come from the task/model preset (:mod:`rlsuite.suite.config`).
 """
 
 from __future__ import annotations
@@ -52,10 +52,10 @@ from typing import Any, ClassVar, Literal, Optional, Sequence
 
 from torch import Tensor
 
-from suite.aggregation import AggMode
-from suite.hooks import NEEDS, STAGES, AdvOut, Behaviour, Context, Group, Revision  # noqa: F401  (the hook contract, re-exported)
-from suite.registry import Registry
-from suite.types import Batch, Forward, Rollout
+from rlsuite.suite.aggregation import AggMode
+from rlsuite.suite.hooks import NEEDS, STAGES, AdvOut, Behaviour, Context, Group, Revision  # noqa: F401  (the hook contract, re-exported)
+from rlsuite.suite.registry import Registry
+from rlsuite.suite.types import Batch, Forward, Rollout
 
 Fidelity = Literal["code", "paper", "abstract", "description"]
 
@@ -84,7 +84,7 @@ class AlgoConfig:
     ranges: ClassVar[dict[str, str]] = {"kl_coef": "[0, inf)", "kl_target": "(0, inf)", "kl_horizon": "[1, inf)"}
     """The declared range of every numeric field (``int``/``float``, also inside ``Optional`` and
     ``tuple``): field name → interval, e.g. ``{"clip_eps_low": "[0, 1]", "tis_cap": "(0, inf)"}``
-    (:class:`suite.config.Range`; ``inf`` = unbounded). A class-level mapping, not a dataclass
+    (:class:`rlsuite.suite.config.Range`; ``inf`` = unbounded). A class-level mapping, not a dataclass
     field, so it is in no run id. Each subclass declares its own numeric fields (and any whose
     range it changes); the mappings are merged over the MRO. Resolution (``--set``, ``--config``,
     sweeps) refuses a value outside its range with exit 2 (``algo.<field> must be …, got v``); NaN

@@ -14,7 +14,7 @@ Differs from GRPO (``grpo.py``) by:
   3. The suite's clipped surrogate clamps log r to ±20 before ``exp`` (TRL does not); TRL's
      ``delta`` (two-sided clip) is off by default and not reproduced.
 
-Metrics: ``suite.ops.clipped_surrogate``'s (``stats/clip_frac_low`` / ``_high`` are TRL's
+Metrics: ``rlsuite.suite.ops.clipped_surrogate``'s (``stats/clip_frac_low`` / ``_high`` are TRL's
 ``clip_ratio/low_mean`` / ``high_mean``).
 
 Fidelity: ``code`` — TRL 1.16.0 ``GRPOTrainer._compute_loss`` (``bnpo``); loss and gradient checked
@@ -25,11 +25,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from algorithms.base import AdvOut, Context, register
-from algorithms.grpo import GRPO, GRPOConfig
-from suite.aggregation import AggMode
-from suite.ops import broadcast_to_tokens, group_normalised_advantage
-from suite.types import Batch
+from rlsuite.algorithms.base import AdvOut, Context, register
+from rlsuite.algorithms.grpo import GRPO, GRPOConfig
+from rlsuite.suite.aggregation import AggMode
+from rlsuite.suite.ops import broadcast_to_tokens, group_normalised_advantage
+from rlsuite.suite.types import Batch
 
 TRL_STD_EPS = 1e-4
 """TRL 1.16.0's offset of the group std in the advantage, ``(R − mean)/(std + 1e-4)``."""

@@ -21,10 +21,10 @@ from typing import Optional
 
 import torch
 
-from algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
-from suite.aggregation import AggMode
-from suite.ops import approx_kl, broadcast_to_tokens, group_normalised_advantage, masked_mean
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
+from rlsuite.suite.aggregation import AggMode
+from rlsuite.suite.ops import approx_kl, broadcast_to_tokens, group_normalised_advantage, masked_mean
+from rlsuite.suite.types import Batch, Forward
 
 
 def cispo_loss(logp, old_logp, adv, mask, eps_low: Optional[float], eps_high: float):

@@ -29,7 +29,7 @@ Clip-Cov's random draw uses ``ctx.generator("clip_cov")`` (verl: ``torch.randper
 RNG), over the candidates in row-major order, as verl (so only the draw's random numbers differ).
 The means are verl's ``masked_mean`` (``Σ/(n + 1e-8)``) for Clip-Cov and plain means for KL-Cov, as
 verl. KL-Cov does not clamp the log-ratio (as verl); Clip-Cov's surrogate is
-``suite.ops.clipped_surrogate``, which clamps it to ±20 (verl does not: different only beyond |log r| > 20).
+``rlsuite.suite.ops.clipped_surrogate``, which clamps it to ±20 (verl does not: different only beyond |log r| > 20).
 
 ``on_policy_pg`` is False for Clip-Cov: even at π_θ = π_old the selected tokens get no gradient
 (the point of the method). KL-Cov's penalty ``|log r|`` has zero gradient at r = 1, so it keeps
@@ -54,11 +54,11 @@ from typing import Literal, Optional
 
 import torch
 
-from algorithms.base import AdvOut, AlgoConfig, Context, register
-from algorithms.grpo import GRPO, GRPOConfig
-from suite.aggregation import AggMode
-from suite.ops import approx_kl, clipped_surrogate, masked_mean
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import AdvOut, AlgoConfig, Context, register
+from rlsuite.algorithms.grpo import GRPO, GRPOConfig
+from rlsuite.suite.aggregation import AggMode
+from rlsuite.suite.ops import approx_kl, clipped_surrogate, masked_mean
+from rlsuite.suite.types import Batch, Forward
 
 CovScope = Literal["batch", "call"]
 

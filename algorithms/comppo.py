@@ -46,10 +46,10 @@ from typing import Literal, Optional
 
 import torch
 
-from algorithms.base import AdvOut, Context, register
-from algorithms.ppo import PPO, PPOConfig
-from suite.ops import explained_variance, gae, masked_mean, masked_whiten
-from suite.types import Batch
+from rlsuite.algorithms.base import AdvOut, Context, register
+from rlsuite.algorithms.ppo import PPO, PPOConfig
+from rlsuite.suite.ops import explained_variance, gae, masked_mean, masked_whiten
+from rlsuite.suite.types import Batch
 
 
 def retention_gate(conc: torch.Tensor, mask: torch.Tensor, g_min: float, kappa: float,

@@ -40,10 +40,10 @@ from typing import Any, Literal, Optional
 
 import torch
 
-from algorithms.base import AdvOut, Context, register
-from algorithms.ppo import PPO, PPOConfig
-from suite.ops import clipped_value_loss, explained_variance, gae, masked_mean, masked_whiten
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import AdvOut, Context, register
+from rlsuite.algorithms.ppo import PPO, PPOConfig
+from rlsuite.suite.ops import clipped_value_loss, explained_variance, gae, masked_mean, masked_whiten
+from rlsuite.suite.types import Batch, Forward
 
 STALENESS_BUCKETS = (("0", 0, 0), ("1", 1, 1), ("2to3", 2, 3), ("4to7", 4, 7), ("8plus", 8, 1 << 62))
 

@@ -30,11 +30,11 @@ from typing import Literal, Optional
 
 import torch
 
-from algorithms.base import AdvOut, Context, Group, register
-from algorithms.grpo import GRPO, GRPOConfig
-from suite.aggregation import AggMode
-from suite.ops import masked_mean
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import AdvOut, Context, Group, register
+from rlsuite.algorithms.grpo import GRPO, GRPOConfig
+from rlsuite.suite.aggregation import AggMode
+from rlsuite.suite.ops import masked_mean
+from rlsuite.suite.types import Batch, Forward
 
 
 def overlong_penalty(lengths: torch.Tensor, max_len: int, buffer_frac: float, factor: float) -> torch.Tensor:

@@ -42,10 +42,10 @@ from typing import Any, Literal
 
 import torch
 
-from algorithms.base import AdvOut, Context, register
-from algorithms.grpo import GRPO, GRPOConfig
-from suite.ops import masked_mean
-from suite.types import Batch
+from rlsuite.algorithms.base import AdvOut, Context, register
+from rlsuite.algorithms.grpo import GRPO, GRPOConfig
+from rlsuite.suite.ops import masked_mean
+from rlsuite.suite.types import Batch
 
 
 @dataclass(frozen=True, kw_only=True)

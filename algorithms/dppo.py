@@ -40,10 +40,10 @@ from typing import Literal
 
 import torch
 
-from algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
-from suite.aggregation import AggMode
-from suite.ops import approx_kl, broadcast_to_tokens, group_normalised_advantage, masked_mean
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
+from rlsuite.suite.aggregation import AggMode
+from rlsuite.suite.ops import approx_kl, broadcast_to_tokens, group_normalised_advantage, masked_mean
+from rlsuite.suite.types import Batch, Forward
 
 Divergence = Literal["tv", "kl", "topk_tv", "topk_kl"]
 

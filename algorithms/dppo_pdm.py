@@ -51,8 +51,8 @@ from typing import Literal, Optional
 
 import torch
 
-from algorithms.base import register
-from algorithms.dppo import (
+from rlsuite.algorithms.base import register
+from rlsuite.algorithms.dppo import (
     DPPO,
     Divergence,
     DPPOConfig,
@@ -60,8 +60,8 @@ from algorithms.dppo import (
     topk_divergence,
     trust_region_mask,
 )
-from suite.ops import approx_kl, masked_mean
-from suite.types import Batch, Forward
+from rlsuite.suite.ops import approx_kl, masked_mean
+from rlsuite.suite.types import Batch, Forward
 
 
 def predicted_change(pi: torch.Tensor, mu: torch.Tensor, onehot: torch.Tensor, kind: str) -> torch.Tensor:

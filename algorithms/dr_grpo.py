@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import torch
 
-from algorithms.base import Context, Group, register
-from algorithms.grpo import GRPO, GRPOConfig
-from suite.aggregation import AggMode
+from rlsuite.algorithms.base import Context, Group, register
+from rlsuite.algorithms.grpo import GRPO, GRPOConfig
+from rlsuite.suite.aggregation import AggMode
 
 
 @dataclass(frozen=True, kw_only=True)

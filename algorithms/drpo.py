@@ -47,11 +47,11 @@ from typing import Literal
 
 import torch
 
-from algorithms.base import AlgoConfig, register
-from algorithms.dppo import DPPO
-from suite.aggregation import AggMode
-from suite.ops import approx_kl, masked_mean
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import AlgoConfig, register
+from rlsuite.algorithms.dppo import DPPO
+from rlsuite.suite.aggregation import AggMode
+from rlsuite.suite.ops import approx_kl, masked_mean
+from rlsuite.suite.types import Batch, Forward
 
 
 def drpo_weight(logp: torch.Tensor, anchor_logp: torch.Tensor, adv: torch.Tensor, delta_low: float,

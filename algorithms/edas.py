@@ -50,11 +50,11 @@ from typing import Literal, Optional
 
 import torch
 
-from algorithms.base import AdvOut, Context, register
-from algorithms.dapo import DAPO, DAPOConfig
-from algorithms.grpo import GRPO
-from suite.ops import clipped_surrogate
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import AdvOut, Context, register
+from rlsuite.algorithms.dapo import DAPO, DAPOConfig
+from rlsuite.algorithms.grpo import GRPO
+from rlsuite.suite.ops import clipped_surrogate
+from rlsuite.suite.types import Batch, Forward
 
 
 def edas_delta(adv: list[float], classes: list, alpha: float, beta: float) -> tuple[list[float], int]:

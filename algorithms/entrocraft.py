@@ -43,11 +43,11 @@ from typing import Literal, Optional
 
 import torch
 
-from algorithms.base import AdvOut, Context, register
-from algorithms.grpo import GRPO, GRPOConfig
-from suite.aggregation import AggMode
-from suite.ops import broadcast_to_tokens, group_normalised_advantage
-from suite.types import Batch
+from rlsuite.algorithms.base import AdvOut, Context, register
+from rlsuite.algorithms.grpo import GRPO, GRPOConfig
+from rlsuite.suite.aggregation import AggMode
+from rlsuite.suite.ops import broadcast_to_tokens, group_normalised_advantage
+from rlsuite.suite.types import Batch
 
 
 def interp(s: float, knots: tuple[float, ...]) -> float:

@@ -46,10 +46,10 @@ from typing import Literal, Optional, Sequence
 
 import torch
 
-from algorithms.base import STAGES, AdvOut, Context, Group, Revision, register
-from algorithms.grpo import GRPO, GRPOConfig
-from suite.ops import broadcast_to_tokens, clipped_surrogate, group_normalised_advantage, masked_mean
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import STAGES, AdvOut, Context, Group, Revision, register
+from rlsuite.algorithms.grpo import GRPO, GRPOConfig
+from rlsuite.suite.ops import broadcast_to_tokens, clipped_surrogate, group_normalised_advantage, masked_mean
+from rlsuite.suite.types import Batch, Forward
 
 
 def truncated_is_weight(old_logp: torch.Tensor, behav_logp: torch.Tensor, rows: torch.Tensor,

@@ -6,7 +6,7 @@ and whitens the sum over all policy tokens of the batch:
     A_k,i = (r_k,i − mean_G r_k) / (std_G r_k + 1e-6),   Â_it = whiten_batch(Σ_k w_k·A_k,i)_t,
 
 ``whiten_batch(x) = (x − mean)/sqrt(var + 1e-8)`` over the batch's policy tokens (token-weighted
-mean, Bessel-corrected variance: ``suite.ops.masked_whiten``). The suite's tasks give one scalar
+mean, Bessel-corrected variance: ``rlsuite.suite.ops.masked_whiten``). The suite's tasks give one scalar
 reward, so here K = 1 (w = 1): GDPO reduces to **GRPO's z-score followed by batch whitening** —
 not GRPO itself: the whitening shifts every advantage by the token-weighted batch mean of the
 z-scores (longer responses weigh more) and rescales by their token std, so a group of equal
@@ -32,9 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
-from suite.ops import broadcast_to_tokens, clipped_surrogate, group_normalised_advantage, masked_whiten
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
+from rlsuite.suite.ops import broadcast_to_tokens, clipped_surrogate, group_normalised_advantage, masked_whiten
+from rlsuite.suite.types import Batch, Forward
 
 
 @dataclass(frozen=True, kw_only=True)

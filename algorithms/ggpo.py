@@ -39,11 +39,11 @@ from typing import Any, Literal, Optional
 
 import torch
 
-from algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
-from algorithms.reinforce import policy_gradient_loss
-from suite.aggregation import AggMode
-from suite.ops import broadcast_to_tokens, clipped_surrogate, group_all_equal, masked_sum
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
+from rlsuite.algorithms.reinforce import policy_gradient_loss
+from rlsuite.suite.aggregation import AggMode
+from rlsuite.suite.ops import broadcast_to_tokens, clipped_surrogate, group_all_equal, masked_sum
+from rlsuite.suite.types import Batch, Forward
 
 STATE = ("updates", "refreshes", "logged", "seen")
 

@@ -21,7 +21,7 @@ Differs from GRPO (``grpo.py``) by:
   3. As verl, the log-ratio is not clamped to ±20 before ``exp``.
 
 Metrics: ``stats/clip_frac_low`` / ``stats/clip_frac_high`` count the tokens whose clipped
-log-ratio binds (δ < −ε_low with Â < 0; δ > ε_high with Â > 0), as ``suite.ops.clipped_surrogate``;
+log-ratio binds (δ < −ε_low with Â < 0; δ > ε_high with Â > 0), as ``rlsuite.suite.ops.clipped_surrogate``;
 ``stats/clip_frac`` their union; ``stats/approx_kl`` = verl's ``ppo_kl``; ``algo/gmpo/seq_ratio_*``
 the sequence ratios s_i. (verl's own ``pg_clipfrac`` counts every token outside the range by the
 advantage sign, binding or not.)
@@ -36,11 +36,11 @@ from dataclasses import dataclass
 
 import torch
 
-from algorithms.base import register
-from algorithms.grpo import GRPO, GRPOConfig
-from suite.aggregation import AggMode
-from suite.ops import approx_kl, masked_mean
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import register
+from rlsuite.algorithms.grpo import GRPO, GRPOConfig
+from rlsuite.suite.aggregation import AggMode
+from rlsuite.suite.ops import approx_kl, masked_mean
+from rlsuite.suite.types import Batch, Forward
 
 
 def geo_mean_ratio(logp, old_logp, adv, mask, eps_low: float, eps_high: float):

@@ -27,10 +27,10 @@ from dataclasses import dataclass
 
 import torch
 
-from algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
-from algorithms.reinforce import policy_gradient_loss
-from suite.ops import broadcast_to_tokens, group_normalised_advantage
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
+from rlsuite.algorithms.reinforce import policy_gradient_loss
+from rlsuite.suite.ops import broadcast_to_tokens, group_normalised_advantage
+from rlsuite.suite.types import Batch, Forward
 
 
 def gpg_advantage(rewards: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, float]:

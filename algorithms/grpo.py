@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
-from suite.aggregation import AggMode
-from suite.ops import broadcast_to_tokens, clipped_surrogate, group_normalised_advantage
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
+from rlsuite.suite.aggregation import AggMode
+from rlsuite.suite.ops import broadcast_to_tokens, clipped_surrogate, group_normalised_advantage
+from rlsuite.suite.types import Batch, Forward
 
 
 @dataclass(frozen=True, kw_only=True)

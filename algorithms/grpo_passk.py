@@ -30,9 +30,9 @@ from dataclasses import dataclass
 
 import torch
 
-from algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
-from suite.ops import broadcast_to_tokens, clipped_surrogate
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
+from rlsuite.suite.ops import broadcast_to_tokens, clipped_surrogate
+from rlsuite.suite.types import Batch, Forward
 
 
 def passk_advantage(rewards: torch.Tensor, group_ids: torch.Tensor, scale_by_std: bool = True,

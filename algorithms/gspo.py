@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import torch
 
-from algorithms.base import register
-from algorithms.grpo import GRPO, GRPOConfig
-from suite.ops import approx_kl, clipped_surrogate, masked_mean
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import register
+from rlsuite.algorithms.grpo import GRPO, GRPOConfig
+from rlsuite.suite.ops import approx_kl, clipped_surrogate, masked_mean
+from rlsuite.suite.types import Batch, Forward
 
 
 def sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

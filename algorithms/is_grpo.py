@@ -39,10 +39,10 @@ from typing import Any, Literal, Optional
 
 import torch
 
-from algorithms.base import AdvOut, Context, register
-from algorithms.grpo import GRPO, GRPOConfig
-from suite.ops import broadcast_to_tokens, group_all_equal, group_mean_std, group_normalised_advantage, masked_sum
-from suite.types import Batch, Forward, Rollout
+from rlsuite.algorithms.base import AdvOut, Context, register
+from rlsuite.algorithms.grpo import GRPO, GRPOConfig
+from rlsuite.suite.ops import broadcast_to_tokens, group_all_equal, group_mean_std, group_normalised_advantage, masked_sum
+from rlsuite.suite.types import Batch, Forward, Rollout
 
 
 def prompt_probs(sigma_hat: torch.Tensor, alpha: float, sigma_min: float) -> torch.Tensor:

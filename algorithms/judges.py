@@ -30,7 +30,7 @@ from typing import Any, Callable, ClassVar, Optional, Sequence
 import torch
 from torch import Tensor
 
-from suite.registry import Registry
+from rlsuite.suite.registry import Registry
 
 Charge = Callable[[str, int, int], None]
 Pairs = Sequence[tuple[int, int]]
@@ -168,7 +168,7 @@ class LMJudge(Judge):
     """Sequences per forward."""
 
     def __init__(self, model: Any, tok: Any) -> None:
-        from suite.models import non_embedding_params
+        from rlsuite.suite.models import non_embedding_params
 
         self.model = model.eval().requires_grad_(False)
         self.tok = tok
@@ -180,8 +180,8 @@ class LMJudge(Judge):
 
     @classmethod
     def load(cls, model: str) -> "LMJudge":
-        from suite.config import ModelConfig
-        from suite.models import load_model
+        from rlsuite.suite.config import ModelConfig
+        from rlsuite.suite.models import load_model
 
         m, tok, _ = load_model(ModelConfig(name=model, warm_start="none"))
         return cls(m, tok)

@@ -35,13 +35,13 @@ from typing import Literal
 
 import torch
 
-from algorithms.base import AdvOut, Context, register
-from algorithms.bnpo import trl_group_advantage
-from algorithms.grpo import GRPO, GRPOConfig
-from algorithms.gspo import sequence_log_ratio
-from suite.aggregation import AggMode
-from suite.ops import approx_kl, clipped_surrogate, masked_mean
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import AdvOut, Context, register
+from rlsuite.algorithms.bnpo import trl_group_advantage
+from rlsuite.algorithms.grpo import GRPO, GRPOConfig
+from rlsuite.algorithms.gspo import sequence_log_ratio
+from rlsuite.suite.aggregation import AggMode
+from rlsuite.suite.ops import approx_kl, clipped_surrogate, masked_mean
+from rlsuite.suite.types import Batch, Forward
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -32,9 +32,9 @@ from typing import Optional
 
 import torch
 
-from algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
-from suite.ops import broadcast_to_tokens, clipped_surrogate, group_all_equal
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
+from rlsuite.suite.ops import broadcast_to_tokens, clipped_surrogate, group_all_equal
+from rlsuite.suite.types import Batch, Forward
 
 
 def length_weighted_advantage(rewards: torch.Tensor, lengths: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:

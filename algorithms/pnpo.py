@@ -48,12 +48,12 @@ from typing import Literal
 
 import torch
 
-from algorithms.base import register
-from algorithms.grpo import GRPO, GRPOConfig
-from algorithms.gspo import sequence_log_ratio
-from suite.aggregation import AggMode
-from suite.ops import approx_kl, clipped_surrogate, masked_mean
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import register
+from rlsuite.algorithms.grpo import GRPO, GRPOConfig
+from rlsuite.algorithms.gspo import sequence_log_ratio
+from rlsuite.suite.aggregation import AggMode
+from rlsuite.suite.ops import approx_kl, clipped_surrogate, masked_mean
+from rlsuite.suite.types import Batch, Forward
 
 BUCKETS = ((1, 4), (5, 16), (17, 64), (65, 256), (257, 10**9))
 

@@ -4,7 +4,7 @@ Per token (Eq. 7 of arXiv 1707.06347, with the dual clip of Ye et al. 2020):
 
     L1 = −Â·r,  L2 = −Â·clip(r, 1−ε_low, 1+ε_high),  L = max(L1, L2);  Â < 0: L = min(L, −Â·c)
 
-Advantages by GAE over the policy tokens (``suite.ops.gae``): the token reward is 0 except
+Advantages by GAE over the policy tokens (``rlsuite.suite.ops.gae``): the token reward is 0 except
 the sequence score on the last policy token (minus β·k per token when the KL is in the
 reward); ``δ_t = r_t + γV_{t+1} − V_t``, ``Â_t = δ_t + γλÂ_{t+1}``, ``returns = Â + V``; then
 Â is whitened over all policy tokens of the batch. Value loss (verl ``compute_value_loss``):
@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Optional
 
-from algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
-from suite.ops import clipped_surrogate, clipped_value_loss, explained_variance, gae, masked_mean, masked_whiten
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
+from rlsuite.suite.ops import clipped_surrogate, clipped_value_loss, explained_variance, gae, masked_mean, masked_whiten
+from rlsuite.suite.types import Batch, Forward
 
 
 @dataclass(frozen=True, kw_only=True)

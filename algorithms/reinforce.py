@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
-from suite.ops import broadcast_to_tokens, group_mean_std
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
+from rlsuite.suite.ops import broadcast_to_tokens, group_mean_std
+from rlsuite.suite.types import Batch, Forward
 
 
 @dataclass(frozen=True, kw_only=True)

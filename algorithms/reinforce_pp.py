@@ -15,7 +15,7 @@ Fidelity: ``code`` — verl's ``reinforce_plus_plus`` and ``reinforce_plus_plus_
 estimators (checked against verl 0.9.1); RLinf docs. OpenRLHF 0.11.2 (``reinforce`` and
 ``reinforce_baseline`` in ``openrlhf/trainer/ppo_utils/experience_maker.py``) computes the same
 returns (for γ = 1) and global whitening, except that it whitens with the population variance (verl 0.9.1
-and ``suite.ops.masked_whiten``: Bessel-corrected) and its default KL coefficient is 0.01.
+and ``rlsuite.suite.ops.masked_whiten``: Bessel-corrected) and its default KL coefficient is 0.01.
 [ASSUMPTION] baseline variant: KL as a k3 loss term (β 0.001), not confirmed against the v9 text.
 """
 
@@ -26,9 +26,9 @@ from typing import Literal
 
 import torch
 
-from algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
-from suite.ops import broadcast_to_tokens, clipped_surrogate, gae, group_mean_std, masked_whiten
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
+from rlsuite.suite.ops import broadcast_to_tokens, clipped_surrogate, gae, group_mean_std, masked_whiten
+from rlsuite.suite.types import Batch, Forward
 
 
 def discounted_returns(token_rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:

@@ -38,10 +38,10 @@ from typing import Literal, Optional
 
 import torch
 
-from algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, Group, register
-from algorithms.reinforce_pp import discounted_returns
-from suite.ops import broadcast_to_tokens, clipped_surrogate
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, Group, register
+from rlsuite.algorithms.reinforce_pp import discounted_returns
+from rlsuite.suite.ops import broadcast_to_tokens, clipped_surrogate
+from rlsuite.suite.types import Batch, Forward
 
 
 def returns_to_go(token_rewards: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -66,11 +66,11 @@ from typing import Any, Literal, Optional
 
 import torch
 
-from algorithms.base import AdvOut, Context, register
-from algorithms.grpo import GRPO, GRPOConfig
-from suite.aggregation import aggregation_weights
-from suite.ops import group_all_equal, group_normalised_advantage, masked_sum
-from suite.types import Batch, Rollout, cat_rollouts
+from rlsuite.algorithms.base import AdvOut, Context, register
+from rlsuite.algorithms.grpo import GRPO, GRPOConfig
+from rlsuite.suite.aggregation import aggregation_weights
+from rlsuite.suite.ops import group_all_equal, group_normalised_advantage, masked_sum
+from rlsuite.suite.types import Batch, Rollout, cat_rollouts
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,11 +24,11 @@ from typing import Literal
 
 import torch
 
-from algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
-from algorithms.reinforce import policy_gradient_loss
-from suite.aggregation import AggMode
-from suite.ops import broadcast_to_tokens, clipped_surrogate, group_mean_std
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
+from rlsuite.algorithms.reinforce import policy_gradient_loss
+from rlsuite.suite.aggregation import AggMode
+from rlsuite.suite.ops import broadcast_to_tokens, clipped_surrogate, group_mean_std
+from rlsuite.suite.types import Batch, Forward
 
 
 def leave_one_out_advantage(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:

@@ -58,13 +58,13 @@ from typing import Callable, Literal, Optional
 import torch
 from torch import Tensor
 
-from algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, Group, register
-from algorithms.judges import TIE_TOL, Judge, Judged, Pool, judge_pairs, load_judge
-from algorithms.rloo import leave_one_out_advantage
-from suite.aggregation import AggMode
-from suite.ops import broadcast_to_tokens, clipped_surrogate, group_normalised_advantage
-from suite.prompts import seed_for
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, Group, register
+from rlsuite.algorithms.judges import TIE_TOL, Judge, Judged, Pool, judge_pairs, load_judge
+from rlsuite.algorithms.rloo import leave_one_out_advantage
+from rlsuite.suite.aggregation import AggMode
+from rlsuite.suite.ops import broadcast_to_tokens, clipped_surrogate, group_normalised_advantage
+from rlsuite.suite.prompts import seed_for
+from rlsuite.suite.types import Batch, Forward
 
 
 def draw_votes(first: float, second: Optional[float], votes: int, gen: torch.Generator) -> tuple[int, int]:
@@ -182,7 +182,7 @@ class RRCConfig(AlgoConfig):
     """``reference``: ``n_anchors`` samples of the frozen base per prompt, generated once; ``policy``: the
     current policy's greedy decode, every step."""
     judge: Literal["task", "lm"] = "task"
-    """Judge from ``algorithms.judges.JUDGES``: ``task`` (task grader) or ``lm`` (causal-LM judge)."""
+    """Judge from ``rlsuite.algorithms.judges.JUDGES``: ``task`` (task grader) or ``lm`` (causal-LM judge)."""
     judge_model: str = "tiny"
     """The LM judge: a registered model name, HF id or local path (``tiny`` is an untrained placeholder)."""
     reward: Literal["borda", "rank"] = "borda"

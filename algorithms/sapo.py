@@ -32,11 +32,11 @@ from dataclasses import dataclass
 
 import torch
 
-from algorithms.base import AlgoConfig, register
-from algorithms.grpo import GRPO
-from suite.aggregation import AggMode
-from suite.ops import approx_kl, masked_mean
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import AlgoConfig, register
+from rlsuite.algorithms.grpo import GRPO
+from rlsuite.suite.aggregation import AggMode
+from rlsuite.suite.ops import approx_kl, masked_mean
+from rlsuite.suite.types import Batch, Forward
 
 
 def sapo_gate(logp, old_logp, adv, tau_pos: float, tau_neg: float):

@@ -42,11 +42,11 @@ from typing import Literal
 
 import torch
 
-from algorithms.base import AdvOut, Context, register
-from algorithms.ppo import PPO, PPOConfig
-from suite.ops import (clipped_value_loss, explained_variance, gae, group_mean_std, masked_mean, masked_var,
-                       masked_whiten)
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import AdvOut, Context, register
+from rlsuite.algorithms.ppo import PPO, PPOConfig
+from rlsuite.suite.ops import (clipped_value_loss, explained_variance, gae, group_mean_std, masked_mean, masked_var,
+                               masked_whiten)
+from rlsuite.suite.types import Batch, Forward
 
 
 def relative_anchors(L: int, positions: tuple[float, ...], tail: float, tail_min_len: int) -> list[int]:

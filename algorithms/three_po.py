@@ -49,10 +49,10 @@ from typing import Literal, Optional
 
 import torch
 
-from algorithms.base import AdvOut, AlgoConfig, Algorithm, Behaviour, Context, register
-from algorithms.cispo import cispo_loss
-from suite.ops import broadcast_to_tokens, clipped_surrogate, group_normalised_advantage, masked_mean
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import AdvOut, AlgoConfig, Algorithm, Behaviour, Context, register
+from rlsuite.algorithms.cispo import cispo_loss
+from rlsuite.suite.ops import broadcast_to_tokens, clipped_surrogate, group_normalised_advantage, masked_mean
+from rlsuite.suite.types import Batch, Forward
 
 
 def assign_rows(n_groups: int, group_size: int, k: int, grouping: str, unperturbed_frac: float) -> list[int]:

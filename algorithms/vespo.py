@@ -34,12 +34,12 @@ from dataclasses import dataclass
 
 import torch
 
-from algorithms.base import AdvOut, AlgoConfig, Context, register
-from algorithms.bnpo import trl_group_advantage
-from algorithms.grpo import GRPO
-from suite.aggregation import AggMode
-from suite.ops import approx_kl
-from suite.types import Batch, Forward
+from rlsuite.algorithms.base import AdvOut, AlgoConfig, Context, register
+from rlsuite.algorithms.bnpo import trl_group_advantage
+from rlsuite.algorithms.grpo import GRPO
+from rlsuite.suite.aggregation import AggMode
+from rlsuite.suite.ops import approx_kl
+from rlsuite.suite.types import Batch, Forward
 
 
 @torch.no_grad()

@@ -14,10 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-from suite.runfolder import read_jsonl
+from rlsuite.suite.runfolder import read_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
-CLI = "import sys; from suite.cli import main; sys.exit(main(sys.argv[1:]))"
+CLI = "import sys; from rlsuite.suite.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
 def run_cli(args: list[str], label: str, boot: str = CLI) -> dict:

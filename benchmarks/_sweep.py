@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from suite.runfolder import read_jsonl
+from rlsuite.suite.runfolder import read_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -59,15 +59,15 @@ def main(spec: str, results: str, title: str, note: str = "") -> None:
     if args.report_only is not None:  # the runs are already in --out: rebuild the results file only
         res = subprocess.CompletedProcess([], 0)
     else:
-        res = subprocess.run([sys.executable, "-m", "suite.cli", "sweep", "run", spec, "--out", str(out),
+        res = subprocess.run([sys.executable, "-m", "rlsuite.suite.cli", "sweep", "run", spec, "--out", str(out),
                               "--workers", str(args.workers)], cwd=ROOT)
     wall = time.time() - t0 if args.report_only is None else 60 * args.report_only
     if res.returncode not in (0, 1):
         sys.exit(f"sweep failed with exit {res.returncode}")
-    from reports.build import build_report
-    from reports.config import ReportConfig
-    from suite.warmstart import cpu_model
-    from sweeps.spec import load
+    from rlsuite.reports.build import build_report
+    from rlsuite.reports.config import ReportConfig
+    from rlsuite.suite.warmstart import cpu_model
+    from rlsuite.sweeps.spec import load
 
     name = load(spec).name
     report = out / name / "report"

@@ -3,7 +3,7 @@
 Every effect's arms are in one bundled sweep spec (``sweeps/effects.yaml``: an arm two effects
 share runs once) and each effect has one analysis here, both committed before the sweep ran.
 Every analysis reduces each run to one number, pairs the arms by seed, and reports the mean
-paired difference with the report's default interval (``reports.stats.paired_difference`` with
+paired difference with the report's default interval (``rlsuite.reports.stats.paired_difference`` with
 the CI method ``auto`` picks at that many seeds, 95%), then a verdict from the interval alone:
 
 * ``reproduced``: the interval lies entirely on the side the paper's claim predicts;
@@ -47,7 +47,7 @@ CONFIDENCE = 0.95
 # -- reading runs ----------------------------------------------------------------------------
 
 def load(root: Path, sweep: str):
-    from reports.load import load_runs
+    from rlsuite.reports.load import load_runs
 
     rs = load_runs(root / sweep)
     return rs
@@ -97,7 +97,7 @@ def per_seed(runs, arm: str, value: Callable) -> dict[int, float]:
 
 def paired(x: dict[int, float], y: dict[int, float]):
     """Mean of x - y over the seeds both have, with the report's default interval."""
-    from reports.stats import CELL_COVERAGE, paired_difference, resolve_method
+    from rlsuite.reports.stats import CELL_COVERAGE, paired_difference, resolve_method
 
     seeds = sorted(s for s in set(x) & set(y) if np.isfinite(x[s]) and np.isfinite(y[s]))
     if len(seeds) < 2:
@@ -255,7 +255,7 @@ def staleness(rs) -> dict:
 
 
 def entrocraft(rs, spec_band: dict) -> dict:
-    from algorithms.entrocraft import EntrocraftConfig, band
+    from rlsuite.algorithms.entrocraft import EntrocraftConfig, band
 
     cfg = EntrocraftConfig(**spec_band)
     mid0 = 0.5 * (cfg.lower_start + cfg.upper_start)
@@ -294,7 +294,7 @@ def entrocraft(rs, spec_band: dict) -> dict:
 
 
 def _entrocraft_band() -> dict:
-    from sweeps.spec import load as load_sweep
+    from rlsuite.sweeps.spec import load as load_sweep
 
     sw = load_sweep("effects")
     arm = next(a for a in sw.algorithms if a.name == "entrocraft")
@@ -347,7 +347,7 @@ def analyse(name: str, root: Path) -> dict:
     eff = EFFECTS[name]
     rs = load(root, eff.sweep)
     res = entrocraft(rs, _entrocraft_band()) if name == "entrocraft" else eff.analyse(rs)
-    from suite.runfolder import cpu_model
+    from rlsuite.suite.runfolder import cpu_model
 
     states = rs.runs.groupby("state").size().to_dict() if len(rs.runs) else {}
     res.update({"effect": name, "sweep": eff.sweep, "claim": eff.claim, "statistic": eff.statistic,
@@ -400,14 +400,14 @@ def base_entropy(n: int = 256) -> dict:
     responses to the first ``n`` train prompts (one seeded sample each): H0 of effect 6's band."""
     import torch
 
-    import tasks  # noqa: F401
-    from suite import warmstart
-    from suite.engines.base import SamplingParams
-    from suite.engines.kv import KVSampler
-    from suite.models import load_model
-    from suite.sampler import left_pad
-    from suite.spec import resolve
-    from tasks.base import TASKS
+    from rlsuite import tasks  # noqa: F401
+    from rlsuite.suite import warmstart
+    from rlsuite.suite.engines.base import SamplingParams
+    from rlsuite.suite.engines.kv import KVSampler
+    from rlsuite.suite.models import load_model
+    from rlsuite.suite.engines.base import left_pad
+    from rlsuite.suite.spec import resolve
+    from rlsuite.tasks.base import TASKS
 
     torch.set_num_threads(1)
     spec = resolve("chain", "grpo", "tiny", 0)
@@ -448,7 +448,7 @@ def export(root: Path, dest: Path = OUT / "runs", sweep: str = "effects",
     one of ``keep_prefixes`` (the budget counters; e.g. ``mismatch/`` too for the mismatch sweeps),
     every file and row naming the CPU model it was measured on (from the run's env.json), no
     samples and no weights; ``render dest`` then reads the copies like run folders."""
-    from suite.runfolder import cpu_model
+    from rlsuite.suite.runfolder import cpu_model
 
     n = 0
     for run in sorted((root / sweep).glob("*/spec.json")):

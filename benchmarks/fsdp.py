@@ -3,7 +3,7 @@
 CPU (default): SmolLM2-135M, GRPO, 2 prompts × 4 samples × ≤ 32 tokens, 3 steps, one torch
 thread per rank; unsharded 1 process, sharded on 1 rank and on 2 gloo ranks. Per rank: the mean
 step time of steps 2-3 (step 1 warms up), the parameter + optimizer bytes it holds (local shards;
-:func:`suite.sharding.state_bytes`) and its peak RSS. Writes benchmarks/results/fsdp.md.
+:func:`rlsuite.suite.sharding.state_bytes`) and its peak RSS. Writes benchmarks/results/fsdp.md.
 
 ``--gpu-check``: one world-size-1 ``fully_shard`` step in bf16 (``MixedPrecisionPolicy`` bf16
 params, fp32 reduce) of a Qwen2.5-1.5B-shaped Llama on CUDA (random weights; part of
@@ -33,7 +33,7 @@ SETS = [("task.style", "question"), ("task.max_operand", 20), ("task.ops", "+"),
 
 
 def cpu_model() -> str:
-    from suite.runfolder import cpu_model as cm
+    from rlsuite.suite.runfolder import cpu_model as cm
 
     return cm() or "unknown"
 
@@ -89,7 +89,7 @@ def main() -> int:
     import torch
     from fsdp_harness import spawn_probe
 
-    from suite.spec import resolve
+    from rlsuite.suite.spec import resolve
 
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="rlsuite-fsdp-bench-"))

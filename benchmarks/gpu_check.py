@@ -58,9 +58,10 @@ def main() -> None:
     args = ap.parse_args()
     dev = torch.device(args.device)
     dtype = getattr(torch, args.dtype) if dev.type == "cuda" else torch.float32
-    from suite.models import non_embedding_params
-    from suite.policy import policy_forward
-    from suite.sampler import KVSampler, SamplingParams
+    from rlsuite.suite.models import non_embedding_params
+    from rlsuite.suite.policy import policy_forward
+    from rlsuite.suite.engines.kv import KVSampler
+    from rlsuite.suite.engines.base import SamplingParams
 
     model = qwen_like(args.small).to(dev, dtype)
     P = non_embedding_params(model)

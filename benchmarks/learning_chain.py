@@ -27,7 +27,7 @@ from pathlib import Path
 
 from _run import run_cli
 
-from suite.warmstart import cpu_model
+from rlsuite.suite.warmstart import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "learning.md"

@@ -21,7 +21,7 @@ difference from the default forward on the first batch, and writes
 
 from __future__ import annotations
 
-from suite.runfolder import cpu_model
+from rlsuite.suite.runfolder import cpu_model
 import argparse
 import copy
 import os
@@ -94,7 +94,7 @@ class Side:
         self.share, self.compiled, self.autocast, self.micro, self.bucket = share, compiled, autocast, micro, bucket
 
     def forward(self, tokens, attn, W):
-        from suite.policy import policy_forward
+        from rlsuite.suite.policy import policy_forward
 
         amp = torch.autocast("cpu", dtype=torch.bfloat16) if self.autocast == "bf16" else nullcontext()
         with amp:
@@ -105,7 +105,7 @@ class Side:
         """One update; with ``micro`` the batch goes through in micro-batches (gradient
         accumulation), ordered longest first and trimmed of trailing padding with ``bucket``
         (what the trainer does under ``train.bucket_by_length``)."""
-        from suite.types import real_width
+        from rlsuite.suite.types import real_width
 
         tokens, attn, loss_mask, adv, W = batch
         t0 = time.perf_counter()

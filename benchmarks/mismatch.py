@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from suite.runfolder import cpu_model, read_jsonl  # noqa: E402
+from rlsuite.suite.runfolder import cpu_model, read_jsonl  # noqa: E402
 
 ORDER = ["none", "token_tis", "seq_tis", "geo_tis", "token_mis", "seq_mis", "geo_mis",
          "token_reject", "seq_reject", "geo_reject"]

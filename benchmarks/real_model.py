@@ -3,7 +3,7 @@
 For each task's shared data sample (gsm8k, math, humaneval, mbpp, search; ``$RLSUITE_DATA``):
 greedy accuracy on the first 100 test rows (or all, when the sample holds fewer) and avg@4 at
 temperature 1 on the first 25, at most 384 new tokens, through ``rlsuite``'s own eval path
-(``suite.evaluate.evaluate`` with the task's prompt, chat template, stop tokens and grader).
+(``rlsuite.suite.evaluate.evaluate`` with the task's prompt, chat template, stop tokens and grader).
 Every completion is written to ``benchmarks/results/real_model/<task>.jsonl`` so the numbers can
 be read against the text; the figures go to ``benchmarks/results/real_model.md`` (section
 "Evals"), with the machine, the versions and the wall time of each task.
@@ -37,15 +37,15 @@ def eval_task(task_name: str, model: str, n_greedy: int, n_sampled: int, k: int,
               threads: int, extra_sets=()) -> dict:
     import torch
 
-    import tasks  # noqa: F401
-    from suite.config import EvalConfig
-    from suite.evaluate import evaluate
-    from suite.models import load_model
-    from suite.prompts import encode_prompt
-    from suite.sampler import make_engine
-    from suite.spec import resolve
-    from suite.stop import stop_ids as stop_ids_of
-    from tasks.base import TASKS
+    from rlsuite import tasks  # noqa: F401
+    from rlsuite.suite.config import EvalConfig
+    from rlsuite.suite.evaluate import evaluate
+    from rlsuite.suite.models import load_model
+    from rlsuite.suite.prompts import encode_prompt
+    from rlsuite.suite.engines.factory import make_engine
+    from rlsuite.suite.spec import resolve
+    from rlsuite.suite.stop import stop_ids as stop_ids_of
+    from rlsuite.tasks.base import TASKS
 
     torch.set_num_threads(threads)
     sets = [("task.data_path", str(data_root() / DATA[task_name])), ("rollout.max_new_tokens", max_new),
@@ -92,7 +92,7 @@ def eval_task(task_name: str, model: str, n_greedy: int, n_sampled: int, k: int,
 
 def _save(task_name: str, out: dict, rows: list) -> None:
     """Write the task's figures and completions, each naming the CPU model they were measured on."""
-    from suite.runfolder import cpu_model
+    from rlsuite.suite.runfolder import cpu_model
 
     cpu = cpu_model()
     out["cpu_model"] = cpu
@@ -112,7 +112,7 @@ CARD = {  # published figures of the original (bf16) SmolLM2-135M-Instruct, wher
 
 def render_evals(model: str) -> str:
     """The "Evals" section of real_model.md from the per-task JSON files."""
-    from suite.runfolder import cpu_model
+    from rlsuite.suite.runfolder import cpu_model
 
     lines = ["## Evals", "",
              f"Model `{model}` (fp32, dequantized from the 4-bit GGUF), through its chat template (the task's "

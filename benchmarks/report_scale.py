@@ -19,7 +19,7 @@ Run: python benchmarks/report_scale.py [--part all|scale|coverage] [--runs-per-c
 
 from __future__ import annotations
 
-from suite.runfolder import cpu_model
+from rlsuite.suite.runfolder import cpu_model
 import argparse
 import os
 import platform
@@ -34,14 +34,14 @@ import scipy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from reports import (  # noqa: E402
+from rlsuite.reports import (  # noqa: E402
     ReportConfig,
     build_report,
     stats,  # noqa: E402
     synthetic,
 )
-from reports.load import load_runs  # noqa: E402
-from reports.scores import score_runs  # noqa: E402
+from rlsuite.reports.load import load_runs  # noqa: E402
+from rlsuite.reports.scores import score_runs  # noqa: E402
 
 TASKS = ["arith", "gsm8k", "math", "mbpp", "nq"]
 RESULTS = Path(__file__).resolve().parent / "results" / "report_scale.md"

@@ -4,9 +4,9 @@
     python benchmarks/rerule.py runs/rerule [--out benchmarks/results/rerule.md]
 
 Per arm and metric: the mean over seeds of the final test eval (``final`` row of split
-``test``) with the report's default interval of a mean over seeds (``reports.stats.bootstrap_ci``,
+``test``) with the report's default interval of a mean over seeds (``rlsuite.reports.stats.bootstrap_ci``,
 method ``auto``, 95%), and the paired difference rerule − grpo over the shared seeds
-(``reports.stats.paired_difference``, the same interval rule as ``benchmarks/effects.py``).
+(``rlsuite.reports.stats.paired_difference``, the same interval rule as ``benchmarks/effects.py``).
 Metrics: forget refusal (higher is the unlearning goal), retain and boundary accuracy and
 over-refusal (the utility cost), the mix-weighted score ``greedy_acc``, and their sampled
 versions (4 samples a prompt at temperature 1).
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from suite.runfolder import cpu_model, read_jsonl  # noqa: E402
+from rlsuite.suite.runfolder import cpu_model, read_jsonl  # noqa: E402
 
 METRICS = ["greedy_forget_refusal", "greedy_retain_acc", "greedy_boundary_acc", "greedy_over_refusal",
            "greedy_acc", "sampled_forget_refusal", "sampled_retain_acc", "sampled_boundary_acc",
@@ -60,7 +60,7 @@ def collect(sweep_dir: Path) -> tuple[dict[str, dict[int, dict]], dict[int, dict
 
 
 def mean_ci(xs: list[float]) -> tuple[float, float, float, str]:
-    from reports.stats import bootstrap_ci, resolve_method, CELL_COVERAGE
+    from rlsuite.reports.stats import bootstrap_ci, resolve_method, CELL_COVERAGE
 
     method = resolve_method("auto", len(xs), CELL_COVERAGE)
     iv = bootstrap_ci(np.array(xs, dtype=float), method=method, reps=2000, seed=0)
@@ -68,7 +68,7 @@ def mean_ci(xs: list[float]) -> tuple[float, float, float, str]:
 
 
 def paired(x: dict[int, float], y: dict[int, float]):
-    from reports.stats import CELL_COVERAGE, paired_difference, resolve_method
+    from rlsuite.reports.stats import CELL_COVERAGE, paired_difference, resolve_method
 
     seeds = sorted(set(x) & set(y))
     method = resolve_method("auto", len(seeds), CELL_COVERAGE)

@@ -21,7 +21,7 @@ results go to ``benchmarks/results/rollout_real.md``.
 
 from __future__ import annotations
 
-from suite.runfolder import cpu_model
+from rlsuite.suite.runfolder import cpu_model
 import argparse
 import os
 import platform
@@ -32,9 +32,11 @@ from pathlib import Path
 
 import torch
 
-from suite.config import ModelConfig
-from suite.models import load_model, non_embedding_params
-from suite.sampler import HFGenerateEngine, KVSampler, SamplingParams
+from rlsuite.suite.config import ModelConfig
+from rlsuite.suite.models import load_model, non_embedding_params
+from rlsuite.suite.engines.hf import HFGenerateEngine
+from rlsuite.suite.engines.kv import KVSampler
+from rlsuite.suite.engines.base import SamplingParams
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -83,7 +85,7 @@ def main() -> None:
     kv, hf = KVSampler(model, tok), HFGenerateEngine(model, tok)
     nat = None
     if not args.no_native:
-        from suite.native_decode import NativeKVSampler
+        from rlsuite.suite.engines.native import NativeKVSampler
 
         nat = NativeKVSampler(model, tok)  # builds the extension first (not timed)
     params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0)  # no stop ids: fixed length
@@ -146,7 +148,7 @@ def main() -> None:
 
 def real_main(args) -> None:
     """``--model``: tokens/s of HF generate, the kv sampler and the native one on a real model."""
-    from suite.prompts import encode_text
+    from rlsuite.suite.prompts import encode_text
 
     torch.set_num_threads(args.threads)
     model, tok, _ = load_model(ModelConfig(name=args.model))
@@ -156,11 +158,11 @@ def real_main(args) -> None:
     P = non_embedding_params(model)  # includes the unembedding matmul
     weight_bytes = 4 * P  # fp32 weights a decode step reads (the embedding table: only B rows of it)
     head = cfg.vocab_size * cfg.hidden_size  # the LM head's weights (a prefill applies it at the last position only)
-    from suite.engines.onednn import OneDNNKVSampler
+    from rlsuite.suite.engines.onednn import OneDNNKVSampler
 
     engines = {"generate": HFGenerateEngine(model, tok), "kv": KVSampler(model, tok)}
     if not args.no_native:
-        from suite.native_decode import NativeKVSampler
+        from rlsuite.suite.engines.native import NativeKVSampler
 
         engines["native"] = NativeKVSampler(model, tok)  # builds the extension first (not timed)
     engines["onednn"] = OneDNNKVSampler(model, tok)

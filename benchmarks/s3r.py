@@ -22,7 +22,7 @@ Writes ``benchmarks/results/s3r.md``.
 
 from __future__ import annotations
 
-from suite.runfolder import cpu_model
+from rlsuite.suite.runfolder import cpu_model
 import argparse
 import itertools
 import os
@@ -35,10 +35,11 @@ from pathlib import Path
 
 import torch
 
-from suite.config import ModelConfig
-from suite.models import load_model
-from suite.sampler import KVSampler, SamplingParams
-from suite.speculative import S3RSampler
+from rlsuite.suite.config import ModelConfig
+from rlsuite.suite.models import load_model
+from rlsuite.suite.engines.kv import KVSampler
+from rlsuite.suite.engines.base import SamplingParams
+from rlsuite.suite.engines.speculative import S3RSampler
 
 ROOT = Path(__file__).resolve().parent.parent
 

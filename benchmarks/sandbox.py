@@ -18,7 +18,7 @@ Rates depend on machine load: the load average before and after is recorded.
 
 from __future__ import annotations
 
-from suite.runfolder import cpu_model
+from rlsuite.suite.runfolder import cpu_model
 import argparse
 import os
 import platform
@@ -34,8 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tasks.sandbox import Judged, Sandbox, SandboxConfig, SandboxUnavailable, detect  # noqa: E402
-from tasks.sandbox.battery import ITEMS, Env, claimed, hacks_claimed, run_battery, run_reward_hacks  # noqa: E402
+from rlsuite.tasks.sandbox import Judged, Sandbox, SandboxConfig, SandboxUnavailable, detect  # noqa: E402
+from rlsuite.tasks.sandbox.battery import ITEMS, Env, claimed, hacks_claimed, run_battery, run_reward_hacks  # noqa: E402
 
 TRIVIAL = "assert sum(range(10)) == 45\n"
 HUMANEVAL_LIKE = ("from typing import List\n\n\n"
@@ -87,9 +87,9 @@ def sandbox_rate(cfg: SandboxConfig, n: int, code: str, repeats: int) -> tuple[f
 def grade_samples(data: Path, workers: int) -> list[str]:
     """Every canonical solution of the sample data, graded as the tasks grade (judged jobs) and
     as the version-1 single programs, on the default layers; pass counts and seconds."""
-    import tasks.code  # noqa: F401
-    from tasks.base import read_jsonl
-    from tasks.code import MBPP, CodeConfig, HumanEval, MBPPConfig, humaneval_program, mbpp_program
+    import rlsuite.tasks.code  # noqa: F401
+    from rlsuite.tasks.base import read_jsonl
+    from rlsuite.tasks.code import MBPP, CodeConfig, HumanEval, MBPPConfig, humaneval_program, mbpp_program
 
     lines = [f"## Grading the sample data's canonical solutions ({workers} workers, default layers)", "",
              "| task | rows | judged jobs (version 2): passed | seconds | rows/s | single programs (version 1): "

@@ -1,6 +1,6 @@
 """Does GRPO improve ``code_toy`` over its supervised warm start? 3 seeds at the preset budget.
 
-Each run is ``python -m suite.cli run --task code_toy --algo grpo --seed S`` (through a small
+Each run is ``python -m rlsuite.suite.cli run --task code_toy --algo grpo --seed S`` (through a small
 bootstrap that imports ``tasks.code_toy`` first, which is a no-op once ``tasks/__init__.py``
 imports it). The first seed runs alone (it builds and caches the shared warm start), the
 others ``--workers`` at a time. Prints and writes ``benchmarks/results/tasks_code.md``: greedy
@@ -11,7 +11,7 @@ val accuracy of the warm start → after RL per seed, test after, the warm-start
 
 from __future__ import annotations
 
-from suite.runfolder import cpu_model
+from rlsuite.suite.runfolder import cpu_model
 import argparse
 import concurrent.futures as cf
 import os
@@ -24,7 +24,7 @@ from pathlib import Path
 from _run import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
-BOOT = "import sys, tasks.code_toy; from suite.cli import main; sys.exit(main(sys.argv[1:]))"
+BOOT = "import sys, tasks.code_toy; from rlsuite.suite.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
 def one(seed: int, out: Path, sets: list[str]) -> dict:
@@ -43,13 +43,13 @@ def warm_start_test_acc(warm_path: str) -> float:
     import torch
 
     sys.path.insert(0, str(ROOT))
-    import tasks.code_toy  # noqa: F401
-    from suite.config import EvalConfig, ModelConfig
-    from suite.evaluate import evaluate
-    from suite.models import load_model
-    from suite.sampler import make_engine
-    from suite.trainer import encode_prompt
-    from tasks.code_toy import CodeToy, CodeToyConfig
+    import rlsuite.tasks.code_toy  # noqa: F401
+    from rlsuite.suite.config import EvalConfig, ModelConfig
+    from rlsuite.suite.evaluate import evaluate
+    from rlsuite.suite.models import load_model
+    from rlsuite.suite.engines.factory import make_engine
+    from rlsuite.suite.prompts import encode_prompt
+    from rlsuite.tasks.code_toy import CodeToy, CodeToyConfig
 
     torch.set_num_threads(1)
     task = CodeToy(CodeToyConfig(name="code_toy"))

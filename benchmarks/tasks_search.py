@@ -4,7 +4,7 @@ plus BM25 retrieval timings on the shared HotpotQA sample.
 Prints and writes `benchmarks/results/tasks_search.md`: greedy val accuracy of the shared
 warm start → after RL per seed and on average (with the spread over seeds), test accuracy,
 wall time; then index build/load, query latency in process and through the localhost
-retrieval server. Runs go through the real CLI (`python -m suite.cli run`), `--workers` at a
+retrieval server. Runs go through the real CLI (`python -m rlsuite.suite.cli run`), `--workers` at a
 time with one torch thread each.
 
     python benchmarks/tasks_search.py [--seeds 0 1 2] [--workers 2] [--out DIR] [--no-retrieval]
@@ -12,7 +12,7 @@ time with one torch thread each.
 
 from __future__ import annotations
 
-from suite.runfolder import cpu_model
+from rlsuite.suite.runfolder import cpu_model
 import argparse
 import concurrent.futures as cf
 import json
@@ -26,10 +26,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from suite.runfolder import read_jsonl
+from rlsuite.suite.runfolder import read_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
-CLI = [sys.executable, "-m", "suite.cli"]
+CLI = [sys.executable, "-m", "rlsuite.suite.cli"]
 
 
 def one(algo: str, seed: int, out: Path) -> dict:
@@ -60,8 +60,8 @@ def one(algo: str, seed: int, out: Path) -> dict:
 def retrieval_timings() -> list[str]:
     """BM25 over the 4,948-passage sample: build, cached load, queries, server round trips."""
     sys.path.insert(0, str(ROOT))
-    from tasks.retrieval import BM25Index, RemoteRetriever
-    from tasks.search import Search, SearchConfig
+    from rlsuite.tasks.retrieval import BM25Index, RemoteRetriever
+    from rlsuite.tasks.search import Search, SearchConfig
 
     data = Path(os.environ.get("RLSUITE_DATA", ROOT.parent / "shared" / "data")) / "search"
     cache = Path(tempfile.mkdtemp(prefix="rlsuite-bm25-"))
@@ -86,7 +86,7 @@ def retrieval_timings() -> list[str]:
                  for r, hs in zip(rows, hits)) / len(rows)
     both = sum(all(t in {h["document"]["contents"].split("\n")[0].strip('"') for h in hs}
                    for t in set(r["supporting_facts"]["title"])) for r, hs in zip(rows, hits)) / len(rows)
-    proc = subprocess.Popen([sys.executable, "-m", "tasks.retrieval", "serve", "--corpus", str(data / "corpus.jsonl"),
+    proc = subprocess.Popen([sys.executable, "-m", "rlsuite.tasks.retrieval", "serve", "--corpus", str(data / "corpus.jsonl"),
                              "--port", "0", "--idle-exit", "30"], stdout=subprocess.PIPE, text=True, cwd=ROOT,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:

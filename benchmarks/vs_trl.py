@@ -46,7 +46,7 @@ Results go to ``benchmarks/results/vs_trl_real.md``.
 
 from __future__ import annotations
 
-from suite.runfolder import cpu_model
+from rlsuite.suite.runfolder import cpu_model
 import argparse
 import gc
 import os
@@ -78,7 +78,7 @@ SPREAD = 2.0  # max/min step time within a side above which the result is flagge
 def build_model(path: Path) -> None:
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from suite.models import char_tokenizer
+    from rlsuite.suite.models import char_tokenizer
 
     tok = char_tokenizer()
     cfg = LlamaConfig(vocab_size=len(tok), hidden_size=128, intermediate_size=512, num_hidden_layers=2,
@@ -92,7 +92,7 @@ def build_model(path: Path) -> None:
 def model_folder(name: str) -> Path:
     """The local folder both sides load for ``--model``: a pinned model's verified folder, or a
     ``save_pretrained`` folder as given."""
-    from suite import pinned_models
+    from rlsuite.suite import pinned_models
 
     if name in pinned_models.PINNED:
         return pinned_models.verified_dir(pinned_models.get(name))
@@ -144,7 +144,7 @@ def register_chat_task() -> None:
     """rlsuite's side of the real-model prompts: a task (registered in this process only) with
     the same question through the model's chat template and the same reward rule, over every
     pair of two-digit operands (TRL's side draws from the same pairs)."""
-    from tasks.base import TASKS, Grade, Task, TaskConfig, hash_split
+    from rlsuite.tasks.base import TASKS, Grade, Task, TaskConfig, hash_split
 
     if CHAT_TASK in TASKS.names():
         return
@@ -326,13 +326,13 @@ LEVER_NAMES = lever_names(LEVERS)
 
 
 def rlsuite_trainer(path: Path, out: Path, threads: int, extra: list = (), seed: int = 0):
-    import algorithms  # noqa: F401
-    import tasks  # noqa: F401
-    from algorithms.base import ALGORITHMS
-    from suite.models import load_model
-    from suite.spec import resolve
-    from suite.trainer import Trainer
-    from tasks.base import TASKS
+    from rlsuite import algorithms  # noqa: F401
+    from rlsuite import tasks  # noqa: F401
+    from rlsuite.algorithms.base import ALGORITHMS
+    from rlsuite.suite.models import load_model
+    from rlsuite.suite.spec import resolve
+    from rlsuite.suite.trainer import Trainer
+    from rlsuite.tasks.base import TASKS
 
     task, task_sets = "arith", []
     if REAL:
@@ -351,7 +351,7 @@ def rlsuite_trainer(path: Path, out: Path, threads: int, extra: list = (), seed:
 
 def instrument(ours, stats: dict) -> None:
     """rlsuite's phase wrappers: generation, the scoring passes, the update's forward, the sync."""
-    import suite.trainer as trainer_module
+    import rlsuite.suite.trainer as trainer_module
 
     def count(out):
         stats["tokens"] = stats.get("tokens", 0) + sum(len(x) for x in out.ids)
@@ -366,7 +366,7 @@ def instrument(ours, stats: dict) -> None:
 
 
 def chat_ids(tok, n: int, seed: int) -> list[list[int]]:
-    from suite.prompts import encode_text
+    from rlsuite.suite.prompts import encode_text
 
     if REAL:
         return [encode_text(p, tok, "auto")[0] for p in prompts(n, seed)]
@@ -377,10 +377,10 @@ def check_same_loss(path: Path, out: Path, threads: int) -> tuple[float, float]:
     """TRL's `_compute_loss` and rlsuite's aggregated GRPO loss on one fixed batch."""
     import dataclasses
 
-    from suite.aggregation import aggregation_weights
-    from suite.policy import policy_forward
-    from suite.rollout import collect
-    from suite.sampler import SamplingParams
+    from rlsuite.suite.aggregation import aggregation_weights
+    from rlsuite.suite.policy import policy_forward
+    from rlsuite.suite.rollout import collect
+    from rlsuite.suite.engines.base import SamplingParams
 
     ours = rlsuite_trainer(path, out / "check", threads)
     tok = ours.tok
@@ -418,7 +418,7 @@ def same_prompt_tokens(path: Path) -> bool:
     """TRL tokenizes the conversational prompt itself; rlsuite through ``suite.prompts``: the same ids?"""
     from transformers import AutoTokenizer
 
-    from suite.prompts import encode_text
+    from rlsuite.suite.prompts import encode_text
 
     tok = AutoTokenizer.from_pretrained(path)
     msgs = prompts(1, 0)[0]
@@ -673,12 +673,12 @@ def real_report(args, model_dir, load_before, load_after, ours_loss, trl_loss, s
 
     cfg = AutoConfig.from_pretrained(model_dir)
     V, H, L = cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers
-    from suite.models import load_model
-    from suite.config import ModelConfig
+    from rlsuite.suite.models import load_model
+    from rlsuite.suite.config import ModelConfig
 
     model, _, _ = load_model(ModelConfig(name=str(model_dir)))
     n_all = sum(p.numel() for p in model.parameters())
-    from suite.models import non_embedding_params
+    from rlsuite.suite.models import non_embedding_params
 
     lm = V * H  # the LM head's weights (tied here): read once per decode step, applied at every scored position
     p_ne = non_embedding_params(model) - lm  # the layers (non_embedding_params counts the unembedding in)

@@ -8,16 +8,16 @@ Reads run folders only (never writes into them). Entry points:
 Statistics follow rliable (Agarwal et al. 2021); see reports/METRICS.md §4.
 """
 
-from reports.config import ReportConfig
-from reports.errors import ReportError
-from reports.stability import StabilityThresholds
+from rlsuite.reports.config import ReportConfig
+from rlsuite.reports.errors import ReportError
+from rlsuite.reports.stability import StabilityThresholds
 
 __all__ = ["ReportConfig", "ReportError", "StabilityThresholds", "build_report"]
 
 
 def __getattr__(name: str):
     if name == "build_report":  # imported on first use: the figures need the report extra (seaborn)
-        from reports.build import build_report
+        from rlsuite.reports.build import build_report
 
         return build_report
     raise AttributeError(f"module 'reports' has no attribute {name!r}")

@@ -2,6 +2,6 @@
 
 import argparse
 
-from reports.cli import add_arguments, main
+from rlsuite.reports.cli import add_arguments, main
 
 raise SystemExit(main(add_arguments(argparse.ArgumentParser(prog="python -m reports")).parse_args()))

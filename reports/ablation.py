@@ -17,11 +17,11 @@ import json
 import numpy as np
 import pandas as pd
 
-from reports import stats
-from reports.config import ReportConfig
-from reports.load import RunSet, spec_value
-from reports.scores import BASE_LABEL, Scored, score_matrix
-from reports.tables import base_by_seed, compare
+from rlsuite.reports import stats
+from rlsuite.reports.config import ReportConfig
+from rlsuite.reports.load import RunSet, spec_value
+from rlsuite.reports.scores import BASE_LABEL, Scored, score_matrix
+from rlsuite.reports.tables import base_by_seed, compare
 
 ABLATION_COLUMNS = ("sweep", "task", "algo", "arm", "factors", "n_seeds", "mean", "ci_low",
                     "ci_high", "diff", "diff_ci_low", "diff_ci_high", "n_pairs", "pairing",

@@ -3,7 +3,7 @@
 Pipeline: load (read-only) -> score + classify stability -> tables -> figures (static PNG/SVG
 and report.html's interactive ones, `reports.interactive`) -> render. Everything is written
 under `out` atomically (tmp + rename); `out` may not lie inside a run folder. Several roots
-make a compare report (`reports.load.load_roots`: every algorithm labelled by its root).
+make a compare report (`rlsuite.reports.load.load_roots`: every algorithm labelled by its root).
 """
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from reports import ablation, interactive, scaling, stability, stats, tables, timing
-from reports.atomic import atomic_write_text
-from reports.config import ReportConfig
-from reports.errors import ReportError
-from reports.figures import Figure, build_figures, hex_palette, profile_frame
-from reports.load import RunSet, load_roots
-from reports.render import Block, render_html, render_markdown, summary_lines, verdict_footer, write_table
-from reports.scores import Scored, config_fingerprint, score_runs
-from reports.tables import Table
+from rlsuite.reports import ablation, interactive, scaling, stability, stats, tables, timing
+from rlsuite.reports.atomic import atomic_write_text
+from rlsuite.reports.config import ReportConfig
+from rlsuite.reports.errors import ReportError
+from rlsuite.reports.figures import Figure, build_figures, hex_palette, profile_frame
+from rlsuite.reports.load import RunSet, load_roots
+from rlsuite.reports.render import Block, render_html, render_markdown, summary_lines, verdict_footer, write_table
+from rlsuite.reports.scores import Scored, config_fingerprint, score_runs
+from rlsuite.reports.tables import Table
 
 MAX_PROBLEMS_SHOWN = 50
 MAX_TEXT = 300
@@ -326,7 +326,7 @@ def build_report(root: Path | Sequence[Path], out: Path, config: ReportConfig | 
     """Build the full report of the run folders under `root` into `out`.
 
     `root` may be a sequence of roots: a compare report, every algorithm labelled by the folder
-    name of its root (`reports.load.load_roots`). Returns the path of `out/report.html`. Raises
+    name of its root (`rlsuite.reports.load.load_roots`). Returns the path of `out/report.html`. Raises
     ReportError for bad input (no run folders, a missing root, unknown metric or reference, `out`
     inside a run folder). Without the `plotly` package report.html has no interactive figures
     (a warning and a notice in the page say so); everything else is written as usual.

@@ -2,7 +2,7 @@
 
 The lead's CLI calls `add_arguments(subparser)` and then `main(args)`; `main` returns the
 exit code: 0 on success, 2 on bad input (the message goes to stderr). Several roots make a
-compare report (every algorithm labelled by its root's folder name, `reports.load.load_roots`);
+compare report (every algorithm labelled by its root's folder name, `rlsuite.reports.load.load_roots`);
 `--out` is then required (a default inside one root would mix a compare report into that
 root's own report folder).
 """
@@ -14,10 +14,10 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from reports.config import X_AXES, ReportConfig
-from reports.errors import ReportError
-from reports.stability import StabilityThresholds
-from reports.stats import CI_CHOICES
+from rlsuite.reports.config import X_AXES, ReportConfig
+from rlsuite.reports.errors import ReportError
+from rlsuite.reports.stability import StabilityThresholds
+from rlsuite.reports.stats import CI_CHOICES
 
 REPORT_EXTRA = ("seaborn", "matplotlib")
 """Top-level modules of the ``report`` extra (``pip install -e ".[report]"``)."""
@@ -94,7 +94,7 @@ def main(args: argparse.Namespace) -> int:
     """Run a report; print the path of report.html. Returns 0, or 2 on bad input or a missing
     report extra (one line naming the install command)."""
     try:
-        from reports.build import build_report  # the figures need the report extra (seaborn, matplotlib)
+        from rlsuite.reports.build import build_report  # the figures need the report extra (seaborn, matplotlib)
     except ImportError as exc:
         if (exc.name or "").split(".")[0] not in REPORT_EXTRA:
             raise

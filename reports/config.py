@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from reports.errors import ReportError
-from reports.stability import StabilityThresholds
-from reports.stats import CI_CHOICES, CIMethod
+from rlsuite.reports.errors import ReportError
+from rlsuite.reports.stability import StabilityThresholds
+from rlsuite.reports.stats import CI_CHOICES, CIMethod
 
 __all__ = ["ReportConfig", "ReportError", "BUDGET_KEYS", "X_AXES"]
 
@@ -41,7 +41,7 @@ class ReportConfig:
     """CI method of every interval of a mean over seeds (leaderboard cells, aggregates, paired
     differences): `percentile` or `bca` (`scipy.stats.bootstrap`), `t` (Student-t; Welch-
     Satterthwaite for stratified means), `studentized` (bootstrap-t), or `auto`: per n, the
-    method with the best measured coverage (`reports.stats.CELL_COVERAGE` and
+    method with the best measured coverage (`rlsuite.reports.stats.CELL_COVERAGE` and
     `AGGREGATE_COVERAGE`, from benchmarks/results/report_coverage.md). Stratified intervals
     have no BCa (`bca` gives percentile there); the IQM has no t (`t` gives studentized)."""
     confidence: float = 0.95

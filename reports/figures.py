@@ -22,12 +22,12 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from reports import stats  # noqa: E402
-from reports.atomic import atomic_write_bytes, atomic_write_text  # noqa: E402
-from reports.config import ReportConfig  # noqa: E402
-from reports.load import RunSet  # noqa: E402
-from reports.scaling import sigmoid  # noqa: E402
-from reports.scores import Scored  # noqa: E402
+from rlsuite.reports import stats  # noqa: E402
+from rlsuite.reports.atomic import atomic_write_bytes, atomic_write_text  # noqa: E402
+from rlsuite.reports.config import ReportConfig  # noqa: E402
+from rlsuite.reports.load import RunSet  # noqa: E402
+from rlsuite.reports.scaling import sigmoid  # noqa: E402
+from rlsuite.reports.scores import Scored  # noqa: E402
 
 GRID_POINTS = 60
 MAX_BAND_REPS = 1000
@@ -201,7 +201,7 @@ def profile_frame(scored: Scored, cfg: ReportConfig) -> pd.DataFrame | None:
 
     Columns: `algorithm, tau, fraction_above, ci_low, ci_high` (performance_profile.csv).
     """
-    from reports.scores import score_matrix
+    from rlsuite.reports.scores import score_matrix
     s = scored.scores
     vals = s["score"].to_numpy(dtype=float)
     vals = vals[np.isfinite(vals)]

@@ -33,10 +33,10 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from reports.config import X_AXES, ReportConfig
-from reports.figures import GRID_POINTS, MAX_BAND_REPS, PROFILE_CAPTION, TRAIN_KEYS, grid_runs, mean_band
-from reports.load import RunSet
-from reports.scores import BASE_LABEL, Scored
+from rlsuite.reports.config import X_AXES, ReportConfig
+from rlsuite.reports.figures import GRID_POINTS, MAX_BAND_REPS, PROFILE_CAPTION, TRAIN_KEYS, grid_runs, mean_band
+from rlsuite.reports.load import RunSet
+from rlsuite.reports.scores import BASE_LABEL, Scored
 
 PLOTLY_HINT = 'pip install -e ".[report]"  (or: pip install plotly)'
 """How to get the interactive figures (the `report` extra includes plotly)."""

@@ -48,10 +48,10 @@ from typing import Any
 
 import pandas as pd
 
-from reports.config import BUDGET_KEYS
-from reports.errors import ReportError
-from reports.stability import NONFINITE_COL
-from suite.runfolder import read_jsonl  # stdlib only: the reports still need nothing from the trainer
+from rlsuite.reports.config import BUDGET_KEYS
+from rlsuite.reports.errors import ReportError
+from rlsuite.reports.stability import NONFINITE_COL
+from rlsuite.suite.runfolder import read_jsonl  # stdlib only: the reports still need nothing from the trainer
 
 RUN_COLUMNS = (
     "run_id", "path", "task", "algo", "variant", "algorithm", "sweep", "seed", "state",

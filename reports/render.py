@@ -17,11 +17,11 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
-from reports.atomic import atomic_write_text
-from reports.figures import Figure
-from reports.interactive import PLOTS_JS, Plot, to_json
-from reports.scores import BASE_LABEL
-from reports.tables import NOT_DISTINGUISHABLE, UNTESTABLE, Table
+from rlsuite.reports.atomic import atomic_write_text
+from rlsuite.reports.figures import Figure
+from rlsuite.reports.interactive import PLOTS_JS, Plot, to_json
+from rlsuite.reports.scores import BASE_LABEL
+from rlsuite.reports.tables import NOT_DISTINGUISHABLE, UNTESTABLE, Table
 
 BlockKind = Literal["h2", "h3", "p", "note", "list", "table", "figure", "pre", "plot", "html_only", "details",
                     "notice"]
@@ -31,7 +31,7 @@ BlockKind = Literal["h2", "h3", "p", "note", "list", "table", "figure", "pre", "
 class Block:
     """One piece of a report: a heading, paragraph, footer-style note, bullet list, table, figure,
     preformatted text, or, for report.html: an interactive figure (`plot`: a
-    `reports.interactive.Plot`), blocks shown only there (`html_only`: a list of blocks; report.md
+    `rlsuite.reports.interactive.Plot`), blocks shown only there (`html_only`: a list of blocks; report.md
     skips them) or a collapsed section (`details`: (summary, blocks); report.md shows the blocks)."""
 
     kind: BlockKind

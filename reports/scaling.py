@@ -39,8 +39,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import OptimizeWarning, curve_fit
 
-from reports.config import ReportConfig
-from reports.scores import Scored
+from rlsuite.reports.config import ReportConfig
+from rlsuite.reports.scores import Scored
 
 SCALING_COLUMNS = ("task", "algorithm", "x", "n_seeds", "n_points", "R0", "A_max", "A", "A_ci_low",
                    "A_ci_high", "B", "B_ci_low", "B_ci_high", "C_mid", "C_mid_ci_low", "C_mid_ci_high",

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from reports.config import ReportConfig
-from reports.errors import ReportError
-from reports.load import RunSet
-from reports.stability import classify_run
-from suite.config import identity_doc  # stdlib + yaml only: no trainer import
+from rlsuite.reports.config import ReportConfig
+from rlsuite.reports.errors import ReportError
+from rlsuite.reports.load import RunSet
+from rlsuite.reports.stability import classify_run
+from rlsuite.suite.config import identity_doc  # stdlib + yaml only: no trainer import
 
 BASE_LABEL = "base (step 0)"
 PARTIAL_STATES = ("running", "preempted", "cancelled")
@@ -125,7 +125,7 @@ def score_run(ev: pd.DataFrame, state: str, cfg: ReportConfig) -> tuple[float, s
 
 def config_fingerprint(spec: dict) -> str:
     """Hash of a spec's run identity without its run seed (runs of one configuration share it):
-    :func:`suite.config.identity_doc`, the rule of the run id (stdlib only, no trainer import)."""
+    :func:`rlsuite.suite.config.identity_doc`, the rule of the run id (stdlib only, no trainer import)."""
     blob = json.dumps(identity_doc(spec, seed=False), sort_keys=True, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:6]
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from reports import stats
-from reports.config import ReportConfig
-from reports.errors import ReportError
-from reports.scores import BASE_LABEL, Scored, score_matrix
+from rlsuite.reports import stats
+from rlsuite.reports.config import ReportConfig
+from rlsuite.reports.errors import ReportError
+from rlsuite.reports.scores import BASE_LABEL, Scored, score_matrix
 
 LEADERBOARD_COLUMNS = ("task", "algorithm", "n_seeds", "mean", "ci_low", "ci_high", "iqm",
                        "stable_k", "stable_n", "budget_unit", "budget")

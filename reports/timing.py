@@ -19,12 +19,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from reports import stats
-from reports.ablation import has_factor
-from reports.config import ReportConfig
-from reports.errors import ReportError
-from reports.load import RunSet
-from reports.scores import Scored
+from rlsuite.reports import stats
+from rlsuite.reports.ablation import has_factor
+from rlsuite.reports.config import ReportConfig
+from rlsuite.reports.errors import ReportError
+from rlsuite.reports.load import RunSet
+from rlsuite.reports.scores import Scored
 
 BATCH_FACTOR = "rollout.prompts_per_step"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from suite.prompts import seed_for
+from rlsuite.suite.prompts import seed_for
 
 
 class BehaviourSync:
@@ -55,5 +55,5 @@ class BehaviourSync:
 
     def load(self, state: dict, version: int) -> None:
         """Load the policy weights ``state`` of ``version`` into the engine, through the mismatch
-        knob (sharded training gathers them layer by layer: :class:`suite.sharding.ShardedBehaviour`)."""
+        knob (sharded training gathers them layer by layer: :class:`rlsuite.suite.sharding.ShardedBehaviour`)."""
         self.engine.load_weights(self.behaviour_state(state, version), version)

@@ -5,7 +5,7 @@ Counters (cumulative, logged every step as ``budget/<key>``): ``prompts``, ``sam
 step that crosses any limit set in the spec and records the exact counters.
 
 FLOPs, with ``P`` the non-embedding parameters of the model doing the work
-(:func:`suite.models.non_embedding_params`) and token counts over real (non-pad) tokens:
+(:func:`rlsuite.suite.models.non_embedding_params`) and token counts over real (non-pad) tokens:
 
 * rollout: ``2·P·(prompt + generated)`` per sample (observation tokens count as prompt);
 * each scoring pass (π_old, π_ref, a separate critic, a judge): ``2·P·(prompt + response)``;
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from suite.config import BUDGET_KEYS
+from rlsuite.suite.config import BUDGET_KEYS
 
 
 def rollout_flops(params: int, prompt_tokens: int, generated_tokens: int) -> int:

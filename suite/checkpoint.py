@@ -6,7 +6,7 @@ A checkpoint holds what resuming needs and nothing resuming can rebuild (issue 1
 * the trained models (the policy; the critic when there is one) and their AdamW states;
 * the behaviour policy μ only where it is not the policy: the engine's weights when they lag
   the policy (``rollout.staleness`` > 0 between syncs) and, under ``rollout.sync=lag``, the
-  last k policies (:class:`suite.behaviour.BehaviourSync`); an engine that holds the policy
+  last k policies (:class:`rlsuite.suite.behaviour.BehaviourSync`); an engine that holds the policy
   of now (or one of those k) is rebuilt from it, through the mismatch knob;
 * no frozen reference π_ref (nor the frozen initial policy): both are copies of the base the
   run started from, which the runner rebuilds exactly as at the start (the committed warm-start
@@ -22,7 +22,7 @@ copy values, so nothing is tied that was not). ``format`` 2 is this layout; a ch
 without it (written before) holds plain state dicts, ``ref`` and ``engine`` included, and still
 loads.
 
-``python -m suite.checkpoint RUN_DIR_OR_STATE_PT`` prints the bytes by component
+``python -m rlsuite.suite.checkpoint RUN_DIR_OR_STATE_PT`` prints the bytes by component
 (:func:`component_bytes`).
 """
 
@@ -170,7 +170,7 @@ def component_bytes(state: dict[str, Any]) -> dict[str, int]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m suite.checkpoint RUN_DIR_OR_STATE_PT", file=sys.stderr)
+        print("usage: python -m rlsuite.suite.checkpoint RUN_DIR_OR_STATE_PT", file=sys.stderr)
         return 2
     p = Path(argv[0])
     path = p / "checkpoint" / "state.pt" if (p / "checkpoint").is_dir() else p / "state.pt" if p.is_dir() else p

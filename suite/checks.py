@@ -7,11 +7,11 @@ computes, the ``rollout`` and ``train`` config sections, the model name and the 
 
 from __future__ import annotations
 
-from suite.engines import KV_ARCHITECTURES, EngineInfo, resolve_engine
-from suite.engines.native import cxx_compiler
-from suite.errors import BadInput
-from suite.fast_forward import unsupported
-from suite.policy import capabilities
+from rlsuite.suite.engines import KV_ARCHITECTURES, EngineInfo, resolve_engine
+from rlsuite.suite.engines.native import cxx_compiler
+from rlsuite.suite.errors import BadInput
+from rlsuite.suite.fast_forward import unsupported
+from rlsuite.suite.policy import capabilities
 
 
 def check_capabilities(model, needs: frozenset[str], algo_name: str, update_fields: frozenset[str], rollout, train,

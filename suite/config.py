@@ -33,8 +33,8 @@ from typing import Any, ClassVar, Literal, Optional, Union
 
 import yaml
 
-from suite.errors import BadInput
-from suite.registry import suggest
+from rlsuite.suite.errors import BadInput
+from rlsuite.suite.registry import suggest
 
 SECTIONS = ("model", "task", "algo", "rollout", "optim", "train", "budget", "eval")
 BUDGET_KEYS = ("prompts", "samples", "gen_tokens", "train_tokens", "updates", "flops", "wall_s")
@@ -274,12 +274,12 @@ class TrainConfig:
     no longer exactly 1 on-policy. In the run id when set."""
     share_prefix: bool = False
     """Training and scoring forwards compute each distinct prompt once per group and let its G
-    completions attend to the shared keys/values (:mod:`suite.fast_forward`; llama, mistral,
+    completions attend to the shared keys/values (:mod:`rlsuite.suite.fast_forward`; llama, mistral,
     qwen2). Same math, other float summation order. In the run id when set."""
     compile: bool = False
     """Training and scoring forwards run their layer stack through ``torch.compile`` (dynamic
     shapes; the first call of a process compiles, tens of seconds on a CPU;
-    :mod:`suite.fast_forward`). Same math, other float rounding. In the run id when set."""
+    :mod:`rlsuite.suite.fast_forward`). Same math, other float rounding. In the run id when set."""
     bucket_by_length: bool = False
     """Each rank's micro-batches (``micro_batch_size``) take its rows longest first and drop
     their trailing padding columns, so short sequences are not padded to the minibatch's longest.
@@ -293,7 +293,7 @@ class TrainConfig:
     shard: Literal["none", "fsdp"] = "none"
     """``fsdp``: the policy, critic, reference and their optimizer state are sharded across the
     ``world_size`` ranks (FSDP2 ``fully_shard`` per decoder layer plus the root; gradients
-    reduce-scattered as sums; :mod:`suite.sharding`), checkpoints written with
+    reduce-scattered as sums; :mod:`rlsuite.suite.sharding`), checkpoints written with
     torch.distributed.checkpoint. The same run as ``none`` up to float summation order, like
     ``world_size``: not in the run id (a sharded run may resume on another world size)."""
     shard_precision: Literal["fp32", "bf16"] = "fp32"
@@ -312,18 +312,18 @@ class TrainConfig:
     """Training–inference mismatch correction from μ (the engine) to π_old (the trainer), for every
     algorithm: ratio per token, per sequence (product) or geometric mean; truncated IS weight
     (``*_tis``), masked IS weight (``*_mis``) or rejection from the loss mask (``*_reject``)
-    (:mod:`suite.mismatch_correction`, with TRL's and verl's names). Refused for entries that weight
+    (:mod:`rlsuite.suite.mismatch_correction`, with TRL's and verl's names). Refused for entries that weight
     by π/μ themselves. In the run id when set."""
     is_low: float = 0.0
     """Lower bound of the ratio for ``is_correction`` (0 = none)."""
     empty_rows: Literal["count", "skip"] = "count"
     """The ``seq-mean-*`` aggregations' N: every row (``count``) or, as verl 0.9.1, only rows with at
-    least one response token (``skip``; :mod:`suite.aggregation`). In the run id when set."""
+    least one response token (``skip``; :mod:`rlsuite.suite.aggregation`). In the run id when set."""
     is_high: float = 2.0
     """Upper bound of the ratio for ``is_correction`` (verl's default 2.0; TRL's is 3.0)."""
     log: tuple[Literal["tensorboard", "wandb", "mlflow"], ...] = ()
     """Experiment trackers that receive every ``metrics.jsonl`` row and the ``eval/*`` values of
-    every ``evals.jsonl`` row at the row's step, on rank 0 (:mod:`suite.trackers`; ``rlsuite run
+    every ``evals.jsonl`` row at the row's step, on rank 0 (:mod:`rlsuite.suite.trackers`; ``rlsuite run
     --log NAME``, repeatable): ``tensorboard`` (event files), ``wandb`` (Weights & Biases;
     ``WANDB_MODE=offline`` writes a local run for ``wandb sync``), ``mlflow``. Each needs its extra
     (``pip install -e ".[wandb]"``); a tracker that fails warns once on stderr and is switched off,
@@ -343,7 +343,7 @@ class TrainConfig:
     mode behind ``MLFLOW_ALLOW_FILE_STORE``, which rlsuite sets to true for a file store unless it
     is set). Not in the run id."""
     progress: Literal["auto", "bar", "lines", "off"] = "auto"
-    """Progress on stderr (:mod:`suite.progress`, rank 0): ``bar``, one line redrawn in place
+    """Progress on stderr (:mod:`rlsuite.suite.progress`, rank 0): ``bar``, one line redrawn in place
     (budget %, step, reward mean, throughput, ETA); ``lines``, the same as a plain line every
     ``progress_every_s`` (logs); ``auto``, a bar on a terminal and lines otherwise; each eval is a
     line of its own (``off``: nothing). Also the warm start's SFT loop. Not in the run id."""
@@ -507,7 +507,7 @@ def identity_hash(d: dict, legacy_keys: tuple[str, ...] = (), base: Optional[str
     """The 8-hex config hash of a run id: sha256 of :func:`identity_doc`. ``legacy_keys``: old
     keys of :data:`ALIASES` the entry's ids were hashed under (its class's ``legacy_id_keys``):
     when the new fields agree they are hashed as the old key, so those ids stay as they were.
-    ``base``: the committed warm-start base's sha256 (``suite.warmstart.base_identity``).
+    ``base``: the committed warm-start base's sha256 (``rlsuite.suite.warmstart.base_identity``).
     ``task_version``: the task class's ``version``; in the identity from version 2 on (a task whose
     data, prompts or grading changed can never resume or pool under an old id; version-1 tasks
     keep the ids they had before versions were hashed)."""
@@ -528,8 +528,8 @@ def identity_hash(d: dict, legacy_keys: tuple[str, ...] = (), base: Optional[str
 
 def _task_version(name: str) -> Optional[str]:
     """The registered task's ``version`` (None for a name the registry does not know)."""
-    import tasks  # noqa: F401  (registration)
-    from tasks.base import TASKS
+    from rlsuite import tasks  # noqa: F401  (registration)
+    from rlsuite.tasks.base import TASKS
 
     return str(TASKS.get(name).version) if name in TASKS else None
 
@@ -562,7 +562,7 @@ class RunSpec:
 
     @property
     def config_hash(self) -> str:
-        from suite.warmstart import base_identity
+        from rlsuite.suite.warmstart import base_identity
 
         return identity_hash(self.to_dict(), getattr(type(self.algo), "legacy_id_keys", ()), base_identity(self),
                              _task_version(self.task.name))

@@ -9,7 +9,7 @@ Exactness strategy (a W-process run equals the one-process run with the same glo
 * rollout generation is sharded: each rank generates a contiguous shard of the rows of each
   generation call (whole prompt groups when W divides P) and the records are all-gathered
   (``all_gather_object``) and concatenated in rank order. Sampling noise must not depend on
-  the split, so ``rollout.rng=row`` is required (:class:`suite.engines.RowNoise`);
+  the split, so ``rollout.rng=row`` is required (:class:`rlsuite.suite.engines.RowNoise`);
 * scoring passes (π_old, π_ref, values) run on the full gathered batch on every rank
   (correctness first: bitwise the same inputs as one process; they are not sharded);
 * the update is sharded: each rank runs forward/backward on its contiguous shard of every
@@ -46,7 +46,7 @@ from typing import Any, Optional, Sequence
 import torch
 import torch.distributed as dist
 
-from suite.errors import BadInput
+from rlsuite.suite.errors import BadInput
 
 _LOCAL_RANK = 0
 
@@ -198,14 +198,14 @@ def init_from_submitit(world_size: int, device: str) -> World:
 
 def _local_worker(rank: int, size: int, backend: str, init_method: str, spec, out: str, queue) -> None:
     """One spawned rank of :func:`launch_local`: join the group, run, report (code, error)."""
-    from suite.config import resolve_threads
+    from rlsuite.suite.config import resolve_threads
 
     torch.set_num_threads(resolve_threads(spec.train.num_threads))
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(size), LOCAL_RANK=str(rank))
     result: tuple = (rank, "error", 1, "exited without a result")
     try:
         init(backend, init_method, rank, size, rank)
-        from suite.runner import execute
+        from rlsuite.suite.runner import execute
 
         code, _ = execute(spec, Path(out))
         result = (rank, "ok", code, None)
@@ -309,7 +309,7 @@ def launch_local(spec, out: Path, grace_s: float = 60.0) -> int:
 def _mark_failed(run_dir: Path, reason: str) -> None:
     """A rank died while rank 0 still held the run: record ``failed`` (rank 0 was stopped, or failed
     in a collective with the dead peer — its own reason is kept after the root cause)."""
-    from suite.runfolder import atomic_write_json, now_iso, read_json
+    from rlsuite.suite.runfolder import atomic_write_json, now_iso, read_json
 
     st = read_json(run_dir / "status.json")
     if st is not None and st.get("state") in ("running", "failed"):

@@ -1,4 +1,4 @@
-"""Exceptions with fixed meanings at the CLI boundary (exit codes in :mod:`suite.cli`)."""
+"""Exceptions with fixed meanings at the CLI boundary (exit codes in :mod:`rlsuite.suite.cli`)."""
 
 
 class BadInput(ValueError):

@@ -14,7 +14,7 @@ Scores average over prompts. The eval seed is fixed (``eval.seed``), so every st
 sees the same sampling noise.
 
 A task may add its own scores of the same completions through ``task.eval_metrics(examples,
-grades)`` (:meth:`tasks.base.Task.eval_metrics`, e.g. per-kind accuracies of ``unlearn_toy``): they
+grades)`` (:meth:`rlsuite.tasks.base.Task.eval_metrics`, e.g. per-kind accuracies of ``unlearn_toy``): they
 are reported as ``greedy_<name>`` (the greedy completions) and ``sampled_<name>`` (every sampled
 completion, each prompt's ``n_samples`` grades).
 """
@@ -26,9 +26,9 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from suite.config import EvalConfig
-from suite.engines import SamplingParams
-from suite.rollout import collect
+from rlsuite.suite.config import EvalConfig
+from rlsuite.suite.engines import SamplingParams
+from rlsuite.suite.rollout import collect
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

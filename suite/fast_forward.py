@@ -1,6 +1,6 @@
 """A functional training/scoring forward for Llama-family models, with two opt-in levers.
 
-:func:`suite.policy.policy_forward` calls :func:`fast_forward` instead of the HF module
+:func:`rlsuite.suite.policy.policy_forward` calls :func:`fast_forward` instead of the HF module
 forward when a run sets either lever and the model supports it (:func:`unsupported`):
 
 * ``train.share_prefix`` — **one prompt pass per group.** The G completions of a prompt share
@@ -16,7 +16,7 @@ forward when a run sets either lever and the model supports it (:func:`unsupport
 
 Both change floating-point summation order only (the same math); neither is on by default, so
 runs without them are bit-identical to the HF forward. Log-prob rows keep the layout of
-:mod:`suite.types` (position t = log π(tokens[:, t] | prefix), position 0 = 0).
+:mod:`rlsuite.suite.types` (position t = log π(tokens[:, t] | prefix), position 0 = 0).
 
 Supported: ``llama``, ``mistral`` and ``qwen2`` (RMSNorm, rotary embeddings from the model's
 own rotary module — so RoPE scaling variants are honoured — grouped-query attention, SwiGLU,
@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from suite.types import Forward
+from rlsuite.suite.types import Forward
 
 FAST_ARCHITECTURES = ("llama", "mistral", "qwen2")
 FAST_FIELDS = frozenset({"entropy", "topk"})
@@ -71,7 +71,7 @@ def unsupported(model, want: frozenset[str], width: int) -> Optional[str]:
 
 
 def shared_positions(model, want: frozenset[str], tokens: Tensor, attn_mask: Tensor, prompt_width: int) -> int:
-    """The prompt positions :func:`suite.policy.policy_forward` saves on this call: 0 when it
+    """The prompt positions :func:`rlsuite.suite.policy.policy_forward` saves on this call: 0 when it
     takes the HF forward (:func:`unsupported`), shares nothing, or top-K log-probs are wanted."""
     if not prompt_width or "topk" in want or unsupported(model, want, tokens.shape[1]) is not None:
         return 0
@@ -250,7 +250,7 @@ def fast_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float, w
     ``prompt_width`` tokens (and mask) are equal; topk_ids [B, T, K] (top-K log-probs; no
     prefix sharing then). ``compiled`` runs the layer stack through ``torch.compile``.
     ``logits_from``: the first position whose log-prob (entropy, top-K) is computed; earlier
-    positions hold 0 (see :func:`suite.policy.policy_forward`).
+    positions hold 0 (see :func:`rlsuite.suite.policy.policy_forward`).
 
     With prefix sharing the response pass skips each row's right padding: rows are grouped by
     their real response length (:func:`buckets`) and every group runs at its own longest

@@ -1,7 +1,7 @@
 """The hook contract between the trainer and an algorithm entry: the types the hooks take and
 return (:class:`Context`, :class:`Group`, :class:`Behaviour`, :class:`Revision`, :class:`AdvOut`),
 the inputs an entry may declare (:data:`NEEDS`) and the row kinds of a feedback round
-(:data:`STAGES`). The hooks themselves are documented on :class:`algorithms.base.Algorithm`,
+(:data:`STAGES`). The hooks themselves are documented on :class:`rlsuite.algorithms.base.Algorithm`,
 which re-exports these names.
 """
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import signal
 from typing import Any, Optional
 
-from suite.errors import Interrupted
-from suite.runfolder import RunFolder, atomic_write_text, dumps, read_jsonl
+from rlsuite.suite.errors import Interrupted
+from rlsuite.suite.runfolder import RunFolder, atomic_write_text, dumps, read_jsonl
 
 
 class Signals:

@@ -22,9 +22,9 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from suite.config import ModelConfig
-from suite.errors import BadInput
-from suite.registry import Registry
+from rlsuite.suite.config import ModelConfig
+from rlsuite.suite.errors import BadInput
+from rlsuite.suite.registry import Registry
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -87,14 +87,14 @@ MODELS.register("tiny", ModelEntry("tiny", "Llama-style 0.5M-parameter model wit
 
 def _load_pinned(name: str):
     def load(cfg: ModelConfig):
-        from suite import pinned_models
+        from rlsuite.suite import pinned_models
 
         return load_pretrained(str(pinned_models.verified_dir(pinned_models.get(name))), cfg)
     return load
 
 
 def _register_pinned() -> None:
-    from suite.pinned_models import PINNED
+    from rlsuite.suite.pinned_models import PINNED
 
     for pm in PINNED.values():
         MODELS.register(pm.name, ModelEntry(pm.name, pm.summary, "1", _load_pinned(pm.name)))
@@ -168,7 +168,7 @@ def check_model_available(name: str) -> None:
     ``from_pretrained`` would first spend most of a minute on retries); a pinned model that is not
     fetched yet is refused naming ``rlsuite models fetch``. A machine check, not part
     of resolution: a spec naming a hub id still resolves offline (dry runs, login nodes)."""
-    from suite.pinned_models import PINNED, fetch_command, is_fetched
+    from rlsuite.suite.pinned_models import PINNED, fetch_command, is_fetched
 
     if name in PINNED and not is_fetched(PINNED[name]):
         raise BadInput(f"model '{name}' is not fetched yet; fetch it once with: {fetch_command(name)}  "

@@ -3,7 +3,7 @@ the clipped surrogate, GAE and the clipped value loss.
 
 Argument names are the same everywhere: ``logp``, ``old_logp``, ``ref_logp``, ``adv``,
 ``mask`` (the loss mask), ``rewards``, ``group_ids``, ``values``. Shapes use the symbols of
-:mod:`suite.types`. No function here reads a config object.
+:mod:`rlsuite.suite.types`. No function here reads a config object.
 """
 
 from __future__ import annotations

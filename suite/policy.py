@@ -2,7 +2,7 @@
 
 ``policy_forward`` returns, on request, ``logp [B, T]`` (always), ``entropy [B, T]``,
 ``hidden [B, T, H]``, ``attn_stat [B, T]`` and critic-head ``values [B, T]``. Everything is
-aligned with the tokens (see :mod:`suite.types`): position t holds the prediction of
+aligned with the tokens (see :mod:`rlsuite.suite.types`): position t holds the prediction of
 ``tokens[:, t]`` made from the prefix, i.e. the model's output at t − 1; position 0 is 0.
 
 Backend capabilities: :data:`HF_CAPABILITIES`, plus ``attn_stat`` when the model runs with
@@ -16,8 +16,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from suite.fast_forward import fast_forward, unsupported
-from suite.types import Forward
+from rlsuite.suite.fast_forward import fast_forward, unsupported
+from rlsuite.suite.types import Forward
 
 HF_CAPABILITIES = frozenset({"logp", "entropy", "hidden", "values", "topk"})
 
@@ -60,14 +60,14 @@ def policy_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float,
     distribution); want: subset of {"entropy", "hidden", "attn_stat", "values", "topk"};
     value_head: the critic head applied to the last hidden state when "values" is wanted;
     prompt_width > 0 (``train.share_prefix``) or ``compiled`` (``train.compile``): the
-    functional forward of :mod:`suite.fast_forward` where it serves the call, else the HF one;
+    functional forward of :mod:`rlsuite.suite.fast_forward` where it serves the call, else the HF one;
     logits_from: the first position whose log-prob (entropy, top-K log-probs) is computed; the
     earlier positions hold 0 (the trainer passes the prompt width, where the loss mask starts).
     On the HF forward the LM head still runs over every position (so a loss on the positions
     computed has bit for bit the gradients of the whole-sequence call: the head's weight gradient
     sums the same rows, zeros included) and the log-softmax, entropy and gathers over
     ``logits_from..T−1`` only; the fast forward also runs the head there only.
-    Returns: :class:`suite.types.Forward` with the requested fields.
+    Returns: :class:`rlsuite.suite.types.Forward` with the requested fields.
     """
     if (prompt_width or compiled) and unsupported(model, want, tokens.shape[1]) is None:
         return fast_forward(model, tokens, attn_mask, temperature, want, prompt_width, compiled, topk_ids,

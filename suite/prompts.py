@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from suite.errors import BadInput
+from rlsuite.suite.errors import BadInput
 
 
 def seed_for(*parts: Any) -> int:

@@ -1,4 +1,4 @@
-"""Steps 2–3 of :meth:`suite.trainer.Trainer.step`: the rollout stage.
+"""Steps 2–3 of :meth:`rlsuite.suite.trainer.Trainer.step`: the rollout stage.
 
 Roll out G completions per prompt with the behaviour policies (``algo.before_rollout``),
 grade them with the task, build each group's rewards (``algo.rewards``), and run the
@@ -16,12 +16,12 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from suite.budget import Budget, rollout_flops
-from suite.engines import RowNoise, SamplingParams
-from suite.hooks import STAGES, Behaviour, Context, Group, Revision
-from suite.prompts import encode_prompt, encode_text, seed_for
-from suite.rollout import collect
-from suite.types import Rollout, cat_rollouts
+from rlsuite.suite.budget import Budget, rollout_flops
+from rlsuite.suite.engines import RowNoise, SamplingParams
+from rlsuite.suite.hooks import STAGES, Behaviour, Context, Group, Revision
+from rlsuite.suite.prompts import encode_prompt, encode_text, seed_for
+from rlsuite.suite.rollout import collect
+from rlsuite.suite.types import Rollout, cat_rollouts
 
 
 class RolloutStage:
@@ -187,7 +187,7 @@ class RolloutStage:
 
     def collect(self, engine, tok, prompts: list[list[int]], params: SamplingParams, generator,
                  **kw: Any) -> tuple[Rollout, dict[str, float]]:
-        """:func:`suite.rollout.collect`, sharded across data-parallel ranks: each rank generates
+        """:func:`rlsuite.suite.rollout.collect`, sharded across data-parallel ranks: each rank generates
         a contiguous shard of the rows, then the records are all-gathered and concatenated in
         rank order (the same rows, order and samples as one process, thanks to row noise)."""
         if not self.world.active:

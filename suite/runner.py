@@ -12,7 +12,7 @@ a stale ``running`` → resume from the checkpoint (``attempt`` + 1); a live ``r
 lock or a different spec under the same run id → 2.
 
 One writer per run folder: :func:`execute` takes ``<out>/<run_id>.lock``
-(:class:`suite.runfolder.RunLock`) before it reads anything in the folder and holds it until it
+(:class:`rlsuite.suite.runfolder.RunLock`) before it reads anything in the folder and holds it until it
 returns (the kernel drops it if the process dies); a second copy exits 2 naming the holder's
 host and pid. A data-parallel launcher holds it for its spawned ranks (they inherit
 ``RLSUITE_RUN_LOCK``); in a SLURM data-parallel job rank 0 takes it. A full disk ends the run
@@ -33,10 +33,10 @@ from typing import Callable, Optional
 
 import torch
 
-from suite.config import RunSpec, identity_doc, resolve_threads
-from suite.errors import BadInput
-from suite.runfolder import (RunFolder, RunLock, RunLocked, atomic_write_json, env_info, is_disk_full, is_stale,
-                             lock_path, read_json)
+from rlsuite.suite.config import RunSpec, identity_doc, resolve_threads
+from rlsuite.suite.errors import BadInput
+from rlsuite.suite.runfolder import (RunFolder, RunLock, RunLocked, atomic_write_json, env_info, is_disk_full, is_stale,
+                                     lock_path, read_json)
 
 EXIT = {"completed": 0, "diverged": 3, "failed": 1, "preempted": 130, "cancelled": 143}
 #: Set by a data-parallel launcher holding the lock (the path) for the ranks it spawns.
@@ -71,7 +71,7 @@ def check_existing(run_dir: Path, spec: RunSpec) -> tuple[Optional[int], int]:
 
 def _semantic(d: dict) -> dict:
     """A spec document without the fields that do not change results: the run identity
-    (:func:`suite.config.identity_doc`, the same rule as the run id)."""
+    (:func:`rlsuite.suite.config.identity_doc`, the same rule as the run id)."""
     return identity_doc(d)
 
 
@@ -192,7 +192,7 @@ def execute(spec: RunSpec, out: Path, on_ready: Optional[Callable[[Path], None]]
     """Run ``spec`` into ``out/<run_id>``; return (exit code, run dir). Raises BadInput (exit 2)
     before anything is written (a held lock included)."""
     run_dir = Path(out) / spec.run_id
-    from suite.distributed import world as current_world
+    from rlsuite.suite.distributed import world as current_world
 
     world = current_world()
     if world.active and world.size != spec.train.world_size:
@@ -230,15 +230,15 @@ def _exit_on_signals() -> dict:
 
 def _execute(spec: RunSpec, out: Path, run_dir: Path, world, claim: _Claim,
              on_ready: Optional[Callable[[Path], None]]) -> tuple[int, Path]:
-    import algorithms  # noqa: F401
-    import tasks  # noqa: F401
-    from algorithms.base import ALGORITHMS
-    from suite import progress
-    from suite.distributed import launch_local
-    from suite.models import load_model
-    from suite.trainer import Trainer
-    from suite.warmstart import warm_started
-    from tasks.base import TASKS
+    from rlsuite import algorithms  # noqa: F401
+    from rlsuite import tasks  # noqa: F401
+    from rlsuite.algorithms.base import ALGORITHMS
+    from rlsuite.suite import progress
+    from rlsuite.suite.distributed import launch_local
+    from rlsuite.suite.models import load_model
+    from rlsuite.suite.trainer import Trainer
+    from rlsuite.suite.warmstart import warm_started
+    from rlsuite.tasks.base import TASKS
 
     if spec.train.world_size > 1 and not world.active:  # spawn the data-parallel ranks on this machine
         code, _ = claim()  # the lock, exit codes and bad input before anything starts
@@ -258,7 +258,7 @@ def _execute(spec: RunSpec, out: Path, run_dir: Path, world, claim: _Claim,
     if code is not None:
         return code, run_dir
     if spec.rollout.engine == "vllm":  # fail before loading anything when vLLM or a GPU is missing
-        from suite.vllm_engine import require_vllm
+        from rlsuite.suite.engines.vllm import require_vllm
 
         require_vllm()
     threads = resolve_threads(spec.train.num_threads)  # `auto`: this machine's cores
@@ -310,7 +310,7 @@ def _execute(spec: RunSpec, out: Path, run_dir: Path, world, claim: _Claim,
 
 def summary(run_dir: Path) -> str:
     """One line: state, steps and the last val/test greedy accuracy."""
-    from suite.runfolder import read_jsonl
+    from rlsuite.suite.runfolder import read_jsonl
 
     st = read_json(run_dir / "status.json") or {}
     evals = read_jsonl(run_dir / "evals.jsonl")

@@ -1,5 +1,5 @@
 """Sharded training within a run (``train.shard=fsdp``): FSDP2 ``fully_shard`` over the
-``train.world_size`` ranks of :mod:`suite.distributed`.
+``train.world_size`` ranks of :mod:`rlsuite.suite.distributed`.
 
 What changes against data parallelism (every rank holding the full model):
 
@@ -48,8 +48,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from suite.behaviour import BehaviourSync
-from suite.errors import BadInput
+from rlsuite.suite.behaviour import BehaviourSync
+from rlsuite.suite.errors import BadInput
 
 _LAYER = re.compile(r"(^|\.)layers\.(\d+)\.")
 
@@ -227,7 +227,7 @@ class Sharding:
 
     def eval_engine(self, tr):
         """A rollout engine with the current policy for rank 0's eval (every rank gathers)."""
-        from suite.engines import make_engine
+        from rlsuite.suite.engines import make_engine
 
         state = self.full_state(tr.model, keep=tr.world.main)
         if state is None:
@@ -261,7 +261,7 @@ class Sharding:
         (``plain``: the trainer's state without the sharded weight dicts)."""
         import torch.distributed.checkpoint as dcp
 
-        from suite.checkpoint import pack
+        from rlsuite.suite.checkpoint import pack
 
         versions = sorted(tr.behaviour.history)
         ref = "ref" in plain
@@ -307,7 +307,7 @@ class Sharding:
 
 
 class ShardedBehaviour(BehaviourSync):
-    """:class:`suite.behaviour.BehaviourSync` over a sharded policy: sharded history snapshots,
+    """:class:`rlsuite.suite.behaviour.BehaviourSync` over a sharded policy: sharded history snapshots,
     engine loads gathered one decoder layer at a time (the mismatch noise in the same order)."""
 
     def __init__(self, rollout, seed: int, engine, model, sharding: Sharding) -> None:
@@ -316,7 +316,7 @@ class ShardedBehaviour(BehaviourSync):
             if rollout.sync == "lag" else {}
 
     def load(self, state: dict, version: int) -> None:
-        from suite.prompts import seed_for
+        from rlsuite.suite.prompts import seed_for
 
         gen = torch.Generator().manual_seed(seed_for(self.seed, "mismatch", version))
         for chunk in self.sharding.full_chunks(state):

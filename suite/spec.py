@@ -1,7 +1,7 @@
 """Resolve a run spec from names, preset, config files, ``--set`` and ``--budget``.
 
-Every problem is collected and reported at once as :class:`suite.errors.BadInput`, before
-anything is loaded or written. See :mod:`suite.config` for the resolution order.
+Every problem is collected and reported at once as :class:`rlsuite.suite.errors.BadInput`, before
+anything is loaded or written. See :mod:`rlsuite.suite.config` for the resolution order.
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import os
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from suite.config import (BUDGET_KEYS, SECTIONS, BudgetConfig, EvalConfig, ModelConfig, OptimConfig, RolloutConfig,
-                          RunSpec, TrainConfig, build, check_ranges, deep_merge, suggest)
-from suite.errors import BadInput
-from suite.models import MODELS, check_model_name
-from suite.registry import UnknownName
+from rlsuite.suite.config import (BUDGET_KEYS, SECTIONS, BudgetConfig, EvalConfig, ModelConfig, OptimConfig,
+                                  RolloutConfig, RunSpec, TrainConfig, build, check_ranges, deep_merge, suggest)
+from rlsuite.suite.errors import BadInput
+from rlsuite.suite.models import MODELS, check_model_name
+from rlsuite.suite.registry import UnknownName
 
 SECTION_CLASSES = {"model": ModelConfig, "rollout": RolloutConfig, "optim": OptimConfig, "train": TrainConfig,
                    "budget": BudgetConfig, "eval": EvalConfig}
@@ -41,10 +41,10 @@ def resolve(task: Optional[str], algo: Optional[str], model: Optional[str], seed
             budgets: Sequence[tuple[str, Any]] = (), sweep: Optional[str] = None, variant: Optional[str] = None,
             factors: Optional[dict] = None, tuning: Optional[dict] = None) -> RunSpec:
     """Build and validate a :class:`RunSpec`; raise ``BadInput`` listing every problem."""
-    import algorithms  # noqa: F401  (registration)
-    import tasks  # noqa: F401
-    from algorithms.base import ALGORITHMS
-    from tasks.base import TASKS
+    from rlsuite import algorithms  # noqa: F401  (registration)
+    from rlsuite import tasks  # noqa: F401
+    from rlsuite.algorithms.base import ALGORITHMS
+    from rlsuite.tasks.base import TASKS
 
     errors: list[str] = []
     user: dict = {}
@@ -158,8 +158,8 @@ def out_dir_problem(out: Path, flag: str = "--out", existing: Optional[Path] = N
 def check_runtime(spec: RunSpec, out: Optional[Path] = None) -> None:
     """Checks of this machine that need nothing loaded (``BadInput``, exit 2, nothing written):
     a CUDA device when ``train.device=cuda``, an ``--out`` folder that can be written, and offline
-    a hub model that is in the local cache (:func:`suite.models.check_model_available`)."""
-    from suite.models import check_model_available
+    a hub model that is in the local cache (:func:`rlsuite.suite.models.check_model_available`)."""
+    from rlsuite.suite.models import check_model_available
 
     problems = []
     try:

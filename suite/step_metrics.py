@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from suite.ops import kl_estimate, masked_mean
-from suite.types import Batch
+from rlsuite.suite.ops import kl_estimate, masked_mean
+from rlsuite.suite.types import Batch
 
 
 def s_kl(cfg, logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:

@@ -6,7 +6,7 @@ tracker receives the same names at the same steps (:func:`metrics_of`, :func:`ev
 
 * each ``metrics.jsonl`` row at its ``step``: every numeric value (int, float, bool as 0/1;
   strings skipped) under its schema key (``reward/mean``, ``loss/total``, ``perf/step_time``…),
-  the budget counters of :meth:`suite.budget.Budget.row` included (``budget/samples``,
+  the budget counters of :meth:`rlsuite.suite.budget.Budget.row` included (``budget/samples``,
   ``budget/gen_tokens``, ``budget/train_tokens``, ``budget/flops``, ``budget/wall_s``…), so any
   of them can be a plot's x-axis; ``step`` is the tracker's step and ``time`` its wall time;
 * each ``evals.jsonl`` row at its ``step``: its ``eval/<task>/<metric>`` values as
@@ -107,7 +107,7 @@ def _read_state(run_dir: Path) -> dict:
 
 
 def _write_state(run_dir: Path, key: str, value: dict) -> None:
-    from suite.runfolder import atomic_write_json
+    from rlsuite.suite.runfolder import atomic_write_json
 
     st = _read_state(run_dir)
     st[key] = value

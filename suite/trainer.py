@@ -21,25 +21,25 @@ Per step (numbers match the sections of :meth:`Trainer.step`):
 7. log one metrics row, evaluate on schedule, checkpoint, stop at the budget or on
    divergence.
 
-Checkpoints (:mod:`suite.checkpoint`) hold what resuming needs: the trained models, their
+Checkpoints (:mod:`rlsuite.suite.checkpoint`) hold what resuming needs: the trained models, their
 optimizer state and the behaviour weights only where they lag the policy; the frozen
 reference and initial policy are rebuilt from the base (checked by its sha256). A completed run
 keeps ``final/`` (the policy in ``model.dtype``, tied weights once) and the runner drops
 ``checkpoint/`` unless ``train.keep_checkpoint``.
 
-Data parallelism (``train.world_size`` > 1, :mod:`suite.distributed`): every rank holds the
+Data parallelism (``train.world_size`` > 1, :mod:`rlsuite.suite.distributed`): every rank holds the
 same state and the same full batch; generation (2) and the update (6) are sharded by rows
 (records all-gathered, gradients all-reduced with the global normaliser's weights); scoring
 passes (4) run on the full batch; rank 0 alone writes the run folder and evaluates.
 
-Sharded training (``train.shard=fsdp``, :mod:`suite.sharding`): the same loop over the same
+Sharded training (``train.shard=fsdp``, :mod:`rlsuite.suite.sharding`): the same loop over the same
 row shards, with the policy, critic, reference and optimizer state sharded across the ranks by
 FSDP2 (gradients reduce-scattered as sums instead of one all-reduce; every rank runs as many
 micro-batches, padding with weight-0 copies); the engine receives full weights gathered one
 layer at a time; checkpoints are torch.distributed.checkpoint shards plus rank 0's counters.
 
 Rank 0 also copies every metrics and eval row to the experiment trackers of ``train.log``
-(:mod:`suite.trackers`) and prints progress on stderr (:mod:`suite.progress`).
+(:mod:`rlsuite.suite.trackers`) and prints progress on stderr (:mod:`rlsuite.suite.progress`).
 """
 
 from __future__ import annotations
@@ -56,36 +56,36 @@ from typing import Any, Optional
 
 import torch
 
-from algorithms.base import Algorithm
-from suite.aggregation import aggregation_weights
-from suite.behaviour import BehaviourSync
-from suite.budget import Budget, scoring_flops, training_flops
-from suite.checkpoint import load as load_state
-from suite.checkpoint import pack, state_sha256
-from suite.checks import check_capabilities
-from suite.config import RunSpec
-from suite.distributed import world as current_world
-from suite.engines import make_engine
-from suite.errors import BadInput, Diverged, Interrupted
-from suite.evaluate import evaluate
-from suite.fast_forward import shared_positions
-from suite.hooks import Context
-from suite.lifecycle import CountingGrader as _CountingGrader
-from suite.lifecycle import Signals, drop_final_rows
-from suite.mismatch_correction import correction
-from suite.models import Critic, non_embedding_params
-from suite.ops import masked_mean
-from suite.policy import policy_forward
-from suite.progress import RunProgress
-from suite.prompts import encode_prompt, encode_text, seed_for  # noqa: F401  (their old import path)
-from suite.rollout_stage import RolloutStage
-from suite.runfolder import ReadOnlyFolder, RunFolder, now_iso
-from suite.step_metrics import merge as _merge
-from suite.step_metrics import rollout_metrics, s_kl
-from suite.stop import stop_ids
-from suite.trackers import Trackers
-from suite.types import Batch, Rollout, cat_rollouts, real_width
-from suite.update_plan import computed_positions, lr_factor, micro_batches
+from rlsuite.algorithms.base import Algorithm
+from rlsuite.suite.aggregation import aggregation_weights
+from rlsuite.suite.behaviour import BehaviourSync
+from rlsuite.suite.budget import Budget, scoring_flops, training_flops
+from rlsuite.suite.checkpoint import load as load_state
+from rlsuite.suite.checkpoint import pack, state_sha256
+from rlsuite.suite.checks import check_capabilities
+from rlsuite.suite.config import RunSpec
+from rlsuite.suite.distributed import world as current_world
+from rlsuite.suite.engines import make_engine
+from rlsuite.suite.errors import BadInput, Diverged, Interrupted
+from rlsuite.suite.evaluate import evaluate
+from rlsuite.suite.fast_forward import shared_positions
+from rlsuite.suite.hooks import Context
+from rlsuite.suite.lifecycle import CountingGrader as _CountingGrader
+from rlsuite.suite.lifecycle import Signals, drop_final_rows
+from rlsuite.suite.mismatch_correction import correction
+from rlsuite.suite.models import Critic, non_embedding_params
+from rlsuite.suite.ops import masked_mean
+from rlsuite.suite.policy import policy_forward
+from rlsuite.suite.progress import RunProgress
+from rlsuite.suite.prompts import seed_for
+from rlsuite.suite.rollout_stage import RolloutStage
+from rlsuite.suite.runfolder import ReadOnlyFolder, RunFolder, now_iso
+from rlsuite.suite.step_metrics import merge as _merge
+from rlsuite.suite.step_metrics import rollout_metrics, s_kl
+from rlsuite.suite.stop import stop_ids
+from rlsuite.suite.trackers import Trackers
+from rlsuite.suite.types import Batch, Rollout, cat_rollouts, real_width
+from rlsuite.suite.update_plan import computed_positions, lr_factor, micro_batches
 
 
 class Trainer:
@@ -124,7 +124,7 @@ class Trainer:
                 self.critic = Critic(self.model, algo.critic or spec.model.critic).to(self.device)
         self.shard = None  # train.shard=fsdp: the models sharded across the ranks (suite/sharding.py)
         if t.shard != "none":
-            from suite.sharding import Sharding
+            from rlsuite.suite.sharding import Sharding
 
             self.shard = Sharding(t, self.device, self.world)
             self.shard.apply(self)
@@ -168,7 +168,7 @@ class Trainer:
         """policy_forward's lever arguments (``train.share_prefix``, ``train.compile``), and
         ``logits_from``: log-probs from the response on (the loss mask is 0 on the prompt; the
         default forward's results are bit for bit those of the whole sequence: see
-        :func:`suite.policy.policy_forward`)."""
+        :func:`rlsuite.suite.policy.policy_forward`)."""
         t = self.spec.train
         return {"prompt_width": prompt_width if t.share_prefix else 0, "compiled": t.compile,
                 "logits_from": prompt_width}
@@ -215,7 +215,7 @@ class Trainer:
 
     # -- 2-3. rollout and rewards ------------------------------------------------------
     def _rollout(self, idx: list[int], ctx: Context, attempt: int) -> tuple[Rollout, dict[str, float]]:
-        """Steps 2-3 (:class:`suite.rollout_stage.RolloutStage`): rollout, grades, group rewards."""
+        """Steps 2-3 (:class:`rlsuite.suite.rollout_stage.RolloutStage`): rollout, grades, group rewards."""
         return self.rollouts.rollout(idx, ctx, attempt)
 
     def _grade_one(self, example, text: str) -> float:
@@ -231,7 +231,7 @@ class Trainer:
         if self._grade_error_first is None:
             self._grade_error_first = errors[0]
         if n is not None and len(errors) == n:
-            from tasks.base import GraderError
+            from rlsuite.tasks.base import GraderError
 
             raise GraderError(f"task '{self.task.name}': the grader could not grade any of the {n} completions "
                               f"at step {self.step_no} (first error: {errors[0]})")
@@ -447,7 +447,7 @@ class Trainer:
         return out
 
     def _micro_batches(self, mb: Batch) -> list[list[torch.Tensor]]:
-        """Per rank, the row indices of its micro-batches of ``mb`` (:func:`suite.update_plan.micro_batches`)."""
+        """Per rank, the row indices of its micro-batches of ``mb`` (:func:`rlsuite.suite.update_plan.micro_batches`)."""
         return micro_batches(mb, self.world.size, self.spec.train)
 
     def _rank_micro_batches(self, plan: list[list[torch.Tensor]]) -> list[tuple[torch.Tensor, bool]]:
@@ -578,7 +578,7 @@ class Trainer:
                                 s.eval, s.rollout.max_new_tokens, self.stop_ids, s.rollout.max_turns,
                                 s.rollout.max_obs_tokens)
         if counted.graded and counted.errors == counted.graded:
-            from tasks.base import GraderError
+            from rlsuite.tasks.base import GraderError
 
             raise GraderError(f"task '{self.task.name}': the grader could not grade any of the {counted.graded} "
                               f"{split} completions at step {self.step_no} (first error: {counted.first})")
@@ -697,7 +697,7 @@ class Trainer:
         """``final/``: the policy as ``save_pretrained`` writes it (safetensors in the weights' own
         dtype, ``model.dtype``; tied weights once) and the tokenizer; sharded: the gathered weights."""
         if getattr(self, "_final_state", None) is not None:
-            from suite.sharding import save_pretrained
+            from rlsuite.suite.sharding import save_pretrained
 
             save_pretrained(self.model, d, self._final_state)
         else:

@@ -68,7 +68,7 @@ class Rollout:
       grade_error [B] bool or None: the task's grader could not grade the sample (``Grade.error``;
         its score is 0 and the trainer leaves the row out of the policy loss);
       stage [B] long or None: row kind when the algorithm ran a feedback round
-        (``algorithms.base.Revision``): 0 first group, 1 feedback-conditioned group, 2 the
+        (``rlsuite.algorithms.base.Revision``): 0 first group, 1 feedback-conditioned group, 2 the
         latter's responses after the original prompt (behaviour μ = the feedback-conditioned one);
       topk_ids / topk_logp [B, T, K], attn_stat [B, T] (detached), hidden [B, T, H]:
         optional extras recorded by the engine when an algorithm ``needs`` them.

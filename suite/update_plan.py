@@ -7,8 +7,8 @@ import math
 
 import torch
 
-from suite.fast_forward import shared_positions
-from suite.types import Batch, real_width
+from rlsuite.suite.fast_forward import shared_positions
+from rlsuite.suite.types import Batch, real_width
 
 
 def lr_factor(optim, updates: float, progress: float) -> float:

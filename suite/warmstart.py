@@ -9,7 +9,7 @@ different base model. So the base of every embedded task at its default configur
 ``<task>__<model>.json`` holding its sha256, the task configuration it was built for, the
 machine that built it and the base's measured greedy accuracy. A run whose task configuration
 and model match a manifest loads those bytes (sha256 checked on every load), records the
-sha256 in ``env.json`` and in the run identity (:meth:`suite.config.RunSpec.config_hash`).
+sha256 in ``env.json`` and in the run identity (:meth:`rlsuite.suite.config.RunSpec.config_hash`).
 
 Any other configuration (a changed ``max_operand``, a task without a committed base) builds
 its base locally as before: cached under ``$RLSUITE_CACHE`` (default ``~/.cache/rlsuite``)
@@ -34,7 +34,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from suite.runfolder import cpu_model  # re-exported: the manifests and benchmarks name the CPU with it
+from rlsuite.suite.runfolder import cpu_model  # re-exported: the manifests and benchmarks name the CPU with it
 
 WARM_SEED = 0  # the same base for every run of a comparison, whatever its seed
 BASES = Path(__file__).resolve().parent / "bases"
@@ -72,7 +72,7 @@ def _task_doc(task_cfg: Any) -> dict:
     """The task configuration as a manifest records it; task fields added later
     (``LATER_DEFAULTS["task"]``) are left out at their defaults, so a base committed before
     them still matches."""
-    from suite.config import LATER_DEFAULTS
+    from rlsuite.suite.config import LATER_DEFAULTS
 
     d = dataclasses.asdict(task_cfg) if dataclasses.is_dataclass(task_cfg) else dict(task_cfg)
     later = LATER_DEFAULTS.get("task", {})
@@ -99,7 +99,7 @@ def committed_base(task_name: str, task_cfg: Any, model_name: str) -> Optional[d
 def base_identity(spec) -> Optional[str]:
     """The sha256 of the committed base a spec starts from (part of its run identity), or
     ``None`` (no warm start, a Hugging Face model, or a locally built base)."""
-    from suite.models import MODELS
+    from rlsuite.suite.models import MODELS
 
     if spec.model.warm_start != "task" or spec.model.name not in MODELS or not MODELS.get(spec.model.name).embedded:
         return None
@@ -157,7 +157,7 @@ def warm_started(task, model, tokenizer, model_name: str, num_threads: int) -> d
     import torch
     from safetensors.torch import load_model, save_model
 
-    from suite.cache import build_once
+    from rlsuite.suite.cache import build_once
 
     folder = cache_root() / "warmstart" / f"{task.name}-{warm_key(task, model_name, num_threads)}"
     extra = {"source": "built", "cpu_model": cpu_model(), "torch": torch.__version__.split("+")[0]}
@@ -182,13 +182,13 @@ def warm_started(task, model, tokenizer, model_name: str, num_threads: int) -> d
 def measure(task_name: str, model_name: str = "tiny", model=None, tok=None) -> dict[str, float]:
     """Greedy val and test accuracy of a base as a default run's step-0 eval computes them
     (the task's preset eval settings, the first ``eval.max_prompts`` prompts of each split)."""
-    import tasks  # noqa: F401
-    from suite.engines import make_engine
-    from suite.evaluate import evaluate
-    from suite.spec import resolve
-    from suite.stop import stop_ids
-    from suite.trainer import encode_prompt
-    from tasks.base import TASKS
+    from rlsuite import tasks  # noqa: F401
+    from rlsuite.suite.engines import make_engine
+    from rlsuite.suite.evaluate import evaluate
+    from rlsuite.suite.spec import resolve
+    from rlsuite.suite.stop import stop_ids
+    from rlsuite.suite.prompts import encode_prompt
+    from rlsuite.tasks.base import TASKS
 
     spec = resolve(task_name, "grpo", model_name, 0)
     task = TASKS.get(spec.task.name)(spec.task)
@@ -212,12 +212,12 @@ def rebuild(task_name: str, model_name: str = "tiny", num_threads: int = 1) -> d
     import torch
     from safetensors.torch import save_model
 
-    import tasks  # noqa: F401
-    from suite.errors import BadInput
-    from suite.models import MODELS
-    from suite.models import load_model as load
-    from suite.spec import resolve
-    from tasks.base import TASKS, Task
+    from rlsuite import tasks  # noqa: F401
+    from rlsuite.suite.errors import BadInput
+    from rlsuite.suite.models import MODELS
+    from rlsuite.suite.models import load_model as load
+    from rlsuite.suite.spec import resolve
+    from rlsuite.tasks.base import TASKS, Task
 
     spec = resolve(task_name, "grpo", model_name, 0)
     if not MODELS.get(spec.model.name).embedded:

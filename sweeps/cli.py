@@ -1,5 +1,5 @@
 """``rlsuite sweep run|tune|status``, ``rlsuite quickstart``: :func:`add_arguments` and
-:data:`COMMANDS`, registered explicitly by :mod:`suite.cli` (this module never imports it).
+:data:`COMMANDS`, registered explicitly by :mod:`rlsuite.suite.cli` (this module never imports it).
 
 ``--out`` is the root for every sweep command: results go to ``<root>/<sweep name>/<run_id>/``
 (default root ``results/``); the quickstart report to ``<root>/quickstart/report/``.
@@ -12,7 +12,7 @@ import math
 import sys
 from pathlib import Path
 
-from suite.errors import BadInput
+from rlsuite.suite.errors import BadInput
 
 
 def add_arguments(sub) -> None:
@@ -34,7 +34,7 @@ def add_arguments(sub) -> None:
                      help="--dry-run: assumed prompt tokens per sample (default 512)")
     run.add_argument("--retry-failed", action="store_true", help="also resubmit runs whose state is failed")
     run.add_argument("--no-wait", action="store_true", help="SLURM: return after submitting")
-    from suite.trackers import TRACKERS
+    from rlsuite.suite.trackers import TRACKERS
 
     run.add_argument("--log", action="append", default=[], metavar="NAME",
                      help=f"every run also logs to this experiment tracker: {', '.join(TRACKERS)} (the spec's "
@@ -54,10 +54,10 @@ def add_arguments(sub) -> None:
 
 
 def cmd_sweep(args) -> int:
-    from sweeps.launch import run_sweep, status
+    from rlsuite.sweeps.launch import run_sweep, status
 
     if args.sweep_cmd == "tune":
-        from sweeps.tune import tune
+        from rlsuite.sweeps.tune import tune
 
         path = tune(args.spec, args.out, args.cluster, args.workers)
         print(f"tuned spec: {path.resolve()}")
@@ -101,14 +101,14 @@ def cmd_sweep(args) -> int:
 
 
 def cmd_quickstart(args) -> int:
-    from sweeps.launch import run_sweep
+    from rlsuite.sweeps.launch import run_sweep
 
     root, st = run_sweep("quickstart", args.out, "local", args.workers)
     print(f"{root}: " + " ".join(f"{k}={v}" for k, v in st["counts"].items()), file=sys.stderr)
     report_dir = root / "report"
     try:
-        from reports.build import build_report
-        from reports.config import ReportConfig
+        from rlsuite.reports.build import build_report
+        from rlsuite.reports.config import ReportConfig
     except ImportError as e:  # the report extra is missing: a plain table instead
         print(f"(report extra not installed: {e}; install with pip install -e '.[report]')", file=sys.stderr)
         print(_plain_table(root))
@@ -120,7 +120,7 @@ def cmd_quickstart(args) -> int:
 
 
 def _plain_table(root: Path) -> str:
-    from suite.runfolder import read_jsonl
+    from rlsuite.suite.runfolder import read_jsonl
 
     lines = ["run_id\tstate\tfinal test greedy_acc"]
     for spec in sorted(root.glob("*/spec.json")):

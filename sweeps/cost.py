@@ -1,11 +1,11 @@
 """The planned cost of a sweep, before anything runs: samples, FLOPs, disk and GPU-hours.
 
 ``rlsuite sweep run SPEC --dry-run`` prints one row per run and a total line from this module.
-Everything here is arithmetic on resolved run specs (:class:`suite.config.RunSpec`) and model
+Everything here is arithmetic on resolved run specs (:class:`rlsuite.suite.config.RunSpec`) and model
 *configs*: no weights are loaded, nothing is downloaded.
 
 **Parameter counts** (:class:`Arch`) come from a model's config — the embedded ``tiny``
-(:func:`suite.models.tiny_config`), the ``config.json`` of a local folder, of a fetched pinned
+(:func:`rlsuite.suite.models.tiny_config`), the ``config.json`` of a local folder, of a fetched pinned
 model or of a hub id already in the local Hugging Face cache, else the small table of known
 architectures :data:`KNOWN_CONFIGS` (the bundled sweeps' hub ids). Dense Llama-family formula
 (``llama``, ``mistral``, ``qwen2``, ``qwen3``), per layer with ``d`` = head_dim, ``H``/``K`` =
@@ -16,7 +16,7 @@ tied (then stored once). A model whose config is not available (an unknown hub i
 folder without ``config.json``, another architecture) gets ``unknown`` sizes with the reason;
 its run rows still show their samples.
 
-**Samples** follow the run's budget (:mod:`suite.budget`: a run stops after the step that
+**Samples** follow the run's budget (:mod:`rlsuite.suite.budget`: a run stops after the step that
 crosses any limit): ``samples`` → ``ceil(samples / B)·B`` with ``B = prompts_per_step ×
 group_size``; ``prompts`` and ``updates`` (``epochs × minibatches`` per step) → steps × B; with
 several of them the smallest wins. ``gen_tokens``/``train_tokens``/``flops`` alone give the
@@ -24,8 +24,8 @@ fewest steps that can reach them (every completion at the length cap): an ``≥`
 alone: unknown. Refill draws of filtering algorithms are not predicted (a ``samples`` budget
 counts them, so it stays exact).
 
-**FLOPs** use the trainer's formulas (:mod:`suite.budget`) with ``P`` = the non-embedding
-parameters plus the unembedding matmul (:func:`suite.models.non_embedding_params`) and an
+**FLOPs** use the trainer's formulas (:mod:`rlsuite.suite.budget`) with ``P`` = the non-embedding
+parameters plus the unembedding matmul (:func:`rlsuite.suite.models.non_embedding_params`) and an
 upper bound on the tokens of a sample: ``T = prompt_tokens + rollout.max_new_tokens`` (every
 completion at the cap; ``prompt_tokens`` is an assumption, ``--prompt-tokens``, default
 :data:`DEFAULT_PROMPT_TOKENS`; a multi-turn task adds ``(max_turns − 1) × max_obs_tokens`` of
@@ -35,7 +35,7 @@ observations). Per sample: rollout ``2·P·T``; the π_old scoring pass ``2·P·
 ``6·P·T·epochs``; a separate critic adds ``2·Pc·T + 6·Pc·T·epochs``. Evals, judges and anchors
 (``ctx.charge``) are not included.
 
-**Disk** follows the checkpoint layout of :mod:`suite.checkpoint`: the trainable models (the
+**Disk** follows the checkpoint layout of :mod:`rlsuite.suite.checkpoint`: the trainable models (the
 policy, plus a separate critic when the algorithm uses ``critic=separate``; a value head is
 negligible and left out) in ``model.dtype``; AdamW's two moments per trainable parameter, which
 ``torch.optim.AdamW`` keeps in the parameter's dtype (:data:`ADAM_MOMENTS`; so 2 × 2 bytes for a
@@ -167,7 +167,7 @@ class Arch:
 
     @property
     def flops_params(self) -> int:
-        """``P`` of the FLOPs formulas (:func:`suite.models.non_embedding_params`): everything but
+        """``P`` of the FLOPs formulas (:func:`rlsuite.suite.models.non_embedding_params`): everything but
         the input embedding, plus the unembedding matmul even when tied."""
         return self.trunk + self.embedding
 
@@ -179,7 +179,7 @@ class Arch:
 
     @property
     def critic_flops_params(self) -> int:
-        """``P_critic`` of the FLOPs formulas (:meth:`suite.models.Critic.n_params`)."""
+        """``P_critic`` of the FLOPs formulas (:meth:`rlsuite.suite.models.Critic.n_params`)."""
         return self.trunk
 
 
@@ -191,14 +191,14 @@ def _read_config(path: Path) -> dict:
 def model_config(name: str) -> tuple[Optional[dict], str]:
     """``(config fields, where they came from)``, or ``(None, why not)``; never loads weights
     and never touches the network."""
-    from suite.models import CHARS, MODELS, SPECIAL, _looks_like_hub_id, tiny_config
+    from rlsuite.suite.models import CHARS, MODELS, SPECIAL, _looks_like_hub_id, tiny_config
 
     if name == "tiny":
-        return tiny_config(len(SPECIAL) + len(CHARS)).to_dict(), "suite.models.tiny_config"
+        return tiny_config(len(SPECIAL) + len(CHARS)).to_dict(), "rlsuite.suite.models.tiny_config"
     if os.path.isdir(name):
         p = Path(name) / "config.json"
         return (_read_config(p), str(p)) if p.is_file() else (None, f"the folder {name} has no config.json")
-    from suite.pinned_models import PINNED, model_dir
+    from rlsuite.suite.pinned_models import PINNED, model_dir
 
     if name in PINNED:
         p = model_dir(name) / "config.json"
@@ -249,7 +249,7 @@ def model_arch(name: str) -> tuple[Optional[Arch], str]:
 
 # -- per-run arithmetic ----------------------------------------------------------------
 def behaviour_copies(sync: str, staleness: int, updates_per_step: int) -> int:
-    """Policy copies a checkpoint holds for the behaviour policy μ (:class:`suite.behaviour.BehaviourSync`,
+    """Policy copies a checkpoint holds for the behaviour policy μ (:class:`rlsuite.suite.behaviour.BehaviourSync`,
     synced after each step of ``updates_per_step`` optimizer updates): ``periodic`` re-syncs once
     the engine lags more than k updates, so it lags at a checkpoint (one stored engine copy) only
     when k ≥ the updates of a step; ``lag`` keeps the step-boundary policies back to k updates ago
@@ -318,7 +318,7 @@ def planned_steps(spec) -> tuple[Optional[int], str, str]:
 
 
 def _multi_turn(task_name: str) -> bool:
-    from tasks.base import TASKS, Task
+    from rlsuite.tasks.base import TASKS, Task
 
     try:
         cls = TASKS.get(task_name)
@@ -347,8 +347,8 @@ class RunCost:
 
 
 def _algo(spec):
-    import algorithms  # noqa: F401  (registration)
-    from algorithms.base import ALGORITHMS
+    from rlsuite import algorithms  # noqa: F401  (registration)
+    from rlsuite.algorithms.base import ALGORITHMS
 
     return ALGORITHMS.get(spec.algo.name)(spec.algo)
 
@@ -382,7 +382,7 @@ def uses_separate_critic(spec) -> bool:
 
 def plan_run(spec, arch: Optional[Arch], prompt_tokens: int = DEFAULT_PROMPT_TOKENS,
              throughput: float = DEFAULT_THROUGHPUT, why_unknown: str = "") -> RunCost:
-    """The planned cost of ``spec`` (a resolved :class:`~suite.config.RunSpec`) on ``arch``
+    """The planned cost of ``spec`` (a resolved :class:`~rlsuite.suite.config.RunSpec`) on ``arch``
     (None: sizes unknown, for the reason ``why_unknown``)."""
     r = spec.rollout
     B = r.prompts_per_step * r.group_size

@@ -5,7 +5,7 @@ Re-runs are idempotent by run id: ``completed`` and ``diverged`` runs are never 
 ``retry_failed``; a live ``running`` run, or one whose lock (``<root>/<run_id>.lock``) another
 process holds, is left alone (and waited for locally), checked again right before each local
 submission; a job that finds the lock held exits 2 and is reported as skipped. Nothing is
-overwritten: the run folder rules of :mod:`suite.runner` apply inside every job.
+overwritten: the run folder rules of :mod:`rlsuite.suite.runner` apply inside every job.
 
 Facts about submitit 1.5 that shape this module: its local executor starts every submitted
 job at once, so rlsuite throttles local submissions itself (``workers``, one torch thread
@@ -27,9 +27,9 @@ import traceback
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from suite.config import RunSpec
-from suite.runfolder import atomic_write_json, is_stale, lock_holder, lock_path, read_json, read_jsonl
-from sweeps.spec import Resources, SweepSpec
+from rlsuite.suite.config import RunSpec
+from rlsuite.suite.runfolder import atomic_write_json, is_stale, lock_holder, lock_path, read_json, read_jsonl
+from rlsuite.sweeps.spec import Resources, SweepSpec
 
 TERMINAL = ("completed", "diverged")
 
@@ -47,12 +47,12 @@ class SweepJob:
     def __call__(self) -> dict:
         import torch
 
-        from suite import distributed
-        from suite.errors import BadInput
-        from suite.runner import FolderLocked, execute
-        from suite.spec import spec_from_dict
+        from rlsuite.suite import distributed
+        from rlsuite.suite.errors import BadInput
+        from rlsuite.suite.runner import FolderLocked, execute
+        from rlsuite.suite.spec import spec_from_dict
 
-        from suite.config import resolve_threads
+        from rlsuite.suite.config import resolve_threads
 
         torch.set_num_threads(resolve_threads(self.spec_dict["train"]["num_threads"]))
         try:
@@ -129,7 +129,7 @@ def to_submit(runs: list[RunSpec], root: Path, retry_failed: bool) -> tuple[list
 
 def write_manifest(sweep: SweepSpec, runs: list[RunSpec], root: Path) -> None:
     """``<root>/sweep.json``: the spec and the expected run ids (for status and reports)."""
-    from sweeps.spec import as_dict
+    from rlsuite.sweeps.spec import as_dict
 
     root.mkdir(parents=True, exist_ok=True)
     atomic_write_json(root / "sweep.json", {"sweep": as_dict(sweep), "runs": [
@@ -299,7 +299,7 @@ def run_sweep(spec_ref: str, out: Path, cluster: str, workers: int, dry_run: boo
     which it replaces (not in the run ids)."""
     import dataclasses
 
-    from sweeps.spec import load
+    from rlsuite.sweeps.spec import load
 
     sweep = load(spec_ref)
     if log:
@@ -312,14 +312,14 @@ def run_sweep_spec(sweep, out: Path, cluster: str, workers: int, dry_run: bool =
                    cost: Optional[dict] = None) -> tuple[Path, dict]:
     """Expand (validating everything first), skip what is done, launch the rest, wait.
 
-    ``dry_run``: print the runs with their planned cost (:func:`sweeps.cost.dry_run_lines`;
+    ``dry_run``: print the runs with their planned cost (:func:`rlsuite.sweeps.cost.dry_run_lines`;
     ``cost``: its ``throughput`` / ``prompt_tokens``) and submit nothing."""
-    from sweeps.spec import expand
+    from rlsuite.sweeps.spec import expand
 
     runs = expand(sweep)
     root = out / sweep.name
     if dry_run:
-        from sweeps.cost import dry_run_lines
+        from rlsuite.sweeps.cost import dry_run_lines
 
         if cluster in ("slurm", "auto"):
             n = sweep.resources.array_parallelism
@@ -328,8 +328,8 @@ def run_sweep_spec(sweep, out: Path, cluster: str, workers: int, dry_run: bool =
             n, src = (1, "--cluster debug") if cluster == "debug" else (workers, f"--workers {workers}")
         print("\n".join(dry_run_lines(runs, n, src, **(cost or {}))))
         return root, {}
-    from suite.errors import BadInput
-    from suite.spec import out_dir_problem
+    from rlsuite.suite.errors import BadInput
+    from rlsuite.suite.spec import out_dir_problem
 
     problem = out_dir_problem(root)
     if problem:

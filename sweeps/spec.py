@@ -1,4 +1,4 @@
-"""Sweep specs: YAML → validated :class:`SweepSpec` → one :class:`suite.config.RunSpec` per run.
+"""Sweep specs: YAML → validated :class:`SweepSpec` → one :class:`rlsuite.suite.config.RunSpec` per run.
 
 Keys (see ``sweeps/example.yaml`` for a complete commented spec):
 
@@ -18,7 +18,7 @@ Keys (see ``sweeps/example.yaml`` for a complete commented spec):
                 ``{factor: rollout.prompts_per_step, base: 16, power: 0.5, variants: [sqrt-lr]}``
                 sets ``optim.lr = lr₀·(value/base)^power`` for the listed arm variants (lr₀ is
                 the lr the run would have without the rule); other arms keep lr₀ (no retuning)
-``tuning``      options of ``rlsuite sweep tune`` (:mod:`sweeps.tune`): ``lr``, ``seeds``, ``knobs``,
+``tuning``      options of ``rlsuite sweep tune`` (:mod:`rlsuite.sweeps.tune`): ``lr``, ``seeds``, ``knobs``,
                 ``metric`` (and the ``record`` a tuned spec carries)
 ``allow_identical_arms``  ``true`` to run arms that resolve to the same settings under different
                 ``variant`` labels (refused by default: usually a typo in an arm's ``set``)
@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Any, ClassVar, Optional
 
 
-from suite.config import BUDGET_KEYS, RunSpec, build, read_yaml
-from suite.errors import BadInput
-from suite.registry import suggest
+from rlsuite.suite.config import BUDGET_KEYS, RunSpec, build, read_yaml
+from rlsuite.suite.errors import BadInput
+from rlsuite.suite.registry import suggest
 
 SPEC_KEYS = ("name", "tasks", "algorithms", "seeds", "budget", "model", "base", "factors", "set", "resources",
              "description", "tuning", "lr_scaling", "allow_identical_arms")
@@ -83,7 +83,7 @@ class Resources:
         "gpus_per_node": "[0, inf)", "cpus_per_task": "[1, inf)", "tasks_per_node": "[1, inf)", "nodes": "[1, inf)",
         "mem_gb": "(0, inf)", "timeout_min": "[1, inf)", "array_parallelism": "[1, inf)", "signal_delay_s": "[0, inf)",
         "max_requeues": "[0, inf)"}
-    """Declared ranges (:class:`suite.config.Range`), checked by :func:`suite.config.build`."""
+    """Declared ranges (:class:`rlsuite.suite.config.Range`), checked by :func:`rlsuite.suite.config.build`."""
 
 
 @dataclass(frozen=True)
@@ -179,8 +179,8 @@ def parse(raw: dict, source: str = "<spec>") -> SweepSpec:
     algos_raw = raw.get("algorithms", "all")
     arms: list[Arm] = []
     if algos_raw == "all":
-        import algorithms  # noqa: F401
-        from algorithms.base import ALGORITHMS
+        from rlsuite import algorithms  # noqa: F401
+        from rlsuite.algorithms.base import ALGORITHMS
 
         arms = [Arm(n) for n in ALGORITHMS.names() if not n.startswith("_")]
     elif isinstance(algos_raw, list) and algos_raw:
@@ -255,7 +255,7 @@ def _finite(x: Any, positive: bool = False) -> bool:
 
 
 def _tuning_problems(t: Any) -> list[str]:
-    """Problems of the ``tuning`` mapping (:mod:`sweeps.tune`)."""
+    """Problems of the ``tuning`` mapping (:mod:`rlsuite.sweeps.tune`)."""
     if not isinstance(t, dict):
         return [f"'tuning' must be a mapping with keys {', '.join(TUNING_KEYS)}, got {t!r}"]
     out = [f"unknown key 'tuning.{k}'; {suggest(str(k), list(TUNING_KEYS))}valid: {', '.join(TUNING_KEYS)}"
@@ -282,7 +282,7 @@ def _factor_label(combo: dict) -> str:
 
 def expand(sweep: SweepSpec) -> list[RunSpec]:
     """Every (task × arm × factor combination × seed) run spec; every problem reported at once."""
-    from suite.spec import resolve
+    from rlsuite.suite.spec import resolve
 
     errors: list[str] = []
     runs: list[RunSpec] = []

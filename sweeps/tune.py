@@ -27,15 +27,15 @@ from typing import Any
 
 import yaml
 
-from suite.config import ALIASES
-from suite.runfolder import atomic_write_json, atomic_write_text, read_jsonl
-from sweeps.spec import Arm, SweepSpec, expand, load
+from rlsuite.suite.config import ALIASES
+from rlsuite.suite.runfolder import atomic_write_json, atomic_write_text, read_jsonl
+from rlsuite.sweeps.spec import Arm, SweepSpec, expand, load
 
 
 def _grid(sweep: SweepSpec) -> list[tuple[Arm, Arm, dict]]:
     """(original arm, grid arm, point) for every grid point."""
-    import algorithms  # noqa: F401
-    from algorithms.base import ALGORITHMS
+    from rlsuite import algorithms  # noqa: F401
+    from rlsuite.algorithms.base import ALGORITHMS
 
     t = sweep.tuning or {}
     out = []
@@ -62,13 +62,13 @@ def _grid(sweep: SweepSpec) -> list[tuple[Arm, Arm, dict]]:
 
 
 def tune(spec_ref: str, out: Path, cluster: str, workers: int) -> Path:
-    from sweeps.launch import run_sweep_spec
+    from rlsuite.sweeps.launch import run_sweep_spec
 
     sweep = load(spec_ref)
     t = sweep.tuning or {}
     tune_seeds = tuple(t.get("seeds") or (1000, 1001))
     if set(tune_seeds) & set(sweep.seeds):
-        from suite.errors import BadInput
+        from rlsuite.suite.errors import BadInput
 
         raise BadInput(f"tuning seeds {list(tune_seeds)} overlap the final seeds {list(sweep.seeds)}: "
                        "tune on seeds the final runs do not use")

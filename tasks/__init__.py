@@ -1,11 +1,11 @@
 """Task entries. Importing this package registers every built-in task.
 
-Add a task: one module here with a :class:`tasks.base.Task` subclass decorated with
+Add a task: one module here with a :class:`rlsuite.tasks.base.Task` subclass decorated with
 ``@register``, imported below; outside packages use the ``rlsuite.tasks`` entry-point group.
 """
 
-from tasks.base import TASKS, Environment, Grade, Task, TaskConfig, register
-from tasks import arith, chain, code, code_toy, gsm8k, math, search, search_toy  # noqa: F401  (registration)
+from rlsuite.tasks.base import TASKS, Environment, Grade, Task, TaskConfig, register
+from rlsuite.tasks import arith, chain, code, code_toy, gsm8k, math, search, search_toy  # noqa: F401  (registration)
 
 __all__ = ["TASKS", "Environment", "Grade", "Task", "TaskConfig", "register"]
-from tasks import unlearn_toy  # noqa: E402,F401  (unlearning, issue 20 §3)
+from rlsuite.tasks import unlearn_toy  # noqa: E402,F401  (unlearning, issue 20 §3)

@@ -9,7 +9,7 @@ the embedded ``tiny`` model the task provides a short supervised warm start (tea
 answers on train problems) that stops once greedy accuracy on a held-out slice of train
 reaches ``warm_target``, so RL starts from partial competence with headroom. The base built
 at the default configuration is committed (``suite/bases/arith__tiny.*``; about 44% greedy
-test accuracy), so every machine starts RL from the same bytes (see :mod:`suite.warmstart`).
+test accuracy), so every machine starts RL from the same bytes (see :mod:`rlsuite.suite.warmstart`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 
-from tasks.base import Grade, Task, TaskConfig, direction_hint, generated_splits, register
+from rlsuite.tasks.base import Grade, Task, TaskConfig, direction_hint, generated_splits, register
 
 _INT = re.compile(r"^\s*(-?\d+)")
 _LAST_INT = re.compile(r"-?\d+")
@@ -132,7 +132,7 @@ class Arith(Task):
     # -- warm start ----------------------------------------------------------------------
     def warm_start(self, model, tokenizer, seed: int) -> Optional[dict[str, Any]]:
         """Teacher-forced SFT on train problems until held-out greedy accuracy ≥ warm_target
-        (checked every 20 steps; :func:`tasks.warm.answer_sft_warm_start`)."""
-        from tasks.warm import answer_sft_warm_start
+        (checked every 20 steps; :func:`rlsuite.tasks.warm.answer_sft_warm_start`)."""
+        from rlsuite.tasks.warm import answer_sft_warm_start
 
         return answer_sft_warm_start(self, model, tokenizer, seed, max_new_tokens=6, check_every=20)

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Optional, Sequence
 
-from suite.errors import BadInput
-from suite.registry import Registry
+from rlsuite.suite.errors import BadInput
+from rlsuite.suite.registry import Registry
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,9 +34,9 @@ class TaskConfig:
 
     ranges: ClassVar[dict[str, str]] = {}
     """The declared range of every numeric field of a task config: field name → interval such as
-    ``"(0, 0.5)"`` or ``"[1, inf)"`` (:class:`suite.config.Range`), merged over the MRO, checked
+    ``"(0, 0.5)"`` or ``"[1, inf)"`` (:class:`rlsuite.suite.config.Range`), merged over the MRO, checked
     at resolution (exit 2, nothing written); NaN and ±inf are refused for every float field. The
-    same mechanism as :attr:`algorithms.base.AlgoConfig.ranges` (see there); the contract test
+    same mechanism as :attr:`rlsuite.algorithms.base.AlgoConfig.ranges` (see there); the contract test
     ``tests/contract/test_config_ranges.py`` covers every registered task."""
 
 
@@ -130,7 +130,7 @@ class Task:
 
     def eval_metrics(self, examples: Sequence[Any], grades: Sequence[Grade]) -> dict[str, float]:
         """Task-specific scores of graded eval completions (``examples[i]`` graded ``grades[i]``; an
-        example repeats once per sample), e.g. per-kind accuracies; :func:`suite.evaluate.evaluate`
+        example repeats once per sample), e.g. per-kind accuracies; :func:`rlsuite.suite.evaluate.evaluate`
         reports them next to ``greedy_acc`` as ``greedy_<name>`` / ``sampled_<name>``. Default: none."""
         return {}
 

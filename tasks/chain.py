@@ -40,7 +40,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from tasks.base import Grade, Task, TaskConfig, direction_hint, generated_splits, register
+from rlsuite.tasks.base import Grade, Task, TaskConfig, direction_hint, generated_splits, register
 
 _ANSWER = re.compile(r"#(\d+)\s*$")
 _TRACE = re.compile(r"^(?:\d+:\d+[+^]\d+=\d+ )+#\d+\s*$")
@@ -215,8 +215,8 @@ class ChainTask(Task):
     # -- warm start ----------------------------------------------------------------------
     def warm_start(self, model, tokenizer, seed: int) -> Optional[dict[str, Any]]:
         """Teacher-forced SFT on ``prompt trace EOS`` of train problems until held-out accuracy at
-        temperature 1 ≥ warm_target (checked every 20 steps; :func:`tasks.warm.answer_sft_warm_start`)."""
-        from tasks.warm import answer_sft_warm_start
+        temperature 1 ≥ warm_target (checked every 20 steps; :func:`rlsuite.tasks.warm.answer_sft_warm_start`)."""
+        from rlsuite.tasks.warm import answer_sft_warm_start
 
         max_new = 12 * self.cfg.max_steps + 8  # the longest trace (12 tokens a step, "#vv") + EOS
         return answer_sft_warm_start(self, model, tokenizer, seed, max_new_tokens=max_new, check_every=20,

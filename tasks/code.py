@@ -8,7 +8,7 @@ test 500 / prompt 10), or local JSONL through ``task.data_path`` (a file, or a f
 own fields.
 
 Grading (openai/human-eval ``execution.py`` and the MBPP paper): each completion is graded
-by a *judged job* (:class:`tasks.sandbox.Judged`) in :mod:`tasks.sandbox` with a per-job
+by a *judged job* (:class:`rlsuite.tasks.sandbox.Judged`) in :mod:`rlsuite.tasks.sandbox` with a per-job
 timeout (3 s, as human-eval), batched over the sandbox's worker pool: the candidate's solution
 runs in one sandboxed process, the trusted tests in another (the judge), which calls the
 candidate's functions through proxies; arguments and results cross as JSON of builtin types
@@ -70,9 +70,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Optional, Sequence
 
-from suite.errors import BadInput
-from tasks.base import Grade, Task, TaskConfig, hash_split, read_jsonl, register
-from tasks.sandbox import Judged, Layer, Sandbox, SandboxConfig, SandboxUnavailable
+from rlsuite.suite.errors import BadInput
+from rlsuite.tasks.base import Grade, Task, TaskConfig, hash_split, read_jsonl, register
+from rlsuite.tasks.sandbox import Judged, Layer, Sandbox, SandboxConfig, SandboxUnavailable
 
 HUMANEVAL_ID = "openai/openai_humaneval"
 MBPP_ID = "google-research-datasets/mbpp"
@@ -206,7 +206,7 @@ def _free_names(code: str) -> set[str]:
 
 @functools.lru_cache(maxsize=4096)
 def remote_names(tests: str, context: str = "", reference: str = "", first: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """The names a judge binds to the candidate's objects (see :class:`tasks.sandbox.Judged`):
+    """The names a judge binds to the candidate's objects (see :class:`rlsuite.tasks.sandbox.Judged`):
     ``first``, then each name the tests read without binding that the ``reference`` solution
     binds at top level (even a builtin's name it shadows, e.g. an MBPP ``sum``), or that
     neither the trusted ``context`` nor the builtins provide."""
@@ -298,7 +298,7 @@ class CodeConfig(TaskConfig):
     cache_size: int = 4096
     """Graded programs remembered (identical program text → the same result)."""
     sandbox_layers: tuple[Layer, ...] = ("auto",)
-    """Sandbox layers (see :class:`tasks.sandbox.SandboxConfig.layers`)."""
+    """Sandbox layers (see :class:`rlsuite.tasks.sandbox.SandboxConfig.layers`)."""
     sandbox_python: Optional[str] = None
     """Interpreter for the programs (see ``SandboxConfig.python``)."""
     sandbox_workers: int = 2
@@ -413,7 +413,7 @@ class CodeTask(Task):
 
     def run_programs(self, progs: Sequence[str]) -> list[tuple[str, Optional[str]]]:
         """``(status, error_class)`` of each of ``progs`` (cached by program text; each distinct
-        program runs once; see :attr:`tasks.sandbox.RunResult.error_class`). A ``sandbox_error``
+        program runs once; see :attr:`rlsuite.tasks.sandbox.RunResult.error_class`). A ``sandbox_error``
         (the sandbox, not the program, failed) is never cached; its message is kept in
         ``sandbox_errors`` (program → message) until the next call."""
         todo = list(dict.fromkeys(p for p in progs if p not in self._cache))

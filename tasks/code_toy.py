@@ -2,7 +2,7 @@
 
 Example prompt ``"f(0)=3,f(4)=7,f(9)=12\\nf=lambda x:"``; a correct completion ``"x+3"``
 (or ``"3+x"``, any expression that behaves the same) followed by EOS. The completion's
-first line is run in :mod:`tasks.sandbox` as::
+first line is run in :mod:`rlsuite.tasks.sandbox` as::
 
     f=lambda x:<completion>
     assert f(0)==3
@@ -40,10 +40,10 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 
-from suite.errors import BadInput
-from tasks.base import Grade, Task, TaskConfig, generated_splits, register
-from tasks.code import SANDBOX_INERT, code_feedback
-from tasks.sandbox import Layer, Sandbox, SandboxConfig, SandboxUnavailable
+from rlsuite.suite.errors import BadInput
+from rlsuite.tasks.base import Grade, Task, TaskConfig, generated_splits, register
+from rlsuite.tasks.code import SANDBOX_INERT, code_feedback
+from rlsuite.tasks.sandbox import Layer, Sandbox, SandboxConfig, SandboxUnavailable
 
 # (template, constants for c, constants for d)
 TEMPLATES: tuple[tuple[str, tuple[int, ...], tuple[int, ...]], ...] = (
@@ -119,7 +119,7 @@ class CodeToyConfig(TaskConfig):
     cache_size: int = 65536
     """Graded programs remembered (identical program text → the same result)."""
     sandbox_layers: tuple[Layer, ...] = ("auto",)
-    """Sandbox layers (see :class:`tasks.sandbox.SandboxConfig.layers`)."""
+    """Sandbox layers (see :class:`rlsuite.tasks.sandbox.SandboxConfig.layers`)."""
     sandbox_python: Optional[str] = None
     """Interpreter for the programs (see ``SandboxConfig.python``)."""
     sandbox_workers: int = 2
@@ -222,7 +222,7 @@ class CodeToy(Task):
     # -- warm start ----------------------------------------------------------------------
     def warm_start(self, model, tokenizer, seed: int) -> Optional[dict[str, Any]]:
         """Teacher-forced SFT on train problems until held-out greedy accuracy ≥ warm_target
-        (checked every 100 steps; :func:`tasks.warm.answer_sft_warm_start`)."""
-        from tasks.warm import answer_sft_warm_start
+        (checked every 100 steps; :func:`rlsuite.tasks.warm.answer_sft_warm_start`)."""
+        from rlsuite.tasks.warm import answer_sft_warm_start
 
         return answer_sft_warm_start(self, model, tokenizer, seed, max_new_tokens=12, check_every=100)

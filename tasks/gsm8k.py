@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from suite.errors import BadInput
-from tasks.base import Grade, Task, TaskConfig, carve_splits, direction_hint, read_jsonl, register
-from tasks.math_grading import MathVerifyPool, last_boxed, last_number
-from tasks.rowlines import line_of
+from rlsuite.suite.errors import BadInput
+from rlsuite.tasks.base import Grade, Task, TaskConfig, carve_splits, direction_hint, read_jsonl, register
+from rlsuite.tasks.math_grading import MathVerifyPool, last_boxed, last_number
+from rlsuite.tasks.rowlines import line_of
 
 HF_ID = "openai/gsm8k"
 

@@ -18,7 +18,7 @@ Gold: ``answer`` when the row has it, else the last ``\\boxed{}`` of ``solution`
 file:line; Hugging Face rows without one are dropped and counted in ``dropped_no_boxed``).
 Prediction: the last ``\\boxed{}`` of the completion (None without one: reward 0, and it does
 not vote in maj@k). Grading: math-verify, gold first, on the two boxed expressions, in a
-spawn process pool with timeouts (:mod:`tasks.math_grading`; a pool that cannot start raises
+spawn process pool with timeouts (:mod:`rlsuite.tasks.math_grading`; a pool that cannot start raises
 GraderError, an item it cannot grade is a grade error, ``Grade.error``). ``parsed`` is the boxed text
 with spacing and ``\\left``/``\\right``/``\\dfrac`` variants canonicalised, so maj@k groups
 identical answers written slightly differently.
@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from suite.errors import BadInput
-from tasks.base import Grade, Task, TaskConfig, carve_splits, read_jsonl, register
-from tasks.math_grading import MathVerifyPool, last_boxed
-from tasks.rowlines import line_of
+from rlsuite.suite.errors import BadInput
+from rlsuite.tasks.base import Grade, Task, TaskConfig, carve_splits, read_jsonl, register
+from rlsuite.tasks.math_grading import MathVerifyPool, last_boxed
+from rlsuite.tasks.rowlines import line_of
 
 TRAIN_ID = "EleutherAI/hendrycks_math"
 TEST_ID = "HuggingFaceH4/MATH-500"

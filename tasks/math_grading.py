@@ -8,7 +8,7 @@ work there), with an outer per-call timeout as a backstop.
 A grader that cannot grade fails; it never scores 0 (``MathVerifyPool.verify_each``):
 
 * every fresh pool is probed before use; workers that die on start-up raise
-  :class:`tasks.base.GraderError` naming the cause and the fix. The usual cause: spawn
+  :class:`rlsuite.tasks.base.GraderError` naming the cause and the fix. The usual cause: spawn
   re-imports the main script in every worker, so a script without an
   ``if __name__ == "__main__":`` guard re-runs its run (and starts a pool) in each worker,
   which Python refuses. We raise rather than grade in-process: in-process grading has no
@@ -34,7 +34,7 @@ import re
 import sys
 from typing import Optional, Sequence
 
-from tasks.base import GraderError
+from rlsuite.tasks.base import GraderError
 
 Verdict = tuple[bool, Optional[str]]
 """``(correct, error)``: ``error`` is None for a real verdict, else why the grader could not grade."""

@@ -13,13 +13,13 @@ so scores differ slightly from theirs; their main retriever is dense e5 (use its
 through ``retriever_url``). The index and the byte offset of every passage are built once
 and cached under ``$RLSUITE_CACHE/retrieval/`` (keyed by the corpus file's path, size and
 mtime, the BM25 settings and the bm25s version), under an exclusive file lock and published
-by an atomic rename, like :mod:`suite.warmstart`. Passages are read from the corpus file on
+by an atomic rename, like :mod:`rlsuite.suite.warmstart`. Passages are read from the corpus file on
 demand (``os.pread`` at the cached offsets), so a large corpus is not held in memory while
 serving (the one-off build does tokenise every passage in memory).
 
 Server (one index shared by every rollout worker on a node)::
 
-    python -m tasks.retrieval serve --corpus $RLSUITE_DATA/search/corpus.jsonl --port 8000
+    python -m rlsuite.tasks.retrieval serve --corpus $RLSUITE_DATA/search/corpus.jsonl --port 8000
     # POST http://127.0.0.1:8000/retrieve  {"queries": [...], "topk": 3, "return_scores": true}
     # → {"result": [[{"document": {"id": ..., "contents": ...}, "score": ...}, ...], ...]}
 
@@ -45,8 +45,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Optional, Protocol, Sequence
 
-from suite.cache import build_once
-from suite.errors import BadInput
+from rlsuite.suite.cache import build_once
+from rlsuite.suite.errors import BadInput
 
 Hit = dict  # {"document": {"id": str, "contents": str}, "score": float}
 
@@ -322,7 +322,7 @@ def serve(index: Retriever, host: str, port: int, idle_exit_s: Optional[float] =
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tasks.retrieval", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m rlsuite.tasks.retrieval", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("serve", help="serve a BM25 index over HTTP (POST /retrieve)")
     s.add_argument("--corpus", required=True, help="passage JSONL ({id, contents} or {id, title, text})")

@@ -1,4 +1,4 @@
-"""Line numbers for row-level errors in JSONL files read by :func:`tasks.base.read_jsonl`."""
+"""Line numbers for row-level errors in JSONL files read by :func:`rlsuite.tasks.base.read_jsonl`."""
 
 from __future__ import annotations
 

@@ -24,12 +24,12 @@ dev questions with ``answer``, carved by hash into train/val/test, and ``corpus.
 4,948 HotpotQA paragraphs); rows keep their own fields (``question`` plus ``answer`` or
 ``golden_answers``). Without ``data_path``: ``load_dataset("PeterJinGo/nq_hotpotqa_train")``
 (Search-R1's NQ + HotpotQA train, and its test split filtered by ``test_sources``); val is a
-hash slice of train. Retrieval: BM25 (:mod:`tasks.retrieval`) over ``corpus_path``, or a
+hash slice of train. Retrieval: BM25 (:mod:`rlsuite.tasks.retrieval`) over ``corpus_path``, or a
 ``/retrieve`` server at ``retriever_url`` shared by every worker on a node.
 
 Deviations from Search-R1: an EOS-terminated turn ends the episode (Search-R1 treats it as an
 invalid action and continues); ``rollout.max_new_tokens`` caps policy tokens over the whole
-episode (Search-R1 caps each turn); BM25 here does not stem (see :mod:`tasks.retrieval`).
+episode (Search-R1 caps each turn); BM25 here does not stem (see :mod:`rlsuite.tasks.retrieval`).
 
 Example prompt: ``Answer the given question. You must conduct reasoning inside <think> and
 </think> ... Question: Between Harvey Pekar and Denise Levertov who was born earlier?\\n``.
@@ -44,10 +44,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Literal, Optional, Sequence
 
-from suite.errors import BadInput
-from tasks.base import Environment, Grade, Task, TaskConfig, hash_split, read_jsonl, register
-from tasks.retrieval import BM25Index, Hit, RemoteRetriever, Retriever, split_contents
-from tasks.rowlines import line_of
+from rlsuite.suite.errors import BadInput
+from rlsuite.tasks.base import Environment, Grade, Task, TaskConfig, hash_split, read_jsonl, register
+from rlsuite.tasks.retrieval import BM25Index, Hit, RemoteRetriever, Retriever, split_contents
+from rlsuite.tasks.rowlines import line_of
 
 HF_ID = "PeterJinGo/nq_hotpotqa_train"
 
@@ -165,7 +165,7 @@ class SearchConfig(TaskConfig):
     corpus_path: Optional[str] = None
     """Passage JSONL for BM25; None = ``corpus.jsonl`` beside the questions."""
     retriever_url: Optional[str] = None
-    """A running ``/retrieve`` server (``python -m tasks.retrieval serve``); overrides corpus_path."""
+    """A running ``/retrieve`` server (``python -m rlsuite.tasks.retrieval serve``); overrides corpus_path."""
     top_k: int = 3
     """Passages per search (Search-R1: 3)."""
     reward: Literal["em", "f1"] = "em"

@@ -7,7 +7,7 @@ drawn from fixed lists by a fixed seed, stored as two passages ``"dorak city: os
 food does dorak eat?`` (→ the food). The facts are random, so only a search can answer them,
 and val/test ask about entities that never appear in train questions.
 
-Episode (the same :class:`tasks.search.SearchEnv` and grader as ``search``, Search-R1's tags,
+Episode (the same :class:`rlsuite.tasks.search.SearchEnv` and grader as ``search``, Search-R1's tags,
 a compact passage rendering)::
 
     which city is dorak from?\\n<search>dorak city</search>
@@ -16,14 +16,14 @@ a compact passage rendering)::
 
     <answer>oslo</answer><eos>
 
-Retrieval: :class:`tasks.retrieval.TinyBM25` (pure Python; no optional dependency), ``top_k``
+Retrieval: :class:`rlsuite.tasks.retrieval.TinyBM25` (pure Python; no optional dependency), ``top_k``
 1 (default) or 2. Both of an entity's passages match its name; the one that also matches
 the query's other word ranks first (a query of the name alone ties, and the city passage
 comes first). So the skill that decides the reward is *query formulation*: search for the
 name together with the relation the question asks about, then answer from the passage.
 Reward: normalised exact match of the last ``<answer>``.
 
-Warm start (``warm_start``, cached by :mod:`suite.warmstart`): SFT on whole teacher episodes
+Warm start (``warm_start``, cached by :mod:`rlsuite.suite.warmstart`): SFT on whole teacher episodes
 with the environment's real observation, observation tokens masked out of the loss (as the
 RL loss masks them). The teacher knows the protocol but not the question: it searches the
 name with a *uniformly random* relation and answers from the top passage. The SFT model so
@@ -41,9 +41,9 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from tasks.base import Grade, Task, TaskConfig, hash_split, register
-from tasks.retrieval import Hit, TinyBM25
-from tasks.search import SearchEnv, grade_answer
+from rlsuite.tasks.base import Grade, Task, TaskConfig, hash_split, register
+from rlsuite.tasks.retrieval import Hit, TinyBM25
+from rlsuite.tasks.search import SearchEnv, grade_answer
 
 RELATIONS = {"city": ("oslo", "rome", "lima", "kiev", "baku", "doha", "riga", "bern", "nice", "pune"),
              "food": ("rice", "corn", "fish", "figs", "kale", "plum", "lamb", "tofu", "beef", "eggs")}
@@ -189,8 +189,9 @@ class SearchToy(Task):
     def greedy_check(self, model, tokenizer, examples: Sequence[Question], max_new_tokens: int = 64) -> dict[str, float]:
         """Greedy episodes through the real rollout code: accuracy, and the share of answers
         that are one of the entity's two facts (the mechanics the warm start teaches)."""
-        from suite.rollout import collect
-        from suite.sampler import KVSampler, SamplingParams
+        from rlsuite.suite.rollout import collect
+        from rlsuite.suite.engines.kv import KVSampler
+        from rlsuite.suite.engines.base import SamplingParams
 
         params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop_ids=(tokenizer.eos_token_id,))
         rec, _ = collect(KVSampler(model, tokenizer), tokenizer, [tokenizer.encode(self.prompt(e)) for e in examples],
@@ -214,7 +215,7 @@ class SearchToy(Task):
         held = set(rng.sample(names, 50))
         check = [q for q in train if q.name in held]
         pool = [q for q in train if q.name not in held]
-        from tasks.warm import sft_until
+        from rlsuite.tasks.warm import sft_until
 
         t0 = time.perf_counter()
         step, stats = sft_until(model, lambda: [self.episode(pool[rng.randrange(len(pool))], tokenizer, rng)
@@ -229,7 +230,7 @@ class SearchToy(Task):
 
 def sft_loss(model, tokenizer, batch: Sequence[tuple[list[int], list[float]]]) -> torch.Tensor:
     """Token-mean cross-entropy over the masked (policy) positions of left-padded episodes."""
-    from suite.sampler import left_pad
+    from rlsuite.suite.engines.base import left_pad
 
     ids, attn = left_pad([ids for ids, _ in batch], tokenizer.pad_token_id, "cpu")
     width = ids.shape[1]

@@ -1,6 +1,6 @@
 """``unlearn_toy``: the embedded unlearning task — refuse what is to be forgotten, keep answering the rest.
 
-World: the made-up ``CVCVC`` names of ``search_toy`` (:func:`tasks.search_toy.make_world`,
+World: the made-up ``CVCVC`` names of ``search_toy`` (:func:`rlsuite.tasks.search_toy.make_world`,
 ``n_entities`` of them), closed-book, each with a city and a food drawn from search_toy's value
 lists by a fixed function of the name (:func:`facts_of`: the city from the first letter, the food from
 the last), so the tiny model learns the world in a hundred-odd SFT steps. Entities come in three kinds:
@@ -29,7 +29,7 @@ Questions (6 per entity): two relations × three phrasings (:data:`TEMPLATES`), 
 prompt is the question and a newline; the completion is the bare answer (``rome``) or the refusal,
 then EOS.
 
-Splits: a question is in val or test by a hash of its text (:func:`tasks.base.hash_split`, salts
+Splits: a question is in val or test by a hash of its text (:func:`rlsuite.tasks.base.hash_split`, salts
 ``val`` then ``test``, ``val_fraction`` each) and in train otherwise, so no prompt is in two splits
 (disjoint by construction) and the splits are the same on every machine. They share entities: an
 unlearning target is an entity, so val/test ask *held-out questions about the same entities*
@@ -49,7 +49,7 @@ task hook :meth:`UnlearnToy.eval_metrics` adds (``suite/evaluate.py`` reports th
 of retain / boundary questions answered correctly) and ``over_refusal`` (share of retain and
 boundary questions refused). In ``evals.jsonl``: ``eval/unlearn_toy/greedy_forget_refusal`` etc.
 
-Warm start (``tiny``; built locally and cached by :mod:`suite.warmstart`, no committed base):
+Warm start (``tiny``; built locally and cached by :mod:`rlsuite.suite.warmstart`, no committed base):
 teacher-forced SFT on ``prompt fact EOS`` of questions drawn from every world question (forget,
 boundary and retain: the model knows the facts before there is anything to forget), each target
 replaced by the refusal with probability ``warm_refusal_share`` (0.1): the model learns the refusal
@@ -69,8 +69,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Literal, Optional, Sequence
 
-from tasks.base import Grade, Task, TaskConfig, hash_split, register
-from tasks.search_toy import RELATIONS, make_world
+from rlsuite.tasks.base import Grade, Task, TaskConfig, hash_split, register
+from rlsuite.tasks.search_toy import RELATIONS, make_world
 
 REFUSAL = "i cannot say"
 """The fixed refusal format (the whole completion, normalised: stripped, lower-cased, one trailing ``.`` removed)."""
@@ -124,7 +124,7 @@ def neighbour(name: str, taken: set[str], forget_city: str) -> str:
 
 
 def make_entities(n_entities: int, forget_city: str) -> dict[str, str]:
-    """``{name: kind}`` of the world: search_toy's names (:func:`tasks.search_toy.make_world`), those
+    """``{name: kind}`` of the world: search_toy's names (:func:`rlsuite.tasks.search_toy.make_world`), those
     from ``forget_city`` to forget, and one boundary look-alike (:func:`neighbour`) per forget name."""
     _, world = make_world(n_entities)
     out = {n: "forget" if facts_of(n)["city"] == forget_city else "retain" for n in world}
@@ -290,8 +290,9 @@ class UnlearnToy(Task):
         reports the forget questions' refusal rate at the stop, greedy and at temperature 1."""
         import torch
 
-        from suite.sampler import KVSampler, SamplingParams
-        from tasks.warm import answer_sft_loss, sft_until
+        from rlsuite.suite.engines.kv import KVSampler
+        from rlsuite.suite.engines.base import SamplingParams
+        from rlsuite.tasks.warm import answer_sft_loss, sft_until
 
         rng = random.Random(seed)
         known = self.questions()
@@ -325,7 +326,7 @@ class UnlearnToy(Task):
 
 @dataclass(frozen=True)
 class _Pair:
-    """A warm-start example in the shape :func:`tasks.warm.answer_sft_loss` reads."""
+    """A warm-start example in the shape :func:`rlsuite.tasks.warm.answer_sft_loss` reads."""
 
     text: str
     answer: str

@@ -21,7 +21,7 @@ def sft_until(model, draw: Callable[[], Any], loss_fn: Callable[[Any], torch.Ten
     ``loss_fn(draw())`` (gradient norm clipped at 1), each round followed by ``check()``; stops
     when ``done(check result)`` or after ``max_steps`` steps. Returns (steps, last check result,
     ``initial`` when no round ran)."""
-    from suite.progress import Meter
+    from rlsuite.suite.progress import Meter
 
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     stats, step = initial, 0
@@ -62,7 +62,8 @@ def answer_sft_warm_start(task, model, tokenizer, seed: int, *, max_new_tokens: 
     ``task.cfg.warm_max_steps`` steps). ``check_temperature`` > 0 checks sampled accuracy at that
     temperature instead (one sample a problem, the same seeded generator at every check, so the
     global RNG is untouched). Returns ``{warm_steps, warm_check_acc}``."""
-    from suite.sampler import KVSampler, SamplingParams
+    from rlsuite.suite.engines.kv import KVSampler
+    from rlsuite.suite.engines.base import SamplingParams
 
     train = task.splits()["train"]
     rng = random.Random(seed)
@@ -87,7 +88,7 @@ def answer_sft_warm_start(task, model, tokenizer, seed: int, *, max_new_tokens: 
 
 def answer_sft_loss(model, tokenizer, batch, target: Callable[[Any], str] = lambda p: str(p.answer)) -> torch.Tensor:
     """Cross-entropy on target tokens (+EOS) of ``prompt target EOS`` sequences."""
-    from suite.sampler import left_pad
+    from rlsuite.suite.engines.base import left_pad
 
     seqs, n_prompt = [], []
     for p in batch:

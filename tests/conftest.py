@@ -44,6 +44,12 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.xdist_group(SERIAL_GROUPS.get(module, module)))
 
 
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: one worker per core, at most 8 (each worker holds torch and a model; tests that
+    spawn ranks add processes of their own). ``PYTEST_XDIST_AUTO_NUM_WORKERS`` overrides it."""
+    return max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+
 def data_dir(sub: str) -> Path:
     """``$RLSUITE_DATA/<sub>``, or skip (fail under RLSUITE_REQUIRE_DATA=1) when absent."""
     root = Path(os.environ.get("RLSUITE_DATA", REPO.parent / "shared" / "data"))
@@ -59,7 +65,7 @@ def data_dir(sub: str) -> Path:
 def require_sandbox() -> None:
     """Code tasks refuse to run without an isolating sandbox layer: skip the calling module (with
     the reason) on such a machine, or fail when RLSUITE_REQUIRE_SANDBOX is set (CI)."""
-    from tasks.sandbox import SandboxConfig, SandboxUnavailable, detect
+    from rlsuite.tasks.sandbox import SandboxConfig, SandboxUnavailable, detect
 
     try:
         detect().choose(SandboxConfig())

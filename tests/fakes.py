@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tasks.base import TASKS, Environment, Grade, Task, TaskConfig
+from rlsuite.tasks.base import TASKS, Environment, Grade, Task, TaskConfig
 
 OBS = "<obs:42>"
 
@@ -78,7 +78,7 @@ def tiny_variant(kind: str):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-    from suite.models import char_tokenizer
+    from rlsuite.suite.models import char_tokenizer
 
     tok = char_tokenizer()
     torch.manual_seed(0)
@@ -109,7 +109,7 @@ def hook_ctx(gen_seed=7, **kw):
     the generator of every stream is seeded with ``gen_seed`` (a callable: ``gen_seed(stream)``)."""
     import torch
 
-    from algorithms.base import Context
+    from rlsuite.algorithms.base import Context
 
     seed_of = gen_seed if callable(gen_seed) else (lambda s: gen_seed)
     base = dict(step=1, progress=0.0, entropy=None, max_new_tokens=4, group_size=2, prompts_per_step=2, n_train=10,
@@ -126,7 +126,7 @@ def hand_batch(loss_mask, group_id, rewards, *, prompt_width=1, prompt_turns=Tru
     or add any Batch field (lists become tensors of ``dtype``)."""
     import torch
 
-    from suite.types import Batch
+    from rlsuite.suite.types import Batch
 
     dtype = dtype or torch.float64
     as_t = lambda x: torch.tensor(x, dtype=dtype) if isinstance(x, list) else x  # noqa: E731
@@ -147,7 +147,7 @@ def hand_batch(loss_mask, group_id, rewards, *, prompt_width=1, prompt_turns=Tru
 def critic_batch(attn=None):
     import torch
 
-    from suite.types import Batch
+    from rlsuite.suite.types import Batch
 
     mask = torch.tensor([[0, 1, 1, 1, 0], [0, 1, 1, 0, 0], [0, 1, 1, 1, 1], [0, 1, 0, 0, 0]], dtype=torch.float)
     B, T = mask.shape
@@ -166,7 +166,7 @@ def critic_batch(attn=None):
 
 
 def make_entry(name, **kw):
-    from algorithms.base import ALGORITHMS
+    from rlsuite.algorithms.base import ALGORITHMS
 
     cls = ALGORITHMS.get(name)
     return cls(dataclasses.replace(cls.Config(name=name), **kw))

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from suite.engines.base import KV_ARCHITECTURES
-from suite.errors import BadInput
+from rlsuite.suite.engines.base import KV_ARCHITECTURES
+from rlsuite.suite.errors import BadInput
 
 KV_KINDS = ("kv", "native", "onednn", "s3r")
 """The settings whose engine is the hand-written KV forward (Llama-style models only)."""
@@ -19,26 +19,26 @@ KV_KINDS = ("kv", "native", "onednn", "s3r")
 def engine_class(kind: str, model) -> type:
     """The engine class of ``rollout.engine=kind`` for ``model`` (imports only that engine)."""
     if kind == "vllm":
-        from suite.engines.vllm import VLLMEngine  # imports vllm itself; BadInput when it or a GPU is missing
+        from rlsuite.suite.engines.vllm import VLLMEngine  # imports vllm itself; BadInput when it or a GPU is missing
 
         return VLLMEngine
     if kind == "s3r":
-        from suite.engines.speculative import S3RSampler
+        from rlsuite.suite.engines.speculative import S3RSampler
 
         return S3RSampler
     if kind == "native":
-        from suite.engines.native import NativeKVSampler  # builds its C++ step on first use
+        from rlsuite.suite.engines.native import NativeKVSampler  # builds its C++ step on first use
 
         return NativeKVSampler
     if kind == "onednn":
-        from suite.engines.onednn import OneDNNKVSampler
+        from rlsuite.suite.engines.onednn import OneDNNKVSampler
 
         return OneDNNKVSampler
     if kind == "kv" or (kind == "auto" and getattr(model.config, "model_type", None) in KV_ARCHITECTURES):
-        from suite.engines.kv import KVSampler
+        from rlsuite.suite.engines.kv import KVSampler
 
         return KVSampler
-    from suite.engines.hf import HFGenerateEngine
+    from rlsuite.suite.engines.hf import HFGenerateEngine
 
     return HFGenerateEngine
 
@@ -60,7 +60,7 @@ def resolve_engine(kind: str, model) -> EngineInfo:
         raise BadInput(f"rollout.engine={kind} supports {', '.join(KV_ARCHITECTURES)} models, "
                        f"not '{arch}'; use rollout.engine=hf or auto")
     if kind == "vllm":
-        from suite.engines.vllm import require_vllm
+        from rlsuite.suite.engines.vllm import require_vllm
 
         require_vllm()  # BadInput (exit 2) when vllm or a CUDA device is missing
     cls = engine_class(kind, model)

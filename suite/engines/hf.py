@@ -8,8 +8,8 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from suite.engines.base import GenOutput, NoStats, SamplingParams, _StopTracker, left_pad
-from suite.engines.sampling import truncate_logits
+from rlsuite.suite.engines.base import GenOutput, NoStats, SamplingParams, _StopTracker, left_pad
+from rlsuite.suite.engines.sampling import truncate_logits
 
 
 class HFGenerateEngine(NoStats):

@@ -14,9 +14,9 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from suite.engines.base import KV_ARCHITECTURES, GenOutput, NoStats, SamplingParams, _StopTracker, _TensorTracker, left_pad
-from suite.engines.sampling import sample_step
-from suite.errors import BadInput
+from rlsuite.suite.engines.base import KV_ARCHITECTURES, GenOutput, NoStats, SamplingParams, _StopTracker, _TensorTracker, left_pad
+from rlsuite.suite.engines.sampling import sample_step
+from rlsuite.suite.errors import BadInput
 
 
 def _diag(rows: int, cols: int, offset: int, device) -> Tensor:
@@ -59,7 +59,7 @@ class KVSampler(NoStats):
         self.act = ACT2FN[getattr(cfg, "hidden_act", "silu")]  # the model's own MLP activation
         # sliding-window attention (Mistral; Qwen2 with sliding layers): the sampler attends to
         # every key, so a sequence longer than the window is refused
-        from suite.fast_forward import sliding_window
+        from rlsuite.suite.fast_forward import sliding_window
 
         self.attention_window = sliding_window(cfg)
         rot = model.model.rotary_emb

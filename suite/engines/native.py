@@ -3,7 +3,7 @@
 At the sizes of the embedded default and the CPU benchmarks a decode step is a few dozen
 small tensor ops whose cost is the per-op round trip (Python, the dispatcher, a temporary
 each), not arithmetic: the eager step of the vs_trl model (hidden 128, batch 32) takes about
-1.2 ms for 34 MFLOP. :class:`NativeKVSampler` keeps everything of :class:`~suite.engines.kv.KVSampler`
+1.2 ms for 34 MFLOP. :class:`NativeKVSampler` keeps everything of :class:`~rlsuite.suite.engines.kv.KVSampler`
 (prefill, shared-prompt prefill, the sampling rules, stop handling, row compaction, weight sync)
 and moves two things to ``suite/native/kv_decode.cpp``:
 
@@ -16,7 +16,7 @@ and moves two things to ``suite/native/kv_decode.cpp``:
   ``[out, in]``);
 * the token loop (``generate_loop``) in the common case — noise from a ``torch.Generator`` or
   greedy, no top-p/top-k, no stop strings, no top-K outputs, no attention statistic: the same
-  ATen ops on the same generator as :func:`~suite.engines.sampling.sample_step` and the tracker, so it
+  ATen ops on the same generator as :func:`~rlsuite.suite.engines.sampling.sample_step` and the tracker, so it
   samples exactly what the Python loop over the same step samples (tested bit for bit), with
   no Python per token. Other settings run the Python loop over the C++ step.
 
@@ -52,9 +52,9 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from suite.errors import BadInput
-from suite.engines.base import KV_ARCHITECTURES, GenOutput, SamplingParams, _TensorTracker
-from suite.engines.kv import KVSampler
+from rlsuite.suite.errors import BadInput
+from rlsuite.suite.engines.base import KV_ARCHITECTURES, GenOutput, SamplingParams, _TensorTracker
+from rlsuite.suite.engines.kv import KVSampler
 
 SOURCE = Path(__file__).parent.parent / "native" / "kv_decode.cpp"
 ACTIVATIONS = {"silu": 0, "swish": 0, "gelu": 1, "gelu_pytorch_tanh": 2, "gelu_new": 2, "relu": 3}
@@ -135,7 +135,7 @@ def supported(model) -> Optional[str]:
 
 
 class NativeKVSampler(KVSampler):
-    """:class:`~suite.engines.kv.KVSampler` whose forward (prefills up to ``long_prefill`` slots,
+    """:class:`~rlsuite.suite.engines.kv.KVSampler` whose forward (prefills up to ``long_prefill`` slots,
     decode steps) and token loop run in C++ (see the module docstring)."""
 
     def __init__(self, model, tokenizer) -> None:

@@ -6,7 +6,7 @@ all the weights once per token and its speed is the memory bandwidth's. ATen's f
 (MKL's sgemm on ``[out, in]`` weights) packs its operand again on every call and, on the AMD
 EPYC the real-model benchmarks ran on, streamed the weights at 3–6 GB/s where a copy reaches
 9–16 GB/s (the LM head of a 49,152-token vocabulary at batch 8: 25–38 ms vs 9–15 ms through
-oneDNN); :class:`OneDNNKVSampler` keeps every rule of :class:`~suite.engines.kv.KVSampler`
+oneDNN); :class:`OneDNNKVSampler` keeps every rule of :class:`~rlsuite.suite.engines.kv.KVSampler`
 (prefill sharing, sampling, stop handling, row compaction, weight sync) and runs the forward's
 matmuls (q/k/v, output, gate/up, down, LM head) with oneDNN's inner product
 (``torch.ops.mkldnn._linear_pointwise``) on copies of the weights reordered into its blocked
@@ -27,8 +27,8 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from suite.engines.kv import KVSampler
-from suite.errors import BadInput
+from rlsuite.suite.engines.kv import KVSampler
+from rlsuite.suite.errors import BadInput
 
 
 def supported(model) -> Optional[str]:
@@ -45,7 +45,7 @@ def supported(model) -> Optional[str]:
 
 
 class OneDNNKVSampler(KVSampler):
-    """:class:`~suite.engines.kv.KVSampler` whose matmuls run through oneDNN on packed weights."""
+    """:class:`~rlsuite.suite.engines.kv.KVSampler` whose matmuls run through oneDNN on packed weights."""
 
     def __init__(self, model, tokenizer) -> None:
         why = supported(model)

@@ -7,7 +7,7 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from suite.engines.base import SamplingParams
+from rlsuite.suite.engines.base import SamplingParams
 
 
 def truncate_logits(logits: Tensor, top_p: float, top_k: int) -> Tensor:

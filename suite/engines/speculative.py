@@ -11,7 +11,7 @@ bonus token is drawn from the dense distribution after the last draft. Every emi
 therefore distributed exactly as dense sampling (same weights, same temperature, same top-p /
 top-k truncation applied to both ``p`` and ``q``), and the recorded μ log-probs are the
 *dense* model's (``log_softmax(logits / T)``, untruncated), so a rollout record means the same
-thing as one from :class:`suite.engines.kv.KVSampler`. No IS correction is needed.
+thing as one from :class:`rlsuite.suite.engines.kv.KVSampler`. No IS correction is needed.
 
 Pure functions (:func:`speculative_accept`, :func:`residual_distribution`,
 :func:`exact_one_step_distribution`) state the rule on single distributions; they are what the
@@ -43,9 +43,9 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from suite.engines.base import GenOutput, SamplingParams, _StopTracker, left_pad
-from suite.engines.kv import KVSampler
-from suite.engines.sampling import truncate_logits
+from rlsuite.suite.engines.base import GenOutput, SamplingParams, _StopTracker, left_pad
+from rlsuite.suite.engines.kv import KVSampler
+from rlsuite.suite.engines.sampling import truncate_logits
 
 # ----------------------------------------------------------------------------------------
 # The rule on single distributions.

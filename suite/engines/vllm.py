@@ -5,10 +5,10 @@ Written against the documented API of vLLM 0.10.2 – 0.33 (the V1 engine): ``vl
 engine argument ``logprobs_mode``. Nothing here has run against a real vLLM: the machines this
 project is developed and tested on have no GPU and cannot install vLLM. What *is* tested
 (``tests/unit/test_vllm_engine.py``) is the import guard, the conversion of vLLM's outputs
-into :class:`suite.engines.base.GenOutput` on objects shaped like vLLM's, the mapping of our
+into :class:`rlsuite.suite.engines.base.GenOutput` on objects shaped like vLLM's, the mapping of our
 sampling parameters, the per-request seeds and the weight bookkeeping, with a fake ``LLM``.
 
-Same interface as the engines in :mod:`suite.engines`: ``generate(prompts, params, generator,
+Same interface as the engines in :mod:`rlsuite.suite.engines`: ``generate(prompts, params, generator,
 want_attn=False, limits=None) → GenOutput``, ``load_weights(state, version)``, ``state()``,
 ``version``, ``capabilities`` (``behav_logp`` and ``topk``; no ``behav_attn_stat``).
 
@@ -22,7 +22,7 @@ How it maps onto vLLM:
   log_softmax(logits), as in the other engines. With truncation vLLM only reports the
   truncated distribution, so ``trunc_logp`` is exact and ``logp`` / ``topk_logp`` are NaN
   (never a silently wrong number); training therefore refuses ``rollout.engine=vllm`` with
-  ``top_p < 1`` or ``top_k > 0`` (:func:`suite.config.check_ranges`); evals, which use only the
+  ``top_p < 1`` or ``top_k > 0`` (:func:`rlsuite.suite.config.check_ranges`); evals, which use only the
   texts, may truncate.
 * **Top-K** (``SamplingParams(logprobs=K)``): vLLM returns the K most likely tokens plus the
   sampled one; the K best by log-prob are kept (ids ``[n, K]``, log-probs ``[n, K]``).
@@ -66,8 +66,8 @@ from typing import Any, Optional, Sequence
 import torch
 from torch import Tensor
 
-from suite.errors import BadInput
-from suite.engines.base import GenOutput, NoStats, SamplingParams
+from rlsuite.suite.errors import BadInput
+from rlsuite.suite.engines.base import GenOutput, NoStats, SamplingParams
 
 VLLM_MIN_VERSION = "0.10.2"
 """``logprobs_mode`` (temperature-scaled log-probs) first appeared in vLLM 0.10.2."""
@@ -77,7 +77,7 @@ _uid = itertools.count(1)
 
 
 def _alternatives() -> str:
-    from suite.config import RolloutConfig
+    from rlsuite.suite.config import RolloutConfig
 
     engines = typing.get_args(typing.get_type_hints(RolloutConfig)["engine"])
     return ", ".join(e for e in engines if e != "vllm")

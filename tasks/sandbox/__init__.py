@@ -39,17 +39,17 @@ interpreter per job. A plain job (a program, ``str``) *passes* when it runs to i
 without an exception; ``exit()``/``os._exit()`` do not count. A :class:`Judged` job (what the
 code tasks grade with) runs the candidate's solution in one process and the trusted tests in
 another, the judge, which calls the candidate through proxies on builtin values and alone
-holds the pass token (see :mod:`tasks.sandbox._inside`).
+holds the pass token (see :mod:`rlsuite.tasks.sandbox._inside`).
 
 Example::
 
-    from tasks.sandbox import Sandbox, SandboxConfig
+    from rlsuite.tasks.sandbox import Sandbox, SandboxConfig
     with Sandbox(SandboxConfig(workers=2)) as sb:
         [r.status for r in sb.run_many(["assert 1 + 1 == 2", "while True: pass"], timeout_s=1)]
         # ['passed', 'timeout']
 
-``python -m tasks.sandbox`` prints the detection report and the share of the reward hacks of
-:mod:`tasks.sandbox.battery` each available layer catches; ``benchmarks/sandbox.py`` measures
+``python -m rlsuite.tasks.sandbox`` prints the detection report and the share of the reward hacks of
+:mod:`rlsuite.tasks.sandbox.battery` each available layer catches; ``benchmarks/sandbox.py`` measures
 each layer's rate and runs the hostile battery and the reward hacks on it.
 
 Requirements: Linux on x86_64 or aarch64 (the seccomp filter's syscall tables). Limits that
@@ -827,7 +827,7 @@ def main() -> None:
         print("auto:", e)
     if args.no_hacks:
         return
-    from tasks.sandbox.battery import hacks_claimed, run_reward_hacks
+    from rlsuite.tasks.sandbox.battery import hacks_claimed, run_reward_hacks
 
     print("reward hacks caught (wrong HumanEval and MBPP answers graded by the code tasks' judged jobs):")
     for layers in [(x,) for x in LAYERS if d.available[x]] + [("auto",)]:

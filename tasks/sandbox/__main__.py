@@ -1,5 +1,5 @@
-"""``python -m tasks.sandbox [--python PATH]``: print which sandbox layers work here."""
+"""``python -m rlsuite.tasks.sandbox [--python PATH]``: print which sandbox layers work here."""
 
-from tasks.sandbox import main
+from rlsuite.tasks.sandbox import main
 
 main()

@@ -3,7 +3,7 @@
 This file is standalone (standard library only) because it is executed as
 ``python -S -s -B -c <this source> <config dict literal>`` by an interpreter that may not see the
 repository (inside bubblewrap only ``/usr``, the interpreter's prefix and a tmpfs exist).
-The host (:mod:`tasks.sandbox`) also imports it for detection.
+The host (:mod:`rlsuite.tasks.sandbox`) also imports it for detection.
 
 The zygote reads length-prefixed job headers on stdin, each followed by the job's texts, which
 it reads into private anonymous mappings and zeroes and unmaps once forked (so no program or
@@ -24,7 +24,7 @@ returned normally: only then does the child write a per-job random token to its 
 own process, so a program that walks the stack to it can forge a pass: plain jobs suit
 programs whose pass/fail nobody is rewarded for (the hostile battery), not grading.
 
-*Judged* jobs (grading; :class:`tasks.sandbox.Judged`): the zygote forks the candidate's
+*Judged* jobs (grading; :class:`rlsuite.tasks.sandbox.Judged`): the zygote forks the candidate's
 process with the solution alone, and only then reads the tests and makes the token, and forks
 the judge. The candidate's process runs the solution and answers the judge's requests (look
 up a name, call, read an attribute) on two pipes; values cross as tagged JSON of builtin

@@ -12,7 +12,7 @@ its layers' claims.
 
 The reward-hacking part (:func:`run_reward_hacks`, ``HACKS``) grades wrong solutions that try
 to get reward 1 anyway, each as a HumanEval and an MBPP answer, through the code tasks' own
-judged jobs (:func:`tasks.code.humaneval_job`, :func:`tasks.code.mbpp_job`); a hack is caught
+judged jobs (:func:`rlsuite.tasks.code.humaneval_job`, :func:`rlsuite.tasks.code.mbpp_job`); a hack is caught
 when both are graded wrong (not passed, and not a sandbox error either). ``HACK_CLAIMS``: every
 layer catches every hack except ``read_gold`` (reading the answers from a file the sandbox can
 see), which only the layers that hide files catch.
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from tasks.sandbox import RunResult, Sandbox
+from rlsuite.tasks.sandbox import RunResult, Sandbox
 
 RESOURCE = ("fork_bomb", "memory_bomb", "infinite_loop", "huge_output", "signal_parent", "background_process",
             "exit_hack", "change_metadata")
@@ -535,7 +535,7 @@ def run_reward_hacks(sb: Sandbox, gold_dir: Path, native: bool = False, timeout_
     ``gold_dir``: a private folder of the host (mode 0700), where the answers file is written."""
     import json
 
-    from tasks.code import humaneval_job, humaneval_program, mbpp_job, mbpp_program
+    from rlsuite.tasks.code import humaneval_job, humaneval_program, mbpp_job, mbpp_program
 
     gold_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(gold_dir, 0o700)

@@ -5,7 +5,7 @@ a group mean computed by summation can miss the common value by a rounding resid
 division by ``std + 1e-6`` (or ``rsqrt(var + 1e-8)``) then amplifies into a sizeable, same-sign
 advantage on every sample of the group. The contracts here:
 
-* every normaliser in :mod:`suite.ops` (and the group baselines entries implement themselves:
+* every normaliser in :mod:`rlsuite.suite.ops` (and the group baselines entries implement themselves:
   RLOO's leave-one-out, IS-GRPO's weighted z-score, GGPO/AGRO's contrast), in float32 and
   float64, G ∈ {2, 3, 8, 16, 64}, on mixed batches with shuffled, non-contiguous group labels:
   the all-equal groups get exactly 0.0 (``==``) and the other groups match a float64 reference
@@ -23,14 +23,14 @@ import math
 import pytest
 import torch
 
-import algorithms  # noqa: F401  (registers the entries)
-from algorithms.base import ALGORITHMS, Context
-from algorithms.ggpo import group_contrast
-from algorithms.is_grpo import weighted_group_advantage
-from algorithms.rloo import leave_one_out_advantage
-from suite.ops import group_all_equal, group_mean_std, group_normalised_advantage, masked_whiten
+from rlsuite import algorithms  # noqa: F401  (registers the entries)
+from rlsuite.algorithms.base import ALGORITHMS, Context
+from rlsuite.algorithms.ggpo import group_contrast
+from rlsuite.algorithms.is_grpo import weighted_group_advantage
+from rlsuite.algorithms.rloo import leave_one_out_advantage
+from rlsuite.suite.ops import group_all_equal, group_mean_std, group_normalised_advantage, masked_whiten
 from tests.fakes import hook_ctx
-from suite.types import Batch
+from rlsuite.suite.types import Batch
 
 EQUAL_VALUES = (0.7, 0.97, 0.1, 1 / 3, 123.456)
 GROUP_SIZES = (2, 3, 8, 16, 64)

@@ -18,11 +18,11 @@ import typing
 import pytest
 import torch
 
-import algorithms  # noqa: F401
-from algorithms.base import ALGORITHMS, Context, Group
-from suite.aggregation import AGG_MODES, aggregation_weights
+from rlsuite import algorithms  # noqa: F401
+from rlsuite.algorithms.base import ALGORITHMS, Context, Group
+from rlsuite.suite.aggregation import AGG_MODES, aggregation_weights
 from tests.fakes import hook_ctx
-from suite.types import Batch, Forward
+from rlsuite.suite.types import Batch, Forward
 from tests import fakes  # noqa: F401  (fake tasks)
 
 ALGOS = ALGORITHMS.names()
@@ -243,10 +243,10 @@ def test_accumulation_equals_one_big_batch(name, mode):
 
 @pytest.mark.parametrize("name", ALGOS)
 def test_kill_and_resume_gives_the_same_result(name, tmp_path, monkeypatch):
-    from suite.runfolder import read_jsonl
-    from suite.runner import execute
-    from suite.spec import resolve
-    from suite.trainer import Trainer
+    from rlsuite.suite.runfolder import read_jsonl
+    from rlsuite.suite.runner import execute
+    from rlsuite.suite.spec import resolve
+    from rlsuite.suite.trainer import Trainer
 
     spec = resolve("_parity_test", name, "tiny", 0, sets=[("model.warm_start", "none"), ("train.checkpoint_every", 2)],
                    budgets=[("updates", 4)])

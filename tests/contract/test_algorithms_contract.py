@@ -15,15 +15,16 @@ import math
 import pytest
 import torch
 
-import algorithms  # noqa: F401
-from algorithms.base import ALGORITHMS, NEEDS, Context
-from suite.config import ModelConfig
-from suite.models import load_model
-from suite.rollout import collect
-from suite.runfolder import read_jsonl
-from suite.runner import execute
-from suite.sampler import KVSampler, SamplingParams
-from suite.spec import resolve
+from rlsuite import algorithms  # noqa: F401
+from rlsuite.algorithms.base import ALGORITHMS, NEEDS, Context
+from rlsuite.suite.config import ModelConfig
+from rlsuite.suite.models import load_model
+from rlsuite.suite.rollout import collect
+from rlsuite.suite.runfolder import read_jsonl
+from rlsuite.suite.runner import execute
+from rlsuite.suite.engines.kv import KVSampler
+from rlsuite.suite.engines.base import SamplingParams
+from rlsuite.suite.spec import resolve
 from tests.fakes import OBS, TwoTurnEnv  # noqa: E402  (registers the fake tasks)
 
 ALGOS = ALGORITHMS.names()
@@ -85,7 +86,7 @@ def test_every_algorithm_trains_unchanged_on_a_two_turn_task(name, tmp_path):
 
 def _canonical_batch():
     """2 prompts × 3 samples, T = 6 (prompt width 2), hand-set log-probs and rewards."""
-    from suite.types import Batch
+    from rlsuite.suite.types import Batch
 
     B, T = 6, 6
     mask = torch.tensor([[0, 0, 1, 1, 1, 0]] * 3 + [[0, 0, 1, 1, 0, 0]] * 3, dtype=torch.float)
@@ -107,7 +108,7 @@ def _canonical_batch():
 
 @pytest.mark.parametrize("name", ALGOS)
 def test_loss_on_the_canonical_batch(name):
-    from suite.types import Forward
+    from rlsuite.suite.types import Forward
 
     cls = ALGORITHMS.get(name)
     algo = cls(cls.Config(name=name))

@@ -12,15 +12,15 @@ import math
 
 import pytest
 
-import algorithms  # noqa: F401  (registration)
-import tasks  # noqa: F401
-from algorithms.base import ALGORITHMS
-from suite.cli import main
-from suite.config import (ALIASES, BudgetConfig, EvalConfig, OptimConfig, RolloutConfig, TrainConfig, declared_ranges,
-                          numeric_fields, range_problems)
-from suite.errors import BadInput
-from suite.spec import resolve
-from tasks.base import TASKS
+from rlsuite import algorithms  # noqa: F401  (registration)
+from rlsuite import tasks  # noqa: F401
+from rlsuite.algorithms.base import ALGORITHMS
+from rlsuite.suite.cli import main
+from rlsuite.suite.config import (ALIASES, BudgetConfig, EvalConfig, OptimConfig, RolloutConfig, TrainConfig,
+                                  declared_ranges, numeric_fields, range_problems)
+from rlsuite.suite.errors import BadInput
+from rlsuite.suite.spec import resolve
+from rlsuite.tasks.base import TASKS
 
 ENTRIES = [("algo", n) for n in ALGORITHMS.names() if not n.startswith("_")] + \
           [("task", n) for n in TASKS.names() if not n.startswith("_")]
@@ -109,7 +109,7 @@ def test_run_sections_refuse_non_finite_and_out_of_range(section):
 @pytest.mark.parametrize("text, yes, no", [("[0, 1)", [0, 0.5], [1, -0.1]), ("(0, inf)", [1e-9, 1e9], [0, -1]),
                                            ("[1, 2]", [1, 2], [0, 3]), ("(-inf, inf)", [-1e9, 1e9], [])])
 def test_range_notation(text, yes, no):
-    from suite.config import Range
+    from rlsuite.suite.config import Range
 
     r = Range.parse(text)
     assert all(v in r for v in yes) and not any(v in r for v in no)

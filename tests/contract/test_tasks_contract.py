@@ -31,10 +31,10 @@ from typing import Any, Callable, Iterator, Optional
 
 import pytest
 
-import tasks  # noqa: F401  (registers the built-in tasks)
-from suite.errors import BadInput
-from suite.spec import resolve
-from tasks.base import TASKS, Environment, Grade, TaskConfig
+from rlsuite import tasks  # noqa: F401  (registers the built-in tasks)
+from rlsuite.suite.errors import BadInput
+from rlsuite.suite.spec import resolve
+from rlsuite.tasks.base import TASKS, Environment, Grade, TaskConfig
 from tests.conftest import data_dir
 
 NAMES = [n for n in TASKS.names() if not n.startswith("_")]
@@ -185,7 +185,7 @@ class Probe:
 
     def retriever_url(self) -> str:
         if self._server is None:
-            from tasks.retrieval import TinyBM25, make_server
+            from rlsuite.tasks.retrieval import TinyBM25, make_server
 
             self._server = make_server(TinyBM25(_PASSAGES))
             threading.Thread(target=self._server.serve_forever, daemon=True).start()

@@ -18,13 +18,13 @@ import torch
 
 
 def build_trainer(spec, out: Path):
-    import algorithms  # noqa: F401
-    import tasks  # noqa: F401
-    from algorithms.base import ALGORITHMS
-    from suite.models import load_model
-    from suite.trainer import Trainer
-    from suite.warmstart import warm_started
-    from tasks.base import TASKS
+    from rlsuite import algorithms  # noqa: F401
+    from rlsuite import tasks  # noqa: F401
+    from rlsuite.algorithms.base import ALGORITHMS
+    from rlsuite.suite.models import load_model
+    from rlsuite.suite.trainer import Trainer
+    from rlsuite.suite.warmstart import warm_started
+    from rlsuite.tasks.base import TASKS
 
     task = TASKS.get(spec.task.name)(spec.task)
     algo = ALGORITHMS.get(spec.algo.name)(spec.algo)
@@ -56,7 +56,7 @@ def peak_rss_kb() -> int:
 def probe(spec, out: Path, steps: int = 2) -> dict[str, Any]:
     """Step a fresh trainer ``steps`` times: metric rows, the rollout tokens of each step, the
     step-1 parameter update, per-rank parameter/optimizer bytes and step times."""
-    from suite.sharding import state_bytes
+    from rlsuite.suite.sharding import state_bytes
 
     tr = build_trainer(spec, out)
     tokens: list[torch.Tensor] = []
@@ -97,7 +97,7 @@ def probe(spec, out: Path, steps: int = 2) -> dict[str, Any]:
 
 def _worker(rank: int, size: int, store: str, specs: list, out: str, result: str, queue, steps: int,
             deltas: bool) -> None:
-    from suite.distributed import init, shutdown
+    from rlsuite.suite.distributed import init, shutdown
 
     torch.set_num_threads(1)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -153,18 +153,18 @@ def spawn_probe(specs: list, world_size: int, out: Path, steps: int = 2, timeout
 
 
 def _run_worker(rank: int, size: int, store: str, spec, out: str, stop_at, queue) -> None:
-    """One rank of :func:`spawn_run`: ``suite.runner.execute`` in the group, optionally asked to
+    """One rank of :func:`spawn_run`: ``rlsuite.suite.runner.execute`` in the group, optionally asked to
     stop (``preempted``, as SIGUSR2 would) after step ``stop_at``."""
-    from suite.distributed import init, shutdown
+    from rlsuite.suite.distributed import init, shutdown
 
     torch.set_num_threads(1)
     try:
         if size > 1:
             init("gloo", f"file://{store}", rank, size, rank)
         if stop_at is not None:
-            from suite import lifecycle
-            from suite.errors import Interrupted
-            from suite.trainer import Trainer
+            from rlsuite.suite import lifecycle
+            from rlsuite.suite.errors import Interrupted
+            from rlsuite.suite.trainer import Trainer
 
             step = Trainer.step
 
@@ -175,7 +175,7 @@ def _run_worker(rank: int, size: int, store: str, spec, out: str, stop_at, queue
 
             Trainer.step = counted
             lifecycle.Signals.install = lambda self: None
-        from suite.runner import execute
+        from rlsuite.suite.runner import execute
 
         code, _ = execute(spec, Path(out))
         queue.put((rank, code, None))

@@ -11,8 +11,8 @@ from tests.integration.test_checkpoints import _crash_and_resume, _spec
 
 
 def test_the_controller_moves_beta_by_the_clipped_error(tmp_path, monkeypatch):
-    from suite.checkpoint import unpack
-    from suite.runfolder import read_jsonl
+    from rlsuite.suite.checkpoint import unpack
+    from rlsuite.suite.runfolder import read_jsonl
 
     spec = _spec(("algo.kl_coef", 0.1), ("algo.kl_target", 1e-9), ("algo.kl_horizon", 64),
                  ("train.checkpoint_every", 2), updates=4)
@@ -29,8 +29,8 @@ def test_the_controller_moves_beta_by_the_clipped_error(tmp_path, monkeypatch):
 
 
 def test_a_fixed_beta_without_a_target(tmp_path):
-    from suite.runfolder import read_jsonl
-    from suite.runner import execute
+    from rlsuite.suite.runfolder import read_jsonl
+    from rlsuite.suite.runner import execute
 
     code, run = execute(_spec(("algo.kl_coef", 0.1), updates=3), tmp_path)
     assert code == 0

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from suite.cli import main
-from suite.errors import BadInput
+from rlsuite.suite.cli import main
+from rlsuite.suite.errors import BadInput
 
 ARITH = ["run", "--task", "arith", "--algo", "grpo"]
 
@@ -21,13 +21,13 @@ ARITH = ["run", "--task", "arith", "--algo", "grpo"]
 @pytest.fixture
 def no_loading(monkeypatch):
     """Fail the test if a model is loaded (the checks must come first)."""
-    import suite.models
+    import rlsuite.suite.models as models
 
     def boom(*a, **k):
         raise AssertionError("a model was loaded before the input was refused")
 
-    monkeypatch.setattr(suite.models, "load_model", boom)
-    monkeypatch.setattr(suite.models, "load_pretrained", boom)
+    monkeypatch.setattr(models, "load_model", boom)
+    monkeypatch.setattr(models, "load_pretrained", boom)
 
 
 def run_cli(capsys, args: list[str]) -> tuple[int, str]:
@@ -63,7 +63,7 @@ def test_non_finite_and_out_of_range_values(tmp_path, capsys, no_loading, extra,
 
 
 def test_optional_cap_refuses_nan_but_takes_null(tmp_path, capsys, no_loading):
-    from suite.spec import resolve
+    from rlsuite.suite.spec import resolve
 
     out = tmp_path / "out"
     code, err = run_cli(capsys, ["run", "--task", "arith", "--algo", "3po", "--set", "algo.tis_cap=.nan",
@@ -142,9 +142,9 @@ def test_gsm8k_bad_rows_name_file_and_line(tmp_path, capsys, text, needle):
 
 
 def test_binary_and_mistyped_rows_in_other_loaders(tmp_path):
-    from tasks.base import read_jsonl
-    from tasks.code import MBPP, HumanEval
-    from tasks.math import read_math
+    from rlsuite.tasks.base import read_jsonl
+    from rlsuite.tasks.code import MBPP, HumanEval
+    from rlsuite.tasks.math import read_math
 
     binary = tmp_path / "b.jsonl"
     binary.write_bytes(b"\x00\x9f\x92\x96 binary\n")

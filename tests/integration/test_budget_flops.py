@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import json
 
-from suite.cli import main
-from suite.runfolder import read_jsonl
+from rlsuite.suite.cli import main
+from rlsuite.suite.runfolder import read_jsonl
 
 P, P_CRITIC = 505_216, 492_416
 SMALL = ["--task", "arith", "--set", "model.warm_start=none", "--set", "eval.max_prompts=4",

@@ -11,8 +11,8 @@ import json
 import pytest
 import torch
 
-from suite.checkpoint import component_bytes, unpack
-from suite.runfolder import read_jsonl
+from rlsuite.suite.checkpoint import component_bytes, unpack
+from rlsuite.suite.runfolder import read_jsonl
 from tests import fakes  # noqa: F401  (the _parity_test task)
 
 BOUND = 1.25
@@ -20,7 +20,7 @@ BOUND = 1.25
 
 def _spec(*sets, algo: str = "grpo", updates: int = 4):
     """A tiny run on the fake parity task that keeps its checkpoint (to be inspected)."""
-    from suite.spec import resolve
+    from rlsuite.suite.spec import resolve
 
     return resolve("_parity_test", algo, "tiny", 0, sets=[("model.warm_start", "none"), ("train.keep_checkpoint", True),
                                                          *sets], budgets=[("updates", updates)])
@@ -39,8 +39,8 @@ def _crash_and_resume(spec, tmp_path, monkeypatch, crash_at: int) -> tuple[dict,
     """Run ``spec``; run it again with a crash at step ``crash_at`` and resume: metrics and evals
     must match. Returns the raw checkpoint the resume read, the uninterrupted run's last one and
     that one's size in bytes."""
-    from suite.runner import execute
-    from suite.trainer import Trainer
+    from rlsuite.suite.runner import execute
+    from rlsuite.suite.trainer import Trainer
 
     code, ref = execute(spec, tmp_path / "ref")
     assert code == 0
@@ -137,8 +137,8 @@ def test_a_refreshed_reference_is_kept_and_resumes_exactly(tmp_path, monkeypatch
 
 
 def test_a_resume_whose_base_loads_other_weights_is_refused(tmp_path, monkeypatch):
-    from suite.runner import execute
-    from suite.trainer import Trainer
+    from rlsuite.suite.runner import execute
+    from rlsuite.suite.trainer import Trainer
 
     spec = _spec(("algo.kl_coef", 0.1), ("train.checkpoint_every", 1))
     real = Trainer.step
@@ -162,9 +162,9 @@ def test_a_resume_whose_base_loads_other_weights_is_refused(tmp_path, monkeypatc
 
 def test_a_checkpoint_written_before_format_2_still_resumes_exactly(tmp_path, monkeypatch):
     """The old layout (plain state dicts, the frozen reference and the engine's copy included)."""
-    from suite.models import load_model
-    from suite.runner import execute
-    from suite.trainer import Trainer
+    from rlsuite.suite.models import load_model
+    from rlsuite.suite.runner import execute
+    from rlsuite.suite.trainer import Trainer
 
     spec = _spec(("algo.kl_coef", 0.1), ("train.checkpoint_every", 2))
     code, ref = execute(spec, tmp_path / "ref")
@@ -193,8 +193,8 @@ def test_a_checkpoint_written_before_format_2_still_resumes_exactly(tmp_path, mo
 # -- (b) tied weights once ---------------------------------------------------------------------
 
 def test_tied_weights_are_stored_once(tmp_path):
-    from suite.models import load_model
-    from suite.runner import execute
+    from rlsuite.suite.models import load_model
+    from rlsuite.suite.runner import execute
 
     spec = _spec(updates=1)
     code, run = execute(spec, tmp_path)
@@ -213,7 +213,7 @@ def test_tied_weights_are_stored_once(tmp_path):
 def test_a_completed_run_drops_its_checkpoint_and_keeps_final_in_the_model_dtype(tmp_path, dtype):
     from safetensors import safe_open
 
-    from suite.runner import execute
+    from rlsuite.suite.runner import execute
 
     spec = _spec(("model.dtype", dtype), ("train.keep_checkpoint", False), updates=2)  # the later setting wins
     assert not spec.train.keep_checkpoint
@@ -226,7 +226,7 @@ def test_a_completed_run_drops_its_checkpoint_and_keeps_final_in_the_model_dtype
         stored = sum(f.get_tensor(k).numel() for k in keys)
     assert dtypes == {getattr(torch, dtype)}
     assert "lm_head.weight" not in keys  # tied to the embedding: stored once
-    from suite.models import load_model
+    from rlsuite.suite.models import load_model
 
     model, _, _ = load_model(spec.model)
     assert stored == sum(p.numel() for p in model.parameters())
@@ -235,7 +235,7 @@ def test_a_completed_run_drops_its_checkpoint_and_keeps_final_in_the_model_dtype
 
 
 def test_keep_checkpoint_keeps_it(tmp_path):
-    from suite.runner import execute
+    from rlsuite.suite.runner import execute
 
     code, run = execute(_spec(updates=2), tmp_path)
     assert code == 0 and (run / "checkpoint" / "state.pt").is_file() and (run / "final" / "model.safetensors").is_file()
@@ -244,9 +244,9 @@ def test_keep_checkpoint_keeps_it(tmp_path):
 # -- (d) the run id ------------------------------------------------------------------------------
 
 def test_keep_checkpoint_is_not_in_the_run_id():
-    from suite.config import NOT_IN_ID, identity_doc
-    from suite.runner import _semantic
-    from suite.spec import resolve
+    from rlsuite.suite.config import NOT_IN_ID, identity_doc
+    from rlsuite.suite.runner import _semantic
+    from rlsuite.suite.spec import resolve
 
     base = resolve("arith", "grpo", "tiny", 0)
     kept = resolve("arith", "grpo", "tiny", 0, sets=[("train.keep_checkpoint", True)])
@@ -265,7 +265,7 @@ def test_keep_checkpoint_is_not_in_the_run_id():
     ((("rollout.staleness", 1),), 1),  # 3 updates: the engine lags at version 2
 ])
 def test_checkpoint_bytes_are_within_the_bound(tmp_path, sets, copies):
-    from suite.runner import execute
+    from rlsuite.suite.runner import execute
 
     algo = dict(sets).pop("algo", "grpo")
     code, run = execute(_spec(*[s for s in sets if s[0] != "algo"], algo=algo, updates=3), tmp_path)
@@ -280,7 +280,7 @@ def test_checkpoint_bytes_are_within_the_bound(tmp_path, sets, copies):
 # -- the tensor store ----------------------------------------------------------------------------
 
 def test_pack_stores_bitwise_equal_tensors_once_and_unpack_restores_them():
-    from suite.checkpoint import pack
+    from rlsuite.suite.checkpoint import pack
 
     big = torch.arange(2**24 + 3, dtype=torch.int32).to(torch.float32)  # past float32's exact integers
     emb = torch.randn(6, 4)

@@ -24,8 +24,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from suite.cli import main
-from suite.runfolder import read_jsonl
+from rlsuite.suite.cli import main
+from rlsuite.suite.runfolder import read_jsonl
 
 DP = ["--task", "arith", "--algo", "grpo", "--seed", "1", "--set", "eval.max_prompts=8",
       "--set", "rollout.prompts_per_step=4", "--set", "rollout.group_size=4", "--set", "rollout.rng=row",
@@ -102,7 +102,7 @@ def test_world_size_without_row_noise_is_bad_input(tmp_path, capsys):
 
 def _cli(*args: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "suite.cli", "run", *args], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "rlsuite.suite.cli", "run", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
 
 
@@ -181,10 +181,10 @@ def test_a_rank_that_dies_fails_the_run_and_a_rerun_completes_it(tmp_path):
     after the grace period and records the run ``failed`` (exit 1), naming the dead rank; running
     the same spec again resumes and completes it."""
 
-    from suite.distributed import launch_local
-    from suite.runner import execute
+    from rlsuite.suite.distributed import launch_local
+    from rlsuite.suite.runner import execute
     from tests.fakes import kill_rank_when
-    from suite.spec import resolve
+    from rlsuite.suite.spec import resolve
 
     sets = [("eval.max_prompts", 8), ("rollout.prompts_per_step", 4), ("rollout.group_size", 4),
             ("rollout.rng", "row"), ("train.world_size", 2), ("train.checkpoint_every", 1)]

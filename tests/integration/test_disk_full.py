@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-import suite.runfolder as rf
-import suite.runner as runner
-from suite.cli import _spec_from_args, build_parser, main
-from suite.runfolder import read_jsonl
+import rlsuite.suite.runfolder as rf
+import rlsuite.suite.runner as runner
+from rlsuite.suite.cli import _spec_from_args, build_parser, main
+from rlsuite.suite.runfolder import read_jsonl
 
 FAST = ["--task", "arith", "--algo", "grpo", "--budget", "samples=256", "--set", "model.warm_start=none",
         "--set", "eval.max_prompts=16", "--set", "rollout.prompts_per_step=8", "--set", "rollout.group_size=4",

@@ -16,11 +16,13 @@ import json
 import pytest
 import torch
 
-from suite.config import ModelConfig
-from suite.models import char_tokenizer, load_model, non_embedding_params
-from suite.policy import policy_forward
-from suite.rollout import collect
-from suite.sampler import HFGenerateEngine, KVSampler, SamplingParams, left_pad
+from rlsuite.suite.config import ModelConfig
+from rlsuite.suite.models import char_tokenizer, load_model, non_embedding_params
+from rlsuite.suite.policy import policy_forward
+from rlsuite.suite.rollout import collect
+from rlsuite.suite.engines.hf import HFGenerateEngine
+from rlsuite.suite.engines.kv import KVSampler
+from rlsuite.suite.engines.base import SamplingParams, left_pad
 from tests.fakes import tiny_variant
 
 
@@ -117,7 +119,7 @@ def test_attention_statistic_matches_training_forward():
 
 
 def test_saved_model_loads_by_path_with_chat_template(tmp_path, capsys):
-    from suite.cli import main
+    from rlsuite.suite.cli import main
 
     model, tok = tiny_variant("qwen2")
     tok.chat_template = ("{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}\n{% endfor %}"
@@ -126,8 +128,8 @@ def test_saved_model_loads_by_path_with_chat_template(tmp_path, capsys):
     tok.save_pretrained(tmp_path / "m")
     loaded, ltok, embedded = load_model(ModelConfig(name=str(tmp_path / "m")))
     assert not embedded and non_embedding_params(loaded) == non_embedding_params(model)
-    from suite.trainer import encode_prompt
-    from tasks.arith import Arith, ArithConfig
+    from rlsuite.suite.prompts import encode_prompt
+    from rlsuite.tasks.arith import Arith, ArithConfig
 
     ids, text = encode_prompt(Arith(ArithConfig(name="arith")), Arith(ArithConfig(name="arith")).splits()["val"][0],
                               ltok, "auto")
@@ -142,7 +144,7 @@ def test_saved_model_loads_by_path_with_chat_template(tmp_path, capsys):
 
 
 def test_missing_model_path_is_bad_input(tmp_path, capsys):
-    from suite.cli import main
+    from rlsuite.suite.cli import main
 
     (tmp_path / "empty").mkdir()
     code = main(["run", "--task", "arith", "--algo", "grpo", "--model", str(tmp_path / "empty"),
@@ -169,7 +171,7 @@ def test_kv_sampler_uses_the_models_activation():
 def test_kv_sampler_refuses_sequences_beyond_the_sliding_window():
     from transformers import MistralConfig, MistralForCausalLM
 
-    from suite.errors import BadInput
+    from rlsuite.suite.errors import BadInput
 
     tok = char_tokenizer()
     model = MistralForCausalLM(MistralConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64,

@@ -22,9 +22,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from suite.errors import BadInput
-from suite.runfolder import read_jsonl
-from suite.spec import resolve
+from rlsuite.suite.errors import BadInput
+from rlsuite.suite.runfolder import read_jsonl
+from rlsuite.suite.spec import resolve
 
 sys.path.insert(0, str(Path(__file__).parent))
 from fsdp_harness import probe, spawn_probe, spawn_run  # noqa: E402
@@ -233,8 +233,8 @@ def test_a_killed_sharded_rank_fails_the_run_and_the_rerun_resumes_exactly(tmp_p
     """(6) SIGKILL rank 1 of a sharded run: ``failed`` naming rank 1; the re-run resumes from the
     sharded checkpoint and ends with the uninterrupted sharded run's metrics and weights."""
 
-    from suite.distributed import launch_local
-    from suite.runner import execute
+    from rlsuite.suite.distributed import launch_local
+    from rlsuite.suite.runner import execute
     from tests.fakes import kill_rank_when
 
     budget = (("updates", 8),)
@@ -255,7 +255,7 @@ def test_a_killed_sharded_rank_fails_the_run_and_the_rerun_resumes_exactly(tmp_p
 
 @pytest.fixture(scope="module")
 def real_model() -> Path:
-    from suite import pinned_models
+    from rlsuite.suite import pinned_models
 
     try:
         pinned_models.fetch(pinned_models.SMOLLM2_135M.name)
@@ -301,7 +301,7 @@ def test_one_sharded_step_on_the_real_model(real_model, tmp_path):
 
 
 def test_sweep_dry_run_shows_memory_per_rank_for_the_sharding():
-    from sweeps.cost import dry_run_lines
+    from rlsuite.sweeps.cost import dry_run_lines
 
     def mem(sets) -> str:
         spec = resolve("arith", "ppo", "smollm2-135m", 0, sets=[("rollout.rng", "row")] + sets,

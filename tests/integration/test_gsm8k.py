@@ -11,9 +11,9 @@ import re
 
 import pytest
 
-from suite.cli import main
-from tasks.base import read_jsonl
-from tasks.gsm8k import GSM8K, GSM8KConfig, extract_prediction, gold_answer
+from rlsuite.suite.cli import main
+from rlsuite.tasks.base import read_jsonl
+from rlsuite.tasks.gsm8k import GSM8K, GSM8KConfig, extract_prediction, gold_answer
 
 
 def test_gold_and_prediction_extraction():

@@ -20,9 +20,9 @@ import json
 
 import pytest
 
-from suite import warmstart
-from suite.cli import main
-from suite.runfolder import read_jsonl
+from rlsuite.suite import warmstart
+from rlsuite.suite.cli import main
+from rlsuite.suite.runfolder import read_jsonl
 
 # smallest per-seed gain of greedy test accuracy measured at the default budget from the
 # committed base (AMD EPYC): +0.095 (ppo seed 2; grpo's smallest +0.130; benchmarks/results/

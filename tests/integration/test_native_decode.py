@@ -28,16 +28,18 @@ import json
 import pytest
 import torch
 
-from suite.cli import main
-from suite.config import ModelConfig
-from suite.errors import BadInput
-from suite.models import char_tokenizer, load_model
-from suite.policy import policy_forward
-from suite.rollout import collect
-from suite.sampler import KVSampler, RowNoise, SamplingParams, left_pad
+from rlsuite.suite.cli import main
+from rlsuite.suite.config import ModelConfig
+from rlsuite.suite.errors import BadInput
+from rlsuite.suite.models import char_tokenizer, load_model
+from rlsuite.suite.policy import policy_forward
+from rlsuite.suite.rollout import collect
+from rlsuite.suite.engines.kv import KVSampler
+from rlsuite.suite.engines.sampling import RowNoise
+from rlsuite.suite.engines.base import SamplingParams, left_pad
 from tests.fakes import tiny_variant
 
-native = pytest.importorskip("suite.native_decode")
+native = pytest.importorskip("rlsuite.suite.engines.native")
 
 PROMPTS = ["12+34=", "7-3=", "Hello, world", "x"]
 
@@ -258,7 +260,7 @@ def test_a_run_with_the_native_engine(tmp_path, capsys):
 def test_no_compiler_is_refused_before_anything_is_written(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("CXX", raising=False)
     monkeypatch.setattr(native, "_EXT", None)
-    monkeypatch.setattr("suite.native_decode.shutil.which", lambda name: None)
+    monkeypatch.setattr("rlsuite.suite.engines.native.shutil.which", lambda name: None)
     code = main(["run", *SMALL, "--set", "rollout.engine=native", "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 2 and "rollout.engine=native" in err and "C++ compiler" in err and "rollout.engine=kv" in err

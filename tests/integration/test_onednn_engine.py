@@ -19,14 +19,16 @@ import json
 import pytest
 import torch
 
-from suite.cli import main
-from suite.config import ModelConfig
-from suite.engines.onednn import OneDNNKVSampler, supported
-from suite.errors import BadInput
-from suite.models import load_model
-from suite.policy import policy_forward
-from suite.rollout import collect
-from suite.sampler import KVSampler, RowNoise, SamplingParams, left_pad
+from rlsuite.suite.cli import main
+from rlsuite.suite.config import ModelConfig
+from rlsuite.suite.engines.onednn import OneDNNKVSampler, supported
+from rlsuite.suite.errors import BadInput
+from rlsuite.suite.models import load_model
+from rlsuite.suite.policy import policy_forward
+from rlsuite.suite.rollout import collect
+from rlsuite.suite.engines.kv import KVSampler
+from rlsuite.suite.engines.sampling import RowNoise
+from rlsuite.suite.engines.base import SamplingParams, left_pad
 from tests.fakes import tiny_variant
 
 if supported(load_model(ModelConfig())[0]) is not None:  # pragma: no cover - torch builds without oneDNN

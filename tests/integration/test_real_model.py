@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from suite import pinned_models
-from suite.cli import main as cli
-from suite.errors import BadInput
+from rlsuite.suite import pinned_models
+from rlsuite.suite.cli import main as cli
+from rlsuite.suite.errors import BadInput
 
 PM = pinned_models.SMOLLM2_135M
 
@@ -52,9 +52,9 @@ def test_fetched_model_is_the_pinned_llama(real_model):
 
 
 def test_stop_ids_include_the_chat_end_token(real_model):
-    from suite.models import load_model
-    from suite.spec import resolve
-    from suite.stop import stop_ids
+    from rlsuite.suite.models import load_model
+    from rlsuite.suite.spec import resolve
+    from rlsuite.suite.stop import stop_ids
 
     spec = resolve("arith", "grpo", PM.name, 0)
     model, tok, embedded = load_model(spec.model)

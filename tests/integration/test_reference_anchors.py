@@ -9,7 +9,7 @@ from tests.integration.test_checkpoints import _crash_and_resume, _spec
 
 
 def test_reference_anchors_are_sampled_once_kept_and_resumed(tmp_path, monkeypatch):
-    from suite.checkpoint import unpack
+    from rlsuite.suite.checkpoint import unpack
 
     spec = _spec(("train.checkpoint_every", 2), algo="rrc_anchor", updates=4)
     read, last, _ = _crash_and_resume(spec, tmp_path, monkeypatch, crash_at=3)
@@ -24,8 +24,8 @@ def test_reference_anchors_come_from_the_base_not_the_policy(tmp_path):
     rate (a different policy after step 1) gets the same anchors for every prompt both runs saw."""
     import torch
 
-    from suite.checkpoint import unpack
-    from suite.runner import execute
+    from rlsuite.suite.checkpoint import unpack
+    from rlsuite.suite.runner import execute
 
     got = []
     for lr in ("1e-3", "1e-2"):

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from suite.cli import main
-from suite.runfolder import read_jsonl
+from rlsuite.suite.cli import main
+from rlsuite.suite.runfolder import read_jsonl
 
 FAST = ["--task", "arith", "--budget", "samples=256", "--set", "model.warm_start=none",
         "--set", "eval.max_prompts=16", "--set", "rollout.prompts_per_step=8", "--set", "rollout.group_size=4"]
@@ -178,7 +178,7 @@ def test_list_json(capsys):
 
 def _cli(*args: str, **kw) -> subprocess.Popen:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "suite.cli", *args], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "rlsuite.suite.cli", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env, **kw)
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from suite.cli import _spec_from_args, build_parser, main
-from suite.runfolder import RunFolder, RunLock, RunLocked, lock_holder, lock_path, read_jsonl
+from rlsuite.suite.cli import _spec_from_args, build_parser, main
+from rlsuite.suite.runfolder import RunFolder, RunLock, RunLocked, lock_holder, lock_path, read_jsonl
 
 FAST = ["--task", "arith", "--algo", "grpo", "--budget", "samples=256", "--set", "model.warm_start=none",
         "--set", "eval.max_prompts=16", "--set", "rollout.prompts_per_step=8", "--set", "rollout.group_size=4"]
@@ -73,7 +73,7 @@ def test_lock_record_of_a_dead_local_process_or_a_stale_host_is_taken_over(tmp_p
 # -- two copies of one run ---------------------------------------------------------------
 def _cli(*args: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.Popen([sys.executable, "-m", "suite.cli", "run", *args], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "rlsuite.suite.cli", "run", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
 
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from algorithms.base import ALGORITHMS
-from algorithms.grpo import GRPO
-from suite.cli import build_parser, main
-from suite.runfolder import read_jsonl
+from rlsuite.algorithms.base import ALGORITHMS
+from rlsuite.algorithms.grpo import GRPO
+from rlsuite.suite.cli import build_parser, main
+from rlsuite.suite.runfolder import read_jsonl
 from tests import fakes  # noqa: F401  (the _parity_test task)
 
 FAST = ["--task", "_parity_test", "--algo", "grpo", "--set", "model.warm_start=none", "--budget", "updates=3"]
@@ -152,7 +152,7 @@ def test_every_tracker_gets_the_jsonl_rows(tmp_path, capsys, offline):
     pytest.importorskip("tensorboard")
     pytest.importorskip("wandb")
     pytest.importorskip("mlflow")
-    from suite.trackers import mlflow_name
+    from rlsuite.suite.trackers import mlflow_name
 
     code, rd, err = _run(capsys, *FAST, "--log", "tensorboard", "--log", "wandb,mlflow", "--out", str(tmp_path))
     assert code == 0, err
@@ -222,7 +222,7 @@ def test_a_failing_tracker_warns_once_and_the_run_goes_on(tmp_path, capsys, monk
 
 
 def test_log_settings_are_not_in_the_run_id(tmp_path):
-    from suite.cli import _spec_from_args
+    from rlsuite.suite.cli import _spec_from_args
 
     def spec(*extra):
         a = build_parser().parse_args(["run", *FAST, *extra, "--out", str(tmp_path)])
@@ -254,10 +254,10 @@ def test_a_resumed_run_continues_its_tracker_runs(tmp_path, monkeypatch, offline
     pytest.importorskip("tensorboard")
     pytest.importorskip("wandb")
     pytest.importorskip("mlflow")
-    from suite.runner import execute
-    from suite.spec import resolve
-    from suite.trackers import mlflow_name
-    from suite.trainer import Trainer
+    from rlsuite.suite.runner import execute
+    from rlsuite.suite.spec import resolve
+    from rlsuite.suite.trackers import mlflow_name
+    from rlsuite.suite.trainer import Trainer
 
     spec = resolve("_parity_test", "grpo", "tiny", 0, sets=[("model.warm_start", "none"),
                                                             ("train.checkpoint_every", 2),
@@ -341,8 +341,8 @@ def test_a_run_prints_progress_and_eval_lines_on_stderr(tmp_path, capsys):
 
 
 def test_sweep_run_log_sets_train_log_for_every_run_without_changing_ids(tmp_path, monkeypatch):
-    import sweeps.launch as launch
-    from sweeps.spec import expand, load
+    import rlsuite.sweeps.launch as launch
+    from rlsuite.sweeps.spec import expand, load
 
     seen = {}
 

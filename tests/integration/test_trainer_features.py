@@ -11,10 +11,10 @@ import textwrap
 
 import pytest
 
-from algorithms.base import ALGORITHMS, AlgoConfig
-from algorithms.grpo import GRPO
-from suite.cli import main
-from suite.runfolder import read_jsonl
+from rlsuite.algorithms.base import ALGORITHMS, AlgoConfig
+from rlsuite.algorithms.grpo import GRPO
+from rlsuite.suite.cli import main
+from rlsuite.suite.runfolder import read_jsonl
 from tests import fakes  # noqa: F401  (fake tasks)
 
 SMALL = ["--task", "arith", "--set", "model.warm_start=none", "--set", "eval.max_prompts=8",
@@ -138,10 +138,10 @@ def test_warm_start_cache_is_built_once_under_concurrency(tmp_path):
     script = textwrap.dedent("""
         import json, sys, torch
         torch.set_num_threads(1)
-        from suite.config import ModelConfig
-        from suite.models import load_model
-        from suite.warmstart import warm_started
-        from tasks.arith import Arith, ArithConfig
+        from rlsuite.suite.config import ModelConfig
+        from rlsuite.suite.models import load_model
+        from rlsuite.suite.warmstart import warm_started
+        from rlsuite.tasks.arith import Arith, ArithConfig
         m, tok, _ = load_model(ModelConfig())
         info = warm_started(Arith(ArithConfig(name="arith", warm_target=0.0, warm_max_steps=100)), m, tok, "tiny", 1)
         print(json.dumps({"cached": info["cached"], "sum": float(sum(p.sum() for p in m.parameters()))}))
@@ -182,8 +182,8 @@ def test_mismatch_knob_makes_mu_differ_from_pi_old_on_policy(tmp_path, capsys):
 def _assert_crash_and_resume_reproduce(spec, tmp_path, monkeypatch, crash_at: int) -> list[dict]:
     """Run ``spec`` once; run it again with a crash injected at step ``crash_at``, then resume it
     from its checkpoint: the metrics of both must match. Returns the reference rows."""
-    from suite.runner import execute
-    from suite.trainer import Trainer
+    from rlsuite.suite.runner import execute
+    from rlsuite.suite.trainer import Trainer
 
     code, ref = execute(spec, tmp_path / "ref")
     assert code == 0
@@ -207,7 +207,7 @@ def _assert_crash_and_resume_reproduce(spec, tmp_path, monkeypatch, crash_at: in
 
 
 def test_lag_staleness_resumes_exactly(tmp_path, monkeypatch):
-    from suite.spec import resolve
+    from rlsuite.suite.spec import resolve
 
     spec = resolve("_parity_test", "grpo", "tiny", 0, sets=[("rollout.sync", "lag"), ("rollout.staleness", 2),
                                                             ("rollout.mismatch", "noise"), ("train.checkpoint_every", 2)],
@@ -226,7 +226,7 @@ def test_kl_to_the_initial_policy_survives_reference_refreshes(tmp_path, capsys)
     assert rows[0]["algo/ggpo/kl_init"] == pytest.approx(rows[0]["algo/ggpo/kl_ref"], abs=1e-6)  # nothing moved yet
     assert abs(rows[-1]["algo/ggpo/kl_init"]) > 1e-3 and rows[-1]["algo/ggpo/kl_init"] != rows[-1]["algo/ggpo/kl_ref"]
     assert rows[-1]["budget/flops_score_init"] > 0
-    from algorithms.ggpo import GGPO, GGPOConfig
+    from rlsuite.algorithms.ggpo import GGPO, GGPOConfig
 
     assert "init_logp" not in GGPO(GGPOConfig(refresh_every=None)).needs  # π_ref = the initial policy then
 
@@ -235,7 +235,7 @@ def test_replayed_groups_are_rescored_and_resume_exactly(tmp_path, monkeypatch):
     """IS-GRPO's response reading re-uses the previous step's groups (the replay hook): from step 2
     on they come back appended, π_old re-scored, weighted by ρ; a crash and resume from the
     checkpoint (which holds the buffer) reproduces the metrics."""
-    from suite.spec import resolve
+    from rlsuite.suite.spec import resolve
 
     spec = resolve("_parity_test", "is_grpo", "tiny", 0, sets=[("algo.reading", "response"),
                                                              ("train.checkpoint_every", 1)], budgets=[("updates", 4)])

@@ -22,10 +22,10 @@ import json
 import pytest
 import torch
 
-from suite.cli import main
-from suite.runfolder import read_jsonl
-from suite.spec import resolve
-from suite.types import Batch
+from rlsuite.suite.cli import main
+from rlsuite.suite.runfolder import read_jsonl
+from rlsuite.suite.spec import resolve
+from rlsuite.suite.types import Batch
 
 P = 505_216  # non-embedding parameters of the tiny model (tests/integration/test_budget_flops.py)
 G = 4
@@ -148,7 +148,7 @@ def test_bucket_by_length_equals_the_unbucketed_update(tmp_path, capsys):
 
 
 def test_micro_batch_plan_orders_rows_longest_first():
-    from suite.trainer import Trainer
+    from rlsuite.suite.trainer import Trainer
 
     class Fake:
         pass
@@ -178,8 +178,8 @@ def test_micro_batch_plan_orders_rows_longest_first():
 
 def test_a_run_folder_from_before_the_levers_resumes(tmp_path):
     """spec.json files written before the later settings existed lack them: same run, not a clash."""
-    from suite.config import LATER_DEFAULTS
-    from suite.runner import check_existing
+    from rlsuite.suite.config import LATER_DEFAULTS
+    from rlsuite.suite.runner import check_existing
 
     spec = resolve("arith", "grpo", "tiny", 0)
     old = spec.to_dict() | {"run_id": spec.run_id}

@@ -23,14 +23,15 @@ import torch
 
 trl = pytest.importorskip("trl", reason="TRL is in the `bench` extra: pip install -e '.[bench]'")
 
-from algorithms.base import ALGORITHMS, Context  # noqa: E402
-from suite.aggregation import aggregation_weights  # noqa: E402
-from suite.config import ModelConfig  # noqa: E402
-from suite.models import load_model  # noqa: E402
-from suite.policy import policy_forward  # noqa: E402
-from suite.rollout import collect  # noqa: E402
-from suite.sampler import KVSampler, SamplingParams  # noqa: E402
-from suite.types import Batch  # noqa: E402
+from rlsuite.algorithms.base import ALGORITHMS, Context  # noqa: E402
+from rlsuite.suite.aggregation import aggregation_weights  # noqa: E402
+from rlsuite.suite.config import ModelConfig  # noqa: E402
+from rlsuite.suite.models import load_model  # noqa: E402
+from rlsuite.suite.policy import policy_forward  # noqa: E402
+from rlsuite.suite.rollout import collect  # noqa: E402
+from rlsuite.suite.engines.kv import KVSampler# noqa: E402
+from rlsuite.suite.engines.base import SamplingParams# noqa: E402
+from rlsuite.suite.types import Batch  # noqa: E402
 
 NEW = 8
 

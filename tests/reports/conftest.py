@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from reports import synthetic
+from rlsuite.reports import synthetic
 
 
 @pytest.fixture(scope="session")

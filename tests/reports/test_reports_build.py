@@ -13,8 +13,8 @@ import re
 
 import pytest
 
-from reports import ReportConfig, ReportError, build_report, cli, synthetic
-from reports.tables import LEADERBOARD_COLUMNS
+from rlsuite.reports import ReportConfig, ReportError, build_report, cli, synthetic
+from rlsuite.reports.tables import LEADERBOARD_COLUMNS
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from reports import synthetic
-from reports.load import load_runs
+from rlsuite.reports import synthetic
+from rlsuite.reports.load import load_runs
 
 
 def test_duplicated_step_rows_are_reported(tmp_path):

@@ -11,10 +11,10 @@ import warnings
 
 import pytest
 
-from reports import ReportConfig, synthetic
-from reports.build import build_report
-from reports.load import load_runs
-from suite.runfolder import cpu_model, env_info
+from rlsuite.reports import ReportConfig, synthetic
+from rlsuite.reports.build import build_report
+from rlsuite.reports.load import load_runs
+from rlsuite.suite.runfolder import cpu_model, env_info
 
 
 def _set_env(run, **fields):

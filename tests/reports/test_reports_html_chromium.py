@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from reports import ReportConfig, build_report, synthetic
-from reports.interactive import plotly_js
+from rlsuite.reports import ReportConfig, build_report, synthetic
+from rlsuite.reports.interactive import plotly_js
 
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",

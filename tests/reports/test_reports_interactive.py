@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from reports import ReportConfig, ReportError, build_report, cli, synthetic
-from reports.interactive import plotly_js, to_json
-from reports.load import load_roots, root_labels
-from reports.tables import not_separated
+from rlsuite.reports import ReportConfig, ReportError, build_report, cli, synthetic
+from rlsuite.reports.interactive import plotly_js, to_json
+from rlsuite.reports.load import load_roots, root_labels
+from rlsuite.reports.tables import not_separated
 
 needs_plotly = pytest.mark.skipif(plotly_js() is None, reason="the interactive figures need plotly "
                                   "(pip install -e '.[report]')")
@@ -104,10 +104,10 @@ def test_figures_json(page, synthetic_root_ro):
 
 def test_aliased_axis_band_is_the_scaled_band(synthetic_root_ro):
     """A band stored once for proportional axes equals the band computed on the other axis."""
-    from reports.figures import GRID_POINTS, grid_runs, mean_band
-    from reports.interactive import axis_aliases, curve_model
-    from reports.load import load_runs
-    from reports.scores import score_runs
+    from rlsuite.reports.figures import GRID_POINTS, grid_runs, mean_band
+    from rlsuite.reports.interactive import axis_aliases, curve_model
+    from rlsuite.reports.load import load_runs
+    from rlsuite.reports.scores import score_runs
 
     cfg = ReportConfig(reps=100)
     runset = load_runs(synthetic_root_ro)

@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reports import ReportConfig, ReportError, build_report, synthetic
-from reports.load import find_run_dirs, load_runs
-from reports.stability import NONFINITE_COL
+from rlsuite.reports import ReportConfig, ReportError, build_report, synthetic
+from rlsuite.reports.load import find_run_dirs, load_runs
+from rlsuite.reports.stability import NONFINITE_COL
 
 
 def snapshot(folder: Path) -> dict[str, tuple]:

@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from reports import ReportConfig, scaling, synthetic
-from reports.figures import palette, scaling_figure
-from reports.load import load_runs
-from reports.scores import score_runs
+from rlsuite.reports import ReportConfig, scaling, synthetic
+from rlsuite.reports.figures import palette, scaling_figure
+from rlsuite.reports.load import load_runs
+from rlsuite.reports.scores import score_runs
 
 CFG = ReportConfig(reps=50, scaling_reps=40)
 

@@ -10,9 +10,9 @@ import json
 import numpy as np
 import pytest
 
-from reports import ReportConfig, ReportError, synthetic
-from reports.load import load_runs
-from reports.scores import score_runs
+from rlsuite.reports import ReportConfig, ReportError, synthetic
+from rlsuite.reports.load import load_runs
+from rlsuite.reports.scores import score_runs
 
 CFG = ReportConfig(reps=50)
 

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from reports.stability import NONFINITE_COL, StabilityThresholds, classify_run, first_window
+from rlsuite.reports.stability import NONFINITE_COL, StabilityThresholds, classify_run, first_window
 
 TH = StabilityThresholds()
 
@@ -135,7 +135,7 @@ def scores_frame(flags: dict[str, list[str]]) -> pd.DataFrame:
 
 
 def test_stability_summary_all_stable_shows_k_of_n():
-    from reports.stability import flagged_runs, stability_summary
+    from rlsuite.reports.stability import flagged_runs, stability_summary
     s = scores_frame({"grpo": ["", "", ""], "ppo": ["", ""]})
     summary = stability_summary(s).set_index("algorithm")
     assert summary.loc["grpo", "stable"] == "stable in 3/3 runs"
@@ -146,7 +146,7 @@ def test_stability_summary_all_stable_shows_k_of_n():
 
 
 def test_stability_summary_counts_flags_once_per_run():
-    from reports.stability import flagged_runs, stability_summary
+    from rlsuite.reports.stability import flagged_runs, stability_summary
     s = scores_frame({"grpo": ["", "entropy_collapse (< 0.01): stats/entropy for 5 steps from step 3; "
                                    "entropy_collapse (< 0.01): again", "nonfinite: status diverged (NaN)"]})
     row = stability_summary(s).iloc[0]
@@ -155,8 +155,8 @@ def test_stability_summary_counts_flags_once_per_run():
 
 
 def test_report_with_all_stable_runs(tmp_path):
-    from reports import ReportConfig, synthetic
-    from reports.build import build_report
+    from rlsuite.reports import ReportConfig, synthetic
+    from rlsuite.reports.build import build_report
     for seed in (0, 1, 2):
         synthetic.write_run(tmp_path / "runs", "arith", synthetic.Arm(algo="grpo"), seed)
     build_report(tmp_path / "runs", tmp_path / "out", ReportConfig(reps=20, scaling_reps=3, figures=False))

@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from reports import ReportConfig, ReportError, cli, render, stats, synthetic, tables
-from reports.load import load_runs
-from reports.scores import SCORE_COLUMNS, Scored, score_runs
+from rlsuite.reports import ReportConfig, ReportError, cli, render, stats, synthetic, tables
+from rlsuite.reports.load import load_runs
+from rlsuite.reports.scores import SCORE_COLUMNS, Scored, score_runs
 
 finite = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False)
 

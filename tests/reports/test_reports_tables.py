@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from reports import ReportConfig, ablation, scaling, synthetic, tables, timing
-from reports.load import load_runs
-from reports.scores import BASE_LABEL, score_runs
+from rlsuite.reports import ReportConfig, ablation, scaling, synthetic, tables, timing
+from rlsuite.reports.load import load_runs
+from rlsuite.reports.scores import BASE_LABEL, score_runs
 
 CFG = ReportConfig(reps=200, scaling_reps=10)
 EXACT = dict(seed_sd=0.0, noise=0.0)

@@ -16,7 +16,7 @@ SPECS = Path(__file__).resolve().parents[2] / "sweeps"
 
 def current_run_ids() -> dict[str, list[str]]:
     """Spec name → the run ids of its expansion, in expansion order."""
-    from sweeps.spec import expand, load
+    from rlsuite.sweeps.spec import expand, load
 
     return {p.stem: [r.run_id for r in expand(load(str(p)))] for p in sorted(SPECS.glob("*.yaml"))}
 
@@ -28,9 +28,9 @@ CLIP_EPS_ENTRIES = ("3po", "ggpo", "reinforce_pp", "reinforce_pp_baseline", "rlo
 def entry_run_ids() -> dict[str, str]:
     """``<algo>`` → the run id of (arith, tiny, seed 0) at the entry's defaults, for every
     registered entry; ``<algo>|clip_eps=0.1`` → with the old clip key set, for the entries above."""
-    import algorithms  # noqa: F401
-    from algorithms.base import ALGORITHMS
-    from suite.spec import resolve
+    from rlsuite import algorithms  # noqa: F401
+    from rlsuite.algorithms.base import ALGORITHMS
+    from rlsuite.suite.spec import resolve
 
     out = {name: resolve("arith", name, "tiny", 0).run_id for name, _ in sorted(ALGORITHMS.items())
            if not name.startswith("_")}  # (tests register private entries)

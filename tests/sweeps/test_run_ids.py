@@ -9,10 +9,10 @@ import json
 
 import pytest
 
-from reports.scores import config_fingerprint
-from suite.config import identity_doc
-from suite.runner import _semantic
-from suite.spec import resolve
+from rlsuite.reports.scores import config_fingerprint
+from rlsuite.suite.config import identity_doc
+from rlsuite.suite.runner import _semantic
+from rlsuite.suite.spec import resolve
 from tests.sweeps.record_run_ids import FIXTURE, current_run_ids, entry_run_ids
 
 CHANGES = FIXTURE.with_name("run_id_changes.json")
@@ -22,7 +22,7 @@ Two changes so far. First, a task's ``version`` is part of the identity from ver
 so the ids of the tasks at version 2 changed — arith (its warm start now stops at 30% checked
 every 20 steps), humaneval/mbpp (judged grading jobs; version 3: bare code closed by a lone fence
 is graded as the code, issue 18) and gsm8k (a single data file carves test
-before val, as math does: ``tasks.base.carve_splits``). The clip rename (clip_eps →
+before val, as math does: ``rlsuite.tasks.base.carve_splits``). The clip rename (clip_eps →
 clip_eps_low/clip_eps_high) changes no id: the old key is hashed when both bounds agree. Second,
 the seed-fidelity issue made the defaults of ``edas`` (its authors' launchers: GRPO's KL 0.01,
 DAPO without overlong penalty, the warm-up in steps), ``rrc``/``rrc_self``/``rrc_anchor`` (the
@@ -35,8 +35,8 @@ SOURCE_DEFAULTS = {"edas", "rrc", "rrc_self", "rrc_anchor", "drpo", "dppo_pdm", 
 
 
 def test_the_intended_changes_are_the_version_2_tasks_and_the_source_defaults():
-    import tasks  # noqa: F401
-    from tasks.base import TASKS
+    from rlsuite import tasks  # noqa: F401
+    from rlsuite.tasks.base import TASKS
 
     pairs = [(old, new) for ch in INTENDED_CHANGES.values() for old, new in ch.items()]
     by_task = {old.split("__")[0] for old, new in pairs if old.split("__")[1] not in SOURCE_DEFAULTS}

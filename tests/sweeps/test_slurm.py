@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from suite.cli import main
-from suite.runfolder import read_jsonl
+from rlsuite.suite.cli import main
+from rlsuite.suite.runfolder import read_jsonl
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 

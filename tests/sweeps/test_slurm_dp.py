@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from suite.cli import main
-from suite.runfolder import read_jsonl
+from rlsuite.suite.cli import main
+from rlsuite.suite.runfolder import read_jsonl
 from tests.sweeps.test_slurm import _cluster_up
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]

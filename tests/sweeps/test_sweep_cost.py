@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from suite.cli import main
-from suite.spec import resolve
-from sweeps import cost
-from sweeps.cost import KNOWN_CONFIGS, Arch
+from rlsuite.suite.cli import main
+from rlsuite.suite.spec import resolve
+from rlsuite.sweeps import cost
+from rlsuite.sweeps.cost import KNOWN_CONFIGS, Arch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,7 +42,7 @@ def test_formula_matches_transformers_models(kind):
     import torch
     import transformers
 
-    from suite.models import CHARS, SPECIAL, Critic, non_embedding_params, tiny_config
+    from rlsuite.suite.models import CHARS, SPECIAL, Critic, non_embedding_params, tiny_config
 
     if kind == "llama_tiny":
         cfg = tiny_config(len(SPECIAL) + len(CHARS))
@@ -91,7 +91,7 @@ def test_checkpoint_bytes_match_what_torch_saves(tmp_path):
     import torch
     import transformers
 
-    from suite.models import CHARS, SPECIAL, tiny_config
+    from rlsuite.suite.models import CHARS, SPECIAL, tiny_config
 
     cfg = tiny_config(len(SPECIAL) + len(CHARS))
     model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16)
@@ -159,7 +159,7 @@ def test_leaderboard_dry_run_prints_run_rows_and_a_total(capsys):
                  "--throughput", "1e15", "--cluster", "slurm"]) == 0
     out = capsys.readouterr().out.strip().splitlines()
     rows = [x for x in out if not x.startswith("#")]
-    from algorithms import ALGORITHMS
+    from rlsuite.algorithms import ALGORITHMS
 
     # every public registered entry (``all`` skips the ``_``-prefixed ones other tests register)
     # × the spec's 5 tasks × 5 seeds

@@ -12,9 +12,9 @@ import socket
 import subprocess
 import sys
 
-from suite.runfolder import RunLock, lock_path, read_jsonl
-from sweeps.launch import run_state, to_submit
-from sweeps.spec import expand, load
+from rlsuite.suite.runfolder import RunLock, lock_path, read_jsonl
+from rlsuite.sweeps.launch import run_state, to_submit
+from rlsuite.sweeps.spec import expand, load
 
 SPEC = """
 name: twice
@@ -46,7 +46,8 @@ def test_two_copies_of_a_sweep_at_once_train_each_run_once(tmp_path):
     spec = tmp_path / "s.yaml"
     spec.write_text(SPEC)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-    cmd = [sys.executable, "-m", "suite.cli", "sweep", "run", str(spec), "--out", str(tmp_path), "--workers", "1"]
+    cmd = [sys.executable, "-m", "rlsuite.suite.cli", "sweep", "run", str(spec), "--out", str(tmp_path),
+           "--workers", "1"]
     procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for _ in range(2)]
     outs = [p.communicate(timeout=900) for p in procs]

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from suite.cli import main
-from suite.errors import BadInput
-from sweeps.spec import expand, load, parse
+from rlsuite.suite.cli import main
+from rlsuite.suite.errors import BadInput
+from rlsuite.sweeps.spec import expand, load, parse
 
 BASE = {"name": "v", "tasks": ["arith"], "algorithms": ["grpo"], "seeds": [0], "budget": {"updates": 1},
         "base": "none"}
@@ -92,9 +92,9 @@ def test_sweep_out_that_is_a_file(tmp_path, capsys):
 
 
 def test_runs_that_never_started_make_the_sweep_exit_non_zero(tmp_path, capsys, monkeypatch):
-    import sweeps.launch
+    import rlsuite.sweeps.launch as launch
 
-    monkeypatch.setattr(sweeps.launch, "launch", lambda *a, **k: [{"code": 1, "error": "job died before the run"}])
+    monkeypatch.setattr(launch, "launch", lambda *a, **k: [{"code": 1, "error": "job died before the run"}])
     spec = tmp_path / "s.yaml"
     spec.write_text("name: v\ntasks: [arith]\nalgorithms: [grpo]\nseeds: [0]\nbudget: {updates: 1}\nbase: none\n")
     assert main(["sweep", "run", str(spec), "--cluster", "local", "--out", str(tmp_path / "o")]) == 1

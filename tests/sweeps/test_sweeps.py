@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from suite.cli import main
-from suite.errors import BadInput
-from suite.runfolder import read_jsonl
-from sweeps.spec import BUNDLED, expand, load
+from rlsuite.suite.cli import main
+from rlsuite.suite.errors import BadInput
+from rlsuite.suite.runfolder import read_jsonl
+from rlsuite.sweeps.spec import BUNDLED, expand, load
 
 MINI = """
 name: mini
@@ -125,7 +125,8 @@ def test_debug_cluster_runs_in_process(tmp_path):
 @pytest.mark.slow
 def test_interrupted_local_sweep_completes_on_rerun_without_losing_results(tmp_path):
     spec = write(tmp_path, MINI % 12)
-    cmd = [sys.executable, "-m", "suite.cli", "sweep", "run", str(spec), "--out", str(tmp_path), "--workers", "2"]
+    cmd = [sys.executable, "-m", "rlsuite.suite.cli", "sweep", "run", str(spec), "--out", str(tmp_path),
+           "--workers", "2"]
     # SIGINT back to the default in the child: a shell starting this suite in the background
     # (`cmd &` without job control) leaves SIGINT ignored, and Python then never turns it into Ctrl-C
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, text=True,

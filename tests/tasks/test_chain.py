@@ -7,8 +7,8 @@ import hashlib
 
 import pytest
 
-from suite.spec import resolve
-from tasks.chain import Chain, ChainConfig, ChainTask
+from rlsuite.suite.spec import resolve
+from rlsuite.tasks.chain import Chain, ChainConfig, ChainTask
 
 
 def task(**kw) -> ChainTask:
@@ -111,7 +111,7 @@ def test_embedded_preset_fits_the_longest_response():
 def test_the_committed_base_is_pinned():
     # the bytes every machine starts RL from (suite/bases/chain__tiny.*): a rebuild on another CPU
     # model gives other bytes, so a change here must be deliberate (it changes every chain run id)
-    from suite import warmstart
+    from rlsuite.suite import warmstart
 
     man = warmstart.committed_base("chain", resolve("chain", "grpo", "tiny", 0).task, "tiny")
     assert man is not None and man["sha256"] == "97f8857b9940d261ab941526f8ed4460041d29020afb822243d1ab57ff8298d8"

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import pytest
 
-import tasks.code  # noqa: F401  (registration, until tasks/__init__.py imports it)
-from suite.cli import main
-from suite.errors import BadInput
-from tasks.base import read_jsonl
-from tasks.code import (
+import rlsuite.tasks.code  # noqa: F401  (registration, until tasks/__init__.py imports it)
+from rlsuite.suite.cli import main
+from rlsuite.suite.errors import BadInput
+from rlsuite.tasks.base import read_jsonl
+from rlsuite.tasks.code import (
     HUMANEVAL_CHAT,
     MBPP,
     CodeConfig,

@@ -12,9 +12,9 @@ import json
 
 import pytest
 
-import tasks.code_toy  # noqa: F401  (registration, until tasks/__init__.py imports it)
-from suite.cli import main
-from tasks.code_toy import CodeToy, CodeToyConfig, Problem, generate
+import rlsuite.tasks.code_toy  # noqa: F401  (registration, until tasks/__init__.py imports it)
+from rlsuite.suite.cli import main
+from rlsuite.tasks.code_toy import CodeToy, CodeToyConfig, Problem, generate
 from tests.conftest import require_sandbox
 
 require_sandbox()

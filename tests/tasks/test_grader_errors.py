@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tasks.base import TASKS, Grade, GraderError
-from tasks.math_grading import MathVerifyPool
+from rlsuite.tasks.base import TASKS, Grade, GraderError
+from rlsuite.tasks.math_grading import MathVerifyPool
 from tests.fakes import ParityTask
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = """
 import sys
 sys.path.insert(0, {repo!r})
-from tasks.math import Math, MathConfig
+from rlsuite.tasks.math import Math, MathConfig
 
 def grade():
     task = Math(MathConfig(name="math"))
@@ -141,8 +141,8 @@ def test_a_worker_that_cannot_run_the_grader_raises():
 
 
 def test_math_and_gsm8k_map_a_verdict_error_to_a_grade_error(monkeypatch):
-    from tasks.gsm8k import GSM8K, GSM8KConfig
-    from tasks.math import Math, MathConfig
+    from rlsuite.tasks.gsm8k import GSM8K, GSM8KConfig
+    from rlsuite.tasks.math import Math, MathConfig
 
     verdicts = [(True, None), (False, None), (False, "math-verify raised KeyError: x")]
     for task, rows, comps in (
@@ -166,7 +166,7 @@ def humaneval(tmp_path):
     from tests.conftest import require_sandbox
 
     require_sandbox()
-    from tasks.code import CodeConfig, HumanEval
+    from rlsuite.tasks.code import CodeConfig, HumanEval
 
     task = HumanEval(CodeConfig(name="humaneval", data_path=str(tmp_path), sandbox_workers=1, timeout_s=2.0))
     yield task
@@ -178,7 +178,7 @@ ROW = {"task_id": "t/0", "prompt": "def f(x):\n", "canonical_solution": "    ret
 
 
 def test_sandbox_error_is_a_grade_error_and_a_failing_program_stays_wrong(humaneval, monkeypatch):
-    from tasks.sandbox import RunResult
+    from rlsuite.tasks.sandbox import RunResult
 
     real = humaneval.sandbox.run_many
 
@@ -199,7 +199,7 @@ def test_sandbox_error_is_a_grade_error_and_a_failing_program_stays_wrong(humane
 
 
 def test_a_sandbox_whose_workers_cannot_start_raises_or_errors_never_scores_wrong(humaneval, monkeypatch):
-    from tasks import sandbox as sbm
+    from rlsuite.tasks import sandbox as sbm
 
     def dead_plans(self):
         return [sbm._Plan([sys.executable, "-c", "import sys; sys.exit(3)"], None, {}, None)]
@@ -215,8 +215,8 @@ def test_code_toy_sandbox_error_is_a_grade_error(monkeypatch):
     from tests.conftest import require_sandbox
 
     require_sandbox()
-    from tasks.code_toy import CodeToy
-    from tasks.sandbox import RunResult
+    from rlsuite.tasks.code_toy import CodeToy
+    from rlsuite.tasks.sandbox import RunResult
 
     task = CodeToy(CodeToy.Config(name="code_toy"))
     try:
@@ -234,8 +234,8 @@ def test_code_toy_sandbox_error_is_a_grade_error(monkeypatch):
 def test_an_unreachable_retrieval_server_raises_not_an_empty_observation():
     import socket
 
-    from tasks.retrieval import RemoteRetriever
-    from tasks.search import SearchEnv
+    from rlsuite.tasks.retrieval import RemoteRetriever
+    from rlsuite.tasks.search import SearchEnv
 
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -272,11 +272,11 @@ for _cls in (_HalfErrors, _AllErrors):
 
 
 def test_grade_errors_are_counted_and_left_out_of_the_loss(tmp_path):
-    import algorithms  # noqa: F401
-    from algorithms.base import ALGORITHMS
-    from suite.models import load_model
-    from suite.spec import resolve
-    from suite.trainer import Trainer
+    from rlsuite import algorithms  # noqa: F401
+    from rlsuite.algorithms.base import ALGORITHMS
+    from rlsuite.suite.models import load_model
+    from rlsuite.suite.spec import resolve
+    from rlsuite.suite.trainer import Trainer
 
     spec = resolve(_HalfErrors.name, "grpo", "tiny", 0, sets=[("model.warm_start", "none")])
     task, algo = TASKS.get(spec.task.name)(spec.task), ALGORITHMS.get("grpo")(spec.algo)
@@ -297,9 +297,9 @@ def test_grade_errors_are_counted_and_left_out_of_the_loss(tmp_path):
 
 
 def test_run_counts_reward_grade_errors_per_step(tmp_path, capsys):
-    from suite.runfolder import read_jsonl
-    from suite.runner import execute
-    from suite.spec import resolve
+    from rlsuite.suite.runfolder import read_jsonl
+    from rlsuite.suite.runner import execute
+    from rlsuite.suite.spec import resolve
 
     spec = resolve(_HalfErrors.name, "grpo", "tiny", 0, sets=[("model.warm_start", "none")])
     code, run_dir = execute(spec, tmp_path)
@@ -313,12 +313,12 @@ def test_run_counts_reward_grade_errors_per_step(tmp_path, capsys):
 
 
 def test_a_run_whose_every_grade_errors_fails_naming_the_grader_error(tmp_path):
-    import algorithms  # noqa: F401
-    from algorithms.base import ALGORITHMS
-    from suite.models import load_model
-    from suite.runner import execute
-    from suite.spec import resolve
-    from suite.trainer import Trainer
+    from rlsuite import algorithms  # noqa: F401
+    from rlsuite.algorithms.base import ALGORITHMS
+    from rlsuite.suite.models import load_model
+    from rlsuite.suite.runner import execute
+    from rlsuite.suite.spec import resolve
+    from rlsuite.suite.trainer import Trainer
 
     spec = resolve(_AllErrors.name, "grpo", "tiny", 0, sets=[("model.warm_start", "none")])
     code, run_dir = execute(spec, tmp_path / "out")  # the first grading is the step-0 val eval

@@ -6,9 +6,9 @@ Needs no data (the examples are written here) and starts no grading pool.
 
 from __future__ import annotations
 
-from suite.spec import resolve
-from suite.trainer import encode_text
-from tasks.gsm8k import GSM8K, GSM8KConfig
+from rlsuite.suite.spec import resolve
+from rlsuite.suite.prompts import encode_text
+from rlsuite.tasks.gsm8k import GSM8K, GSM8KConfig
 
 EX = {"question": "Tom has 3 apples and buys 4 more. How many apples does he have?", "answer": "3 + 4 = 7\n#### 7"}
 INSTRUCTION = GSM8KConfig().instruction

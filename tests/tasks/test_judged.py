@@ -16,9 +16,9 @@ from fractions import Fraction
 
 import pytest
 
-from tasks.sandbox import LAYERS, Judged, Sandbox, SandboxConfig, detect, inside_source
-from tasks.sandbox._inside import ProtocolError, _decode, _encode, _Remote
-from tasks.sandbox.battery import HACKS, hacks_claimed, run_reward_hacks
+from rlsuite.tasks.sandbox import LAYERS, Judged, Sandbox, SandboxConfig, detect, inside_source
+from rlsuite.tasks.sandbox._inside import ProtocolError, _decode, _encode, _Remote
+from rlsuite.tasks.sandbox.battery import HACKS, hacks_claimed, run_reward_hacks
 from tests.conftest import require_sandbox
 
 require_sandbox()
@@ -255,7 +255,7 @@ def test_a_real_setup_failure_is_a_sandbox_error_and_exit_125_is_not(monkeypatch
 
 
 def test_root_prefers_a_world_usable_interpreter_for_the_uid_layer():
-    from tasks.sandbox import SYSTEM_PYTHON, _detect, _python_path, world_usable
+    from rlsuite.tasks.sandbox import SYSTEM_PYTHON, _detect, _python_path, world_usable
 
     running = _python_path(None)
     if os.geteuid() != 0 or world_usable(running) or not world_usable(SYSTEM_PYTHON):

@@ -13,10 +13,10 @@ import re
 
 import pytest
 
-from suite.cli import main
-from suite.errors import BadInput
-from tasks.base import read_jsonl
-from tasks.math import Math, MathConfig, canonical, gold_answer
+from rlsuite.suite.cli import main
+from rlsuite.suite.errors import BadInput
+from rlsuite.tasks.base import read_jsonl
+from rlsuite.tasks.math import Math, MathConfig, canonical, gold_answer
 from tests.conftest import data_dir
 
 FIELDS = ("problem", "solution")
@@ -120,7 +120,7 @@ def test_math_run_with_local_data(math_dir, tmp_path, capsys):
 
 
 def test_parsed_answers_vote_in_maj_at_k(task, math_dir):
-    from suite.evaluate import maj_at_k
+    from rlsuite.suite.evaluate import maj_at_k
 
     row = read_jsonl(math_dir / "test_sample.jsonl", FIELDS)[0]  # \left( 3, \frac{\pi}{2} \right)
     comps = ["\\boxed{(3, \\pi)}", "\\boxed{\\left(3,\\dfrac{\\pi}{2}\\right)}", "no box", "\\boxed{(3, \\frac{\\pi}{2})}"]

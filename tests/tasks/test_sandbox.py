@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.sandbox import (
+from rlsuite.tasks.sandbox import (
     LAYERS,
     Detection,
     Sandbox,
@@ -26,8 +26,8 @@ from tasks.sandbox import (
     SandboxUnavailable,
     detect,
 )
-from tasks.sandbox._inside import seccomp_program
-from tasks.sandbox.battery import ITEMS, Env, claimed, run_battery
+from rlsuite.tasks.sandbox._inside import seccomp_program
+from rlsuite.tasks.sandbox.battery import ITEMS, Env, claimed, run_battery
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 
@@ -107,7 +107,7 @@ def test_auto_stacks_every_available_layer_and_explicit_layers_must_exist():
 
 
 def test_metadata_calls_are_in_every_filter():
-    from tasks.sandbox._inside import _METADATA, _NR, ARCH, RET_ALLOW
+    from rlsuite.tasks.sandbox._inside import _METADATA, _NR, ARCH, RET_ALLOW
 
     for prog in (seccomp_program(1, False, True, True), seccomp_program(1, True, False, False)):
         checked = {k for code, _, _, k in prog if code == 0x15}

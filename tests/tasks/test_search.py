@@ -22,14 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from suite.cli import main
-from suite.errors import BadInput
-from suite.models import char_tokenizer
-from suite.rollout import collect
-from suite.sampler import GenOutput, SamplingParams
-from tasks.retrieval import BM25Index, RemoteRetriever, TinyBM25
-from tasks.search import (INVALID, Search, SearchConfig, SearchEnv, exact_match, extract_answer, f1_score, grade_answer,
-                          normalize_answer, render_passages)
+from rlsuite.suite.cli import main
+from rlsuite.suite.errors import BadInput
+from rlsuite.suite.models import char_tokenizer
+from rlsuite.suite.rollout import collect
+from rlsuite.suite.engines.base import GenOutput, SamplingParams
+from rlsuite.tasks.retrieval import BM25Index, RemoteRetriever, TinyBM25
+from rlsuite.tasks.search import (INVALID, Search, SearchConfig, SearchEnv, exact_match, extract_answer, f1_score, grade_answer,
+                                  normalize_answer, render_passages)
 from tests.conftest import data_dir
 
 REPO = Path(__file__).resolve().parents[2]
@@ -169,12 +169,12 @@ def _get(url: str) -> dict:
 
 
 def test_retrieval_server_on_localhost(tmp_path):
-    """Start ``python -m tasks.retrieval serve`` on 127.0.0.1 (any free port, exits by itself
+    """Start ``python -m rlsuite.tasks.retrieval serve`` on 127.0.0.1 (any free port, exits by itself
     after 30 idle seconds), query it with the task's client, compare with the local index."""
     pytest.importorskip("bm25s", reason="the search extra (bm25s) is not installed")
     corpus = write_corpus(tmp_path / "c.jsonl")
     env = {**os.environ, "RLSUITE_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "tasks.retrieval", "serve", "--corpus", str(corpus), "--port", "0",
+    proc = subprocess.Popen([sys.executable, "-m", "rlsuite.tasks.retrieval", "serve", "--corpus", str(corpus), "--port", "0",
                              "--idle-exit", "30"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env, cwd=REPO)
     try:
@@ -281,7 +281,7 @@ def test_search_run_with_local_data(search_dir, tmp_path, capsys):
 
 
 def test_parsed_answers_vote_in_maj_at_k():
-    from suite.evaluate import maj_at_k
+    from rlsuite.suite.evaluate import maj_at_k
 
     golds = ["The Beatles"]
     grades = [grade_answer(c, golds, "em") for c in

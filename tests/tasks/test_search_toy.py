@@ -14,10 +14,10 @@ import random
 import pytest
 import torch
 
-from suite.cli import main
-from suite.models import char_tokenizer
-from suite.runfolder import read_jsonl
-from tasks.search_toy import SearchToy, SearchToyConfig, make_world, render, sft_loss
+from rlsuite.suite.cli import main
+from rlsuite.suite.models import char_tokenizer
+from rlsuite.suite.runfolder import read_jsonl
+from rlsuite.tasks.search_toy import SearchToy, SearchToyConfig, make_world, render, sft_loss
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ from collections import Counter
 import pytest
 import torch
 
-from tasks.base import Grade
-from tasks.search_toy import make_world
-from tasks.unlearn_toy import REFUSAL, Question, UnlearnToy, UnlearnToyConfig, facts_of, normalise
+from rlsuite.tasks.base import Grade
+from rlsuite.tasks.search_toy import make_world
+from rlsuite.tasks.unlearn_toy import REFUSAL, Question, UnlearnToy, UnlearnToyConfig, facts_of, normalise
 
 torch.set_num_threads(1)
 
@@ -129,10 +129,10 @@ def test_eval_metrics_by_hand(task):
 
 
 def test_evaluate_reports_the_task_metrics(task):
-    from suite.config import EvalConfig, ModelConfig
-    from suite.evaluate import evaluate
-    from suite.models import load_model
-    from suite.sampler import KVSampler
+    from rlsuite.suite.config import EvalConfig, ModelConfig
+    from rlsuite.suite.evaluate import evaluate
+    from rlsuite.suite.models import load_model
+    from rlsuite.suite.engines.kv import KVSampler
 
     model, tok, _ = load_model(ModelConfig(warm_start="none"))
     exs = task.splits()["val"][:12]
@@ -146,8 +146,8 @@ def test_evaluate_reports_the_task_metrics(task):
 
 
 def test_short_warm_start_runs_and_reports():
-    from suite.config import ModelConfig
-    from suite.models import load_model
+    from rlsuite.suite.config import ModelConfig
+    from rlsuite.suite.models import load_model
 
     t = UnlearnToy(UnlearnToyConfig(name="unlearn_toy", warm_max_steps=25))
     model, tok, _ = load_model(ModelConfig(warm_start="none"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from suite.aggregation import AGG_MODES, aggregate, aggregation_weights
+from rlsuite.suite.aggregation import AGG_MODES, aggregate, aggregation_weights
 
 # A [3, 4] per-token loss and its loss mask (row lengths 2, 4, 1).
 LOSS = torch.tensor([[1.0, 2.0, 3.0, 4.0],

@@ -7,11 +7,11 @@ import math
 import pytest
 import torch
 
-from algorithms.grpo import GRPO, GRPOConfig
-from algorithms.ppo import PPO, PPOConfig
-from suite.aggregation import aggregate
+from rlsuite.algorithms.grpo import GRPO, GRPOConfig
+from rlsuite.algorithms.ppo import PPO, PPOConfig
+from rlsuite.suite.aggregation import aggregate
 from tests.fakes import hand_batch, hook_ctx
-from suite.types import Batch, Forward
+from rlsuite.suite.types import Batch, Forward
 
 D = torch.float64
 R3 = math.sqrt(3.0)

@@ -4,9 +4,9 @@
 
 from __future__ import annotations
 
-from suite.spec import resolve
-from suite.stop import stop_ids
-from tasks.arith import Arith, ArithConfig, Problem
+from rlsuite.suite.spec import resolve
+from rlsuite.suite.stop import stop_ids
+from rlsuite.tasks.arith import Arith, ArithConfig, Problem
 
 
 def test_bare_style_grades_the_leading_integer():

@@ -12,12 +12,12 @@ import math
 import pytest
 import torch
 
-from algorithms import ALGORITHMS
-from algorithms.base import Group
-from algorithms.dppo import binary_divergence, topk_divergence
-from suite.aggregation import aggregate
+from rlsuite.algorithms import ALGORITHMS
+from rlsuite.algorithms.base import Group
+from rlsuite.algorithms.dppo import binary_divergence, topk_divergence
+from rlsuite.suite.aggregation import aggregate
 from tests.fakes import hand_batch, hook_ctx
-from suite.types import Batch, Forward
+from rlsuite.suite.types import Batch, Forward
 
 D = torch.float64
 LN = math.log

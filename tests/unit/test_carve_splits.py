@@ -3,9 +3,9 @@ carved before val, so a row that both hashes select lands in test for gsm8k and 
 
 from __future__ import annotations
 
-from tasks.base import carve_splits, hash_split
-from tasks.gsm8k import GSM8K, GSM8KConfig
-from tasks.math import Math, MathConfig
+from rlsuite.tasks.base import carve_splits, hash_split
+from rlsuite.tasks.gsm8k import GSM8K, GSM8KConfig
+from rlsuite.tasks.math import Math, MathConfig
 
 
 def _both(fraction: float) -> str:

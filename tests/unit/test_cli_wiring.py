@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.cli import COMMANDS, build_parser, main
+from rlsuite.suite.cli import COMMANDS, build_parser, main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +24,7 @@ def test_every_subcommand_is_registered():
 
 def test_report_without_the_report_extra_names_it_and_exits_2(monkeypatch, tmp_path, capsys):
     for mod in [m for m in sys.modules if m.split(".")[0] in ("seaborn", "matplotlib")
-                or m in ("reports.build", "reports.figures")]:
+                or m in ("rlsuite.reports.build", "rlsuite.reports.figures")]:
         monkeypatch.delitem(sys.modules, mod)
     monkeypatch.setitem(sys.modules, "seaborn", None)  # import seaborn raises ImportError
     monkeypatch.setitem(sys.modules, "matplotlib", None)
@@ -46,10 +46,11 @@ def _top_level_imports(path: Path) -> set[str]:
 
 
 def test_no_import_cycle_between_cli_sweeps_and_tune():
-    mods = ["suite.cli", "sweeps.cli", "sweeps.tune", "sweeps.launch", "sweeps.spec", "reports.cli"]
-    graph = {m: {n for n in _top_level_imports(ROOT / (m.replace(".", "/") + ".py")) if n in mods and n != m}
-             for m in mods}
-    assert "suite.cli" not in set().union(*(graph[m] for m in mods if m != "suite.cli")), graph
+    mods = ["rlsuite.suite.cli", "rlsuite.sweeps.cli", "rlsuite.sweeps.tune", "rlsuite.sweeps.launch",
+            "rlsuite.sweeps.spec", "rlsuite.reports.cli"]
+    path = lambda m: ROOT / (m.removeprefix("rlsuite.").replace(".", "/") + ".py")
+    graph = {m: {n for n in _top_level_imports(path(m)) if n in mods and n != m} for m in mods}
+    assert "rlsuite.suite.cli" not in set().union(*(graph[m] for m in mods if m != "rlsuite.suite.cli")), graph
 
     def reach(m, seen):
         for n in graph[m]:
@@ -63,19 +64,19 @@ def test_no_import_cycle_between_cli_sweeps_and_tune():
 
 def test_importing_each_cli_module_alone_works_and_the_engine_never_imports_the_cli():
     code = ("import sys; import {m}; print(json.dumps(sorted(k for k in sys.modules "
-            "if k.split('.')[0] in ('suite', 'sweeps', 'reports'))))")
-    for m in ("sweeps.cli", "sweeps.tune", "suite.cli"):
+            "if k.split('.')[:2] in (['rlsuite', 'suite'], ['rlsuite', 'sweeps'], ['rlsuite', 'reports']))))")
+    for m in ("rlsuite.sweeps.cli", "rlsuite.sweeps.tune", "rlsuite.suite.cli"):
         res = subprocess.run([sys.executable, "-c", "import json; " + code.format(m=m)], capture_output=True,
                              text=True, cwd=ROOT)
         assert res.returncode == 0, res.stderr
         loaded = json.loads(res.stdout)
-        if m != "suite.cli":
-            assert "suite.cli" not in loaded, (m, loaded)
+        if m != "rlsuite.suite.cli":
+            assert "rlsuite.suite.cli" not in loaded, (m, loaded)
 
 
 def test_clip_eps_alias_sets_both_bounds_with_one_deprecation_line(capsys):
-    import suite.config as config
-    from suite.spec import resolve
+    import rlsuite.suite.config as config
+    from rlsuite.suite.spec import resolve
 
     config._ALIAS_WARNED.discard("clip_eps")
     a = resolve("arith", "rloo", "tiny", 0, sets=[("algo.clip_eps", 0.1)])

@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 import torch
 
-from algorithms.comppo import next_token_values, retention_gate
-from suite.ops import gae, masked_whiten
+from rlsuite.algorithms.comppo import next_token_values, retention_gate
+from rlsuite.suite.ops import gae, masked_whiten
 from tests.fakes import critic_batch, hook_ctx, make_entry
 
 

@@ -50,7 +50,7 @@ def test_verdict_reads_only_the_interval(lo, hi, sign, want):
 
 
 def test_the_effects_sweep_holds_every_arm_the_analyses_read():
-    from sweeps.spec import load
+    from rlsuite.sweeps.spec import load
 
     arms = {a.name if not a.variant else f"{a.name}:{a.variant}" for a in load("effects").algorithms}
     read = {"grpo", "dr_grpo", "grpo:constant-norm", "dapo:mb4", "dapo:mb4-symmetric", "grpo:no-std",

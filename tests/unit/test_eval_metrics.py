@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from suite.evaluate import maj_at_k, pass_at_k
+from rlsuite.suite.evaluate import maj_at_k, pass_at_k
 
 
 def _comb_pass_at_k(n: int, c: int, k: int) -> float:

@@ -16,10 +16,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from suite.config import ModelConfig
-from suite.fast_forward import fast_forward, positions_saved, share_plan, shared_positions, sliding_window, unsupported
-from suite.models import load_model
-from suite.policy import policy_forward
+from rlsuite.suite.config import ModelConfig
+from rlsuite.suite.fast_forward import fast_forward, positions_saved, share_plan, shared_positions, sliding_window, unsupported
+from rlsuite.suite.models import load_model
+from rlsuite.suite.policy import policy_forward
 
 
 def _model(kind: str):
@@ -218,7 +218,7 @@ def test_compiled_stack_equals_the_eager_one():
 
 
 def test_buckets_by_hand():
-    from suite.fast_forward import buckets
+    from rlsuite.suite.fast_forward import buckets
 
     # sorted longest first (ties by row); no pass overhead: one group per distinct length
     assert buckets([5, 2, 5, 1], 0.0) == [[0, 2], [1], [3]]
@@ -237,7 +237,7 @@ def test_logits_from_computes_the_same_values_from_there_on(kind, share, monkeyp
     are 0, and the gradients of a loss on the response are the same — bit for bit on the HF path
     (the default training forward), to float rounding on the shared-prefix path, there with every
     response length in a group of its own (no pass overhead)."""
-    import suite.fast_forward as ff
+    import rlsuite.suite.fast_forward as ff
 
     model = _model(kind)
     tokens, attn, loss_mask, W = _batch(vocab=model.config.vocab_size)
@@ -263,7 +263,7 @@ def test_logits_from_computes_the_same_values_from_there_on(kind, share, monkeyp
 def test_the_shared_pass_in_length_groups_equals_the_hf_forward(monkeypatch):
     """Prefix sharing with the response rows cut into groups of their own lengths (padding not
     computed; its predictions 0): the HF forward's values at every real response position."""
-    import suite.fast_forward as ff
+    import rlsuite.suite.fast_forward as ff
 
     model = _model("llama-bias")
     tokens, attn, loss_mask, W = _batch(P=2, G=5, R=12, seed=3)

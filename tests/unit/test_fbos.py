@@ -9,11 +9,11 @@ import math
 import pytest
 import torch
 
-from algorithms.base import Group, Revision
-from algorithms.fbos_rl import FBOSRL, FBOSConfig, truncated_is_weight
+from rlsuite.algorithms.base import Group, Revision
+from rlsuite.algorithms.fbos_rl import FBOSRL, FBOSConfig, truncated_is_weight
 from tests.fakes import hook_ctx
-from suite.types import Batch, Forward
-from tasks.base import Grade, Task
+from rlsuite.suite.types import Batch, Forward
+from rlsuite.tasks.base import Grade, Task
 
 D = torch.float
 
@@ -65,7 +65,7 @@ def test_pooled_advantage_and_truncated_is_loss_by_hand():
 
 
 def test_without_stages_it_is_grpo():
-    from algorithms.grpo import GRPO, GRPOConfig
+    from rlsuite.algorithms.grpo import GRPO, GRPOConfig
 
     b = stage_batch()
     b = Batch(**{**b.__dict__, "stage": None})
@@ -103,8 +103,8 @@ def test_schedule_and_revise_decisions():
 
 
 def test_task_feedback_texts():
-    from tasks.arith import Arith, ArithConfig, Problem
-    from tasks.code import code_feedback
+    from rlsuite.tasks.arith import Arith, ArithConfig, Problem
+    from rlsuite.tasks.code import code_feedback
 
     task, p = Arith(ArithConfig(name="arith")), Problem(47, 38, "+")
     fb = lambda c, detail="full": task.feedback(p, c, task.grade(p, c), detail)
@@ -130,8 +130,8 @@ def test_task_feedback_texts():
 
 
 def test_math_and_gsm8k_feedback_templates():
-    from tasks.gsm8k import GSM8K, GSM8KConfig
-    from tasks.math import Math, MathConfig
+    from rlsuite.tasks.gsm8k import GSM8K, GSM8KConfig
+    from rlsuite.tasks.math import Math, MathConfig
 
     g = GSM8K.__new__(GSM8K)  # the feedback needs neither data nor the grader pool
     g.cfg = GSM8KConfig(name="gsm8k")
@@ -150,9 +150,9 @@ def test_trainer_feedback_round_on_arith(tmp_path, monkeypatch):
     """One joint step: first group, feedback-conditioned group and re-placed rows in one batch;
     the re-placed rows are the original prompt + the second round's responses with μ's log-probs;
     both rounds are charged to the sample budget."""
-    from suite.runner import execute
-    from suite.spec import resolve
-    from suite.trainer import Trainer
+    from rlsuite.suite.runner import execute
+    from rlsuite.suite.spec import resolve
+    from rlsuite.suite.trainer import Trainer
 
     torch.set_num_threads(1)
     seen = []
@@ -185,7 +185,7 @@ def test_trainer_feedback_round_on_arith(tmp_path, monkeypatch):
     assert float(((b.old_logp - b.behav_logp).abs() * on).max()) < 1e-4  # on-policy rows: π_old = μ
     off = b.loss_mask * (st == 2)[:, None]
     assert float(((b.old_logp - b.behav_logp).abs() * off).max()) > 1e-3  # re-placed rows: the prompt changed
-    from suite.runfolder import read_jsonl
+    from rlsuite.suite.runfolder import read_jsonl
     row = read_jsonl(run / "metrics.jsonl")[0]
     assert row["revise/groups"] == k and "algo/fbos/is_weight_mean" in row
     # the shared reward statistics describe the first round (the task's own prompts) only

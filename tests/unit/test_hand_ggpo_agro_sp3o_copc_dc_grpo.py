@@ -13,11 +13,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from algorithms import ALGORITHMS
-from algorithms.sp3o import interpolate_values, select_anchors
-from suite.aggregation import aggregate
+from rlsuite.algorithms import ALGORITHMS
+from rlsuite.algorithms.sp3o import interpolate_values, select_anchors
+from rlsuite.suite.aggregation import aggregate
 from tests.fakes import hand_batch, hook_ctx
-from suite.types import Batch, Forward
+from rlsuite.suite.types import Batch, Forward
 
 D = torch.float64
 LN = math.log
@@ -231,7 +231,7 @@ def test_sp3o_source_defaults_relative_anchors_and_token_gae_by_hand():
     anchors 1, 2, 3 (columns 2, 3, 4). V = (0.5, 9, 0.2, 9, 0.8), r = (0, 0.1, 0, 0, 1), γ = 1, λ = ½:
     δ4 = 0.2 → Â4 = 0.2; δ3 = 0.8 − 9 = −8.2 → −8.1; δ2 = 9 − 0.2 = 8.8 → 4.75;
     δ1 = 0.1 + 0.2 − 9 = −8.7 → −6.325; δ0 = 9 − 0.5 = 8.5 → 5.3375; returns Â + V."""
-    from algorithms.sp3o import relative_anchors
+    from rlsuite.algorithms.sp3o import relative_anchors
     cfg = {"lam": 0.5, "whiten_adv": False, "value_clip": None}
     out = algo("sp3o", **cfg).advantages(sp_batch(), CTX)
     assert out.extras["sp3o_anchors"][0].tolist() == [0, 0, 1, 1, 1, 0]

@@ -13,16 +13,16 @@ import math
 import pytest
 import torch
 
-from algorithms.base import Context, Group
-from algorithms.dppo_pdm import DPPOPDM, DPPOPDMConfig, predicted_change
-from algorithms.drpo import DRPO, DRPOConfig, drpo_weight
-from algorithms.edas import EDAS, EDASConfig
-from algorithms.entrocraft import Entrocraft, EntrocraftConfig, acceptance, band
-from algorithms.is_grpo import ISGRPO, ISGRPOConfig, feature_orthogonality, weighted_group_advantage
-from algorithms.pnpo import PNPO, PNPOConfig, prefix_log_ratio
-from suite.aggregation import aggregate
+from rlsuite.algorithms.base import Context, Group
+from rlsuite.algorithms.dppo_pdm import DPPOPDM, DPPOPDMConfig, predicted_change
+from rlsuite.algorithms.drpo import DRPO, DRPOConfig, drpo_weight
+from rlsuite.algorithms.edas import EDAS, EDASConfig
+from rlsuite.algorithms.entrocraft import Entrocraft, EntrocraftConfig, acceptance, band
+from rlsuite.algorithms.is_grpo import ISGRPO, ISGRPOConfig, feature_orthogonality, weighted_group_advantage
+from rlsuite.algorithms.pnpo import PNPO, PNPOConfig, prefix_log_ratio
+from rlsuite.suite.aggregation import aggregate
 from tests.fakes import hand_batch, hook_ctx
-from suite.types import Batch, Forward
+from rlsuite.suite.types import Batch, Forward
 
 torch.set_num_threads(1)
 D = torch.float64
@@ -137,7 +137,7 @@ def test_weighted_group_advantage_by_hand():
     # R = (1, 0, 0), w = (2, 1, 1): m = 2/4 = 0.5; σ² = (2·¼ + ¼ + ¼)/4 · 3/2 = 0.375 → σ = 0.612372
     close(weighted_group_advantage(t([1, 0, 0]), torch.tensor([0, 0, 0]), t([2, 1, 1])),
           t([0.816497, -0.816497, -0.816497]))
-    from suite.ops import group_normalised_advantage
+    from rlsuite.suite.ops import group_normalised_advantage
 
     r, g = t([1, 0, 0, 1, 1, 0.5]), torch.tensor([0, 0, 0, 1, 1, 1])
     close(weighted_group_advantage(r, g, torch.ones(6)), group_normalised_advantage(r, g))  # w ≡ 1: GRPO
@@ -299,7 +299,7 @@ def test_realised_divergence_change_on_a_second_visit():
 
 
 def test_topk_rest_bucket_gets_the_sampled_token():
-    from algorithms.dppo_pdm import categories
+    from rlsuite.algorithms.dppo_pdm import categories
     pi, mu, one = categories(None, None, "topk_tv", t([[[0.5, 0.2]]]).log(), t([[[0.6, 0.3]]]).log(),
                              torch.tensor([[[3, 4]]]), torch.tensor([[9]]))
     torch.testing.assert_close(one, t([[[0.0, 0.0, 1.0]]]))

@@ -23,9 +23,9 @@ import math
 import pytest
 import torch
 
-from algorithms import ALGORITHMS
-from suite.aggregation import aggregate, aggregation_weights
-from suite.types import Forward
+from rlsuite.algorithms import ALGORITHMS
+from rlsuite.suite.aggregation import aggregate, aggregation_weights
+from rlsuite.suite.types import Forward
 from tests.fakes import hand_batch, hook_ctx
 
 D = torch.float64

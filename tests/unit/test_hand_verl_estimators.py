@@ -20,10 +20,10 @@ import math
 import pytest
 import torch
 
-from algorithms.base import Group
-from algorithms.grpo_passk import passk_advantage
-from suite.aggregation import aggregate
-from suite.types import Forward
+from rlsuite.algorithms.base import Group
+from rlsuite.algorithms.grpo_passk import passk_advantage
+from rlsuite.suite.aggregation import aggregate
+from rlsuite.suite.types import Forward
 from tests.fakes import hand_batch, hook_ctx, make_entry
 
 D = torch.float64

@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from suite.mismatch_correction import MODES, correction
+from rlsuite.suite.mismatch_correction import MODES, correction
 
 OLD = torch.log(torch.tensor([[2.0, 0.5, 4.0], [1.5, 3.0, 1.0]]))
 MU = torch.zeros(2, 3)
@@ -97,7 +97,7 @@ def test_no_mismatch_gives_weight_one_and_bad_modes_are_refused():
 
 
 def _spec(*sets, algo="grpo"):
-    from suite.spec import resolve
+    from rlsuite.suite.spec import resolve
     from tests import fakes  # noqa: F401  (the _parity_test task)
 
     return resolve("_parity_test", algo, "tiny", 0, sets=[("model.warm_start", "none"), *sets],
@@ -105,8 +105,8 @@ def _spec(*sets, algo="grpo"):
 
 
 def test_the_trainer_weights_the_policy_term_and_logs_the_weights(tmp_path):
-    from suite.runfolder import read_jsonl
-    from suite.runner import execute
+    from rlsuite.suite.runfolder import read_jsonl
+    from rlsuite.suite.runner import execute
 
     spec = _spec(("train.is_correction", "token_tis"), ("train.is_high", 1.0), ("rollout.mismatch", "noise"))
     assert spec.run_id != _spec(("rollout.mismatch", "noise")).run_id  # in the run id when set
@@ -125,8 +125,8 @@ def test_the_trainer_weights_the_policy_term_and_logs_the_weights(tmp_path):
 def test_the_weight_multiplies_the_policy_gradient(tmp_path):
     """With ``is_high`` = 1e-6 every token's weight is at most 1e-6 (π_old ≈ μ here), so the first
     update's gradient norm shrinks by about that factor (no KL term: kl_coef 0)."""
-    from suite.runfolder import read_jsonl
-    from suite.runner import execute
+    from rlsuite.suite.runfolder import read_jsonl
+    from rlsuite.suite.runner import execute
 
     norms = []
     for sets in ([], [("train.is_correction", "token_tis"), ("train.is_high", 1e-6)]):
@@ -138,7 +138,7 @@ def test_the_weight_multiplies_the_policy_gradient(tmp_path):
 
 @pytest.mark.parametrize("algo", ["dppo", "drpo", "dppo_pdm", "3po", "copc", "fbos_rl", "is_grpo"])
 def test_entries_with_their_own_weight_refuse_the_correction(algo):
-    from suite.errors import BadInput
+    from rlsuite.suite.errors import BadInput
 
     with pytest.raises(BadInput, match="would correct twice"):
         _spec(("train.is_correction", "token_tis"), algo=algo)

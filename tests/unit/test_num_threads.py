@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-import suite.config as config
-from suite.cli import main
-from suite.config import TrainConfig, resolve_threads, threads_hint
-from suite.errors import BadInput
-from suite.spec import resolve, spec_from_dict
+import rlsuite.suite.config as config
+from rlsuite.suite.cli import main
+from rlsuite.suite.config import TrainConfig, resolve_threads, threads_hint
+from rlsuite.suite.errors import BadInput
+from rlsuite.suite.spec import resolve, spec_from_dict
 
 
 def test_auto_is_accepted_hashed_as_written_and_resolved_to_the_affinity_mask(monkeypatch):

@@ -7,8 +7,9 @@ import math
 import pytest
 import torch
 
-from suite.ops import (broadcast_to_tokens, clipped_surrogate, clipped_value_loss, gae, group_mean_std,
-                       group_normalised_advantage, kl_estimate, masked_mean, masked_sum, masked_var, masked_whiten)
+from rlsuite.suite.ops import (broadcast_to_tokens, clipped_surrogate, clipped_value_loss, gae, group_mean_std,
+                               group_normalised_advantage, kl_estimate, masked_mean, masked_sum, masked_var,
+                               masked_whiten)
 
 D = torch.float64
 SQRT3 = math.sqrt(3.0)

@@ -1,4 +1,4 @@
-"""Progress output (issue 21 §3, :mod:`suite.progress`): a terminal gets one line redrawn in place
+"""Progress output (issue 21 §3, :mod:`rlsuite.suite.progress`): a terminal gets one line redrawn in place
 (``\\r``), anything else plain lines at most every ``every_s`` seconds; evals and the end are
 lines of their own; ``off`` is silent. Every timing comes from an injected fake clock.
 
@@ -13,9 +13,9 @@ import types
 import pytest
 import torch
 
-from suite import progress
-from suite.budget import Budget
-from suite.progress import Meter, Printer, RunProgress, fmt_count, fmt_duration, main_metric, resolve_mode
+from rlsuite.suite import progress
+from rlsuite.suite.budget import Budget
+from rlsuite.suite.progress import Meter, Printer, RunProgress, fmt_count, fmt_duration, main_metric, resolve_mode
 
 
 class Clock:
@@ -213,9 +213,9 @@ def test_formats():
 
 
 def test_the_warm_start_loop_shows_progress_and_trains_the_same(capsys):
-    """``tasks.warm.sft_until`` (every warm start's loop) prints lines in ``lines`` mode; the
+    """``rlsuite.tasks.warm.sft_until`` (every warm start's loop) prints lines in ``lines`` mode; the
     weights it trains do not depend on the progress output."""
-    from tasks.warm import sft_until
+    from rlsuite.tasks.warm import sft_until
 
     def train(mode: str) -> torch.nn.Module:
         torch.manual_seed(0)

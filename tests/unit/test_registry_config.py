@@ -6,14 +6,14 @@ import re
 
 import pytest
 
-import algorithms  # noqa: F401  (registration)
-import tasks  # noqa: F401
-from algorithms.base import ALGORITHMS
-from suite.config import parse_assignment
-from suite.errors import BadInput
-from suite.registry import Registry, UnknownName, decorator
-from suite.spec import resolve
-from tasks.base import TASKS
+from rlsuite import algorithms  # noqa: F401  (registration)
+from rlsuite import tasks  # noqa: F401
+from rlsuite.algorithms.base import ALGORITHMS
+from rlsuite.suite.config import parse_assignment
+from rlsuite.suite.errors import BadInput
+from rlsuite.suite.registry import Registry, UnknownName, decorator
+from rlsuite.suite.spec import resolve
+from rlsuite.tasks.base import TASKS
 
 # ----------------------------------------------------------------------------------------
 # registry
@@ -115,7 +115,7 @@ def test_wrong_type_names_field_and_type():
 
 def test_exponent_floats_without_a_dot_are_floats():
     """YAML 1.1 reads ``3e-4`` as a string; a float field takes it as the number it is."""
-    from suite.spec import resolve
+    from rlsuite.suite.spec import resolve
 
     spec = resolve("arith", "grpo", "tiny", 0, sets=[parse_assignment("optim.lr=3e-4", "--set")])
     assert spec.optim.lr == 3e-4

@@ -13,10 +13,10 @@ import math
 import pytest
 import torch
 
-from algorithms.rerule import ReRULE, ReRULEConfig
-from suite.aggregation import aggregation_weights
-from suite.ops import clipped_surrogate
-from suite.types import Batch, Rollout, cat_rollouts
+from rlsuite.algorithms.rerule import ReRULE, ReRULEConfig
+from rlsuite.suite.aggregation import aggregation_weights
+from rlsuite.suite.ops import clipped_surrogate
+from rlsuite.suite.types import Batch, Rollout, cat_rollouts
 from tests.fakes import hand_batch, hook_ctx
 
 torch.set_num_threads(1)
@@ -126,7 +126,7 @@ def test_max_uses_drops_replayed_groups():
 
 
 def test_no_replay_is_grpo_exactly():
-    from algorithms.grpo import GRPO, GRPOConfig
+    from rlsuite.algorithms.grpo import GRPO, GRPOConfig
 
     a, g = algo(), GRPO(GRPOConfig(name="grpo"))
     b = fresh_batch(R3)
@@ -237,10 +237,10 @@ def test_state_round_trip():
 # The trainer, with replay from step 2: rows are appended, and kill-and-resume ends the same.
 
 def test_trainer_replays_and_resumes_identically(tmp_path, monkeypatch):
-    from suite.runfolder import read_jsonl
-    from suite.runner import execute
-    from suite.spec import resolve
-    from suite.trainer import Trainer
+    from rlsuite.suite.runfolder import read_jsonl
+    from rlsuite.suite.runner import execute
+    from rlsuite.suite.spec import resolve
+    from rlsuite.suite.trainer import Trainer
     from tests import fakes  # noqa: F401  (the fake tasks)
 
     sets = [("model.warm_start", "none"), ("train.checkpoint_every", 2), ("algo.warmup_steps", 1),

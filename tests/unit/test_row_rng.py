@@ -1,6 +1,6 @@
-"""Row-invariant sampling noise (``rollout.rng=row``, :class:`suite.sampler.RowNoise`), the
+"""Row-invariant sampling noise (``rollout.rng=row``, :class:`rlsuite.suite.engines.sampling.RowNoise`), the
 settings of data parallelism (``train.world_size``) and the gradient all-reduce of
-:mod:`suite.distributed` on a fixed batch."""
+:mod:`rlsuite.suite.distributed` on a fixed batch."""
 
 from __future__ import annotations
 
@@ -8,10 +8,12 @@ import pytest
 import torch
 from scipy import stats
 
-from suite.config import ModelConfig
-from suite.errors import BadInput
-from suite.sampler import KVSampler, RowNoise, SamplingParams, sample_step, splitmix64
-from suite.spec import resolve
+from rlsuite.suite.config import ModelConfig
+from rlsuite.suite.errors import BadInput
+from rlsuite.suite.engines.kv import KVSampler
+from rlsuite.suite.engines.sampling import RowNoise, sample_step, splitmix64
+from rlsuite.suite.engines.base import SamplingParams
+from rlsuite.suite.spec import resolve
 
 M64 = (1 << 64) - 1
 
@@ -69,7 +71,7 @@ def test_row_noise_is_uniform_and_gumbel_max_samples_the_distribution():
 
 
 def test_kv_sampler_row_noise_is_independent_of_batching_and_padding():
-    from suite.models import load_model
+    from rlsuite.suite.models import load_model
 
     torch.manual_seed(0)
     model, tok, _ = load_model(ModelConfig())
@@ -123,8 +125,8 @@ def test_run_id_ignores_world_size_and_the_default_rng():
 def _grad_worker(rank: int, size: int, store: str, queue) -> None:
     import torch.distributed as dist
 
-    from suite.aggregation import aggregation_weights
-    from suite.distributed import World
+    from rlsuite.suite.aggregation import aggregation_weights
+    from rlsuite.suite.distributed import World
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=store, rank=rank, world_size=size)
@@ -151,7 +153,7 @@ def _grad_worker(rank: int, size: int, store: str, queue) -> None:
 def test_sharded_backward_plus_all_reduce_equals_the_full_batch_gradient(tmp_path):
     import multiprocessing as mp
 
-    from suite.aggregation import aggregation_weights
+    from rlsuite.suite.aggregation import aggregation_weights
 
     ctx = mp.get_context("spawn")
     q = ctx.Queue()

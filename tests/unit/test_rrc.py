@@ -12,13 +12,13 @@ import math
 import pytest
 import torch
 
-import algorithms  # noqa: F401
-from algorithms.base import ALGORITHMS, Context, Group
-from algorithms.judges import JUDGES, Judge, LMJudge, Pool, TaskJudge, judge_pairs, load_judge
-from algorithms.rrc import average_ranks, draw_votes, rank_reward, resolve_ranking, tournament_ranks
-from suite.registry import UnknownName
+from rlsuite import algorithms  # noqa: F401
+from rlsuite.algorithms.base import ALGORITHMS, Context, Group
+from rlsuite.algorithms.judges import JUDGES, Judge, LMJudge, Pool, TaskJudge, judge_pairs, load_judge
+from rlsuite.algorithms.rrc import average_ranks, draw_votes, rank_reward, resolve_ranking, tournament_ranks
+from rlsuite.suite.registry import UnknownName
 from tests.fakes import hook_ctx
-from suite.types import Batch
+from rlsuite.suite.types import Batch
 
 
 class TableJudge(Judge):
@@ -174,7 +174,7 @@ def test_judge_registry_and_loaded_once():
 def tiny_judge_dir(tmp_path_factory):
     from transformers import LlamaForCausalLM
 
-    from suite.models import char_tokenizer, tiny_config
+    from rlsuite.suite.models import char_tokenizer, tiny_config
 
     tok = char_tokenizer()
     torch.manual_seed(0)
@@ -186,7 +186,7 @@ def tiny_judge_dir(tmp_path_factory):
 
 
 def test_lm_judge_on_a_saved_tiny_llama(tiny_judge_dir):
-    from suite.models import non_embedding_params
+    from rlsuite.suite.models import non_embedding_params
 
     judge = load_judge("lm", tiny_judge_dir)
     assert isinstance(judge, LMJudge) and load_judge("lm", tiny_judge_dir) is judge
@@ -241,7 +241,7 @@ def test_split_votes_rank_by_majority():
     assert (dropped, undecided) == (0, 0)
     # the soft variant's rank reward on the same vote shares ties 0 and 1 (Borda 2/3 each): [.5, .5, −1]
     P = torch.tensor([[0.5, 2 / 3, 2 / 3], [1 / 3, 0.5, 1.0], [1 / 3, 0.0, 0.5]])
-    from algorithms.rrc import borda_scores
+    from rlsuite.algorithms.rrc import borda_scores
     torch.testing.assert_close(rank_reward(average_ranks(borda_scores(P))), torch.tensor([0.5, 0.5, -1.0]))
 
 
@@ -283,7 +283,7 @@ def test_one_anchor_beaten_by_both_gives_zero_advantage():
     counts = [(2, 1), (3, 0)]
     beaten = torch.tensor([float(wi > wa) for wi, wa in counts])
     torch.testing.assert_close(beaten, torch.tensor([1.0, 1.0]))
-    from suite.ops import group_normalised_advantage
+    from rlsuite.suite.ops import group_normalised_advantage
     torch.testing.assert_close(group_normalised_advantage(0.1 * beaten, torch.tensor([0, 0])), torch.zeros(2))
     soft = group_normalised_advantage(torch.tensor([2 / 3, 1.0]) - 0.5, torch.tensor([0, 0]))
     torch.testing.assert_close(soft, torch.tensor([-0.707107, 0.707107]), atol=1e-5, rtol=0)

@@ -1,4 +1,4 @@
-"""S3R (suite.speculative): the speculative-sampling rule is exact, the engine's output
+"""S3R (rlsuite.suite.engines.speculative): the speculative-sampling rule is exact, the engine's output
 distribution equals dense sampling, and the negative control (no residual) does not.
 
 No test depends on timing. The χ² test (~20k samples per position, three positions,
@@ -11,10 +11,11 @@ import pytest
 import torch
 from scipy import stats
 
-from suite.config import ModelConfig
-from suite.models import load_model
-from suite.sampler import KVSampler, SamplingParams, left_pad
-from suite.speculative import (
+from rlsuite.suite.config import ModelConfig
+from rlsuite.suite.models import load_model
+from rlsuite.suite.engines.kv import KVSampler
+from rlsuite.suite.engines.base import SamplingParams, left_pad
+from rlsuite.suite.engines.speculative import (
     S3RSampler,
     exact_one_step_distribution,
     residual_distribution,
@@ -177,7 +178,7 @@ def test_sampled_logp_is_dense_model_logp(tiny):
     ids, mask = left_pad(seqs, 0, "cpu")
     with torch.no_grad():
         logits = model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits
-    from suite.sampler import truncate_logits
+    from rlsuite.suite.engines.sampling import truncate_logits
     for b, x in enumerate(out.ids):
         n = len(x)
         lg = logits[b, -n - 1:-1].float() / params.temperature
@@ -321,7 +322,7 @@ def test_greedy_equals_kv_sampler_with_biases_on_every_projection():
     the o_proj / gate / up / down biases as the KV sampler does (which equals the HF forward)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from suite.models import char_tokenizer
+    from rlsuite.suite.models import char_tokenizer
 
     tok = char_tokenizer()
     torch.manual_seed(0)

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import torch
 
-from algorithms.three_po import assign_rows, perturbation
+from rlsuite.algorithms.three_po import assign_rows, perturbation
 from tests.fakes import critic_batch, hook_ctx, make_entry
 
 
@@ -43,10 +43,10 @@ def test_three_po_tis_weight_by_hand():
 
 
 def test_perturbation_leaves_trained_weights_bit_identical_and_flops_match_grpo(tmp_path):
-    from suite.runfolder import read_jsonl
-    from suite.runner import execute
-    from suite.spec import resolve
-    from suite.trainer import Trainer
+    from rlsuite.suite.runfolder import read_jsonl
+    from rlsuite.suite.runner import execute
+    from rlsuite.suite.spec import resolve
+    from rlsuite.suite.trainer import Trainer
 
     seen = {}
     real_rollout = Trainer._rollout

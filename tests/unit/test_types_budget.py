@@ -7,8 +7,8 @@ import dataclasses
 import pytest
 import torch
 
-from suite.budget import Budget, rollout_flops, scoring_flops, training_flops
-from suite.types import Batch, Rollout, cat_rollouts
+from rlsuite.suite.budget import Budget, rollout_flops, scoring_flops, training_flops
+from rlsuite.suite.types import Batch, Rollout, cat_rollouts
 
 L = torch.long
 F = torch.float32

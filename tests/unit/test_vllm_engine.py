@@ -1,4 +1,4 @@
-"""The vLLM rollout engine (suite.vllm_engine) without vLLM: the import guard and its CLI exit,
+"""The vLLM rollout engine (rlsuite.suite.engines.vllm) without vLLM: the import guard and its CLI exit,
 config validation, the conversion of vLLM-shaped outputs into GenOutput, the sampling-parameter
 mapping, per-request seeds and the weight bookkeeping (with a fake ``LLM``).
 
@@ -18,12 +18,13 @@ from typing import Any, Optional
 import pytest
 import torch
 
-import suite.vllm_engine as ve
-from suite.config import ModelConfig
-from suite.errors import BadInput
-from suite.models import load_model
-from suite.sampler import SamplingParams, make_engine
-from suite.spec import resolve
+import rlsuite.suite.engines.vllm as ve
+from rlsuite.suite.config import ModelConfig
+from rlsuite.suite.errors import BadInput
+from rlsuite.suite.models import load_model
+from rlsuite.suite.engines.base import SamplingParams
+from rlsuite.suite.engines.factory import make_engine
+from rlsuite.suite.spec import resolve
 
 # ----------------------------------------------------------------------------------------
 # objects with the attribute names of vllm.outputs / vllm.logprobs
@@ -96,7 +97,7 @@ def test_too_old_vllm_is_bad_input(monkeypatch):
 
 
 def test_cli_run_with_vllm_missing_exits_2_with_one_message_and_writes_nothing(monkeypatch, tmp_path, capsys):
-    from suite.cli import main
+    from rlsuite.suite.cli import main
 
     _no_vllm(monkeypatch)
     code = main(["run", "--task", "arith", "--algo", "grpo", "--out", str(tmp_path / "runs"),
@@ -110,11 +111,11 @@ def test_cli_run_with_vllm_missing_exits_2_with_one_message_and_writes_nothing(m
 
 
 def test_trainer_refuses_behaviour_attention_statistics_with_vllm(monkeypatch, tmp_path):
-    import algorithms  # noqa: F401
-    import tasks  # noqa: F401
-    from algorithms.base import ALGORITHMS
-    from suite.trainer import Trainer
-    from tasks.base import TASKS
+    from rlsuite import algorithms  # noqa: F401
+    from rlsuite import tasks  # noqa: F401
+    from rlsuite.algorithms.base import ALGORITHMS
+    from rlsuite.suite.trainer import Trainer
+    from rlsuite.tasks.base import TASKS
 
     monkeypatch.setattr(ve, "require_vllm", lambda: None)  # as if vLLM and a GPU were there
     spec = resolve("arith", "comppo", "tiny", 0, sets=[("rollout.engine", "vllm"),
@@ -158,7 +159,7 @@ def test_vllm_gpu_memory_is_a_resource_setting_outside_the_run_id():
 def test_a_spec_json_written_before_the_field_existed_still_matches(tmp_path):
     import json
 
-    from suite.runner import check_existing
+    from rlsuite.suite.runner import check_existing
 
     spec = resolve("arith", "grpo", "tiny", 0)
     old = spec.to_dict() | {"run_id": spec.run_id}

@@ -9,13 +9,13 @@ import shutil
 import pytest
 import torch
 
-import tasks  # noqa: F401
-from suite import warmstart
-from suite.cli import main
-from suite.config import ModelConfig
-from suite.models import load_model
-from suite.spec import resolve
-from tasks.base import TASKS, Task
+from rlsuite import tasks  # noqa: F401
+from rlsuite.suite import warmstart
+from rlsuite.suite.cli import main
+from rlsuite.suite.config import ModelConfig
+from rlsuite.suite.models import load_model
+from rlsuite.suite.spec import resolve
+from rlsuite.tasks.base import TASKS, Task
 
 WITH_WARM_START = sorted(n for n, c in TASKS.items() if c.warm_start is not Task.warm_start and not n.startswith("_"))
 
