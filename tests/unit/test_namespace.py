@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("suite", "tasks", "algorithms", "sweeps", "reports")
 SKIP = {".git", ".cache", "results", "node_modules", ".venv"}
 # a module started or imported by its bare name inside a string: a subprocess boot line, `-m`, a patch target
-BARE_IN_STRING = re.compile(rf"(?:\b(?:from|import) |-m |^)({'|'.join(PACKAGES)})\.[a-z_]+(?:\.[a-z_]+)*(?: import|$|\s)")
+BARE_IN_STRING = re.compile(rf"(?:\b(?:from|import) |-m |^)({'|'.join(PACKAGES)})\.[a-z_]+(?:\.[a-z_]+)*"
+                            r"(?: import|$|\s)")
 
 
 def _sources() -> list[Path]:
@@ -55,7 +56,8 @@ def test_bare_import_finder_catches_each_form(tmp_path):
                    "OK = 'suite/config.py'\nNOTE = 'results from tasks in the registry'\n")
     found = bare_imports(src, tmp_path)
     assert [f.split(" ", 1)[1] for f in found] == [
-        "suite", "tasks.code", "algorithms.base", "reports", "string 'from suite.cli import'", "string 'tasks.retrieval'"], found
+        "suite", "tasks.code", "algorithms.base", "reports", "string 'from suite.cli import'",
+        "string 'tasks.retrieval'"], found
 
 
 def test_no_module_imports_a_bare_top_level_name():
