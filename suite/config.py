@@ -33,6 +33,7 @@ from typing import Any, ClassVar, Literal, Optional, Union
 
 import yaml
 
+from rlsuite.suite.engine_traits import TRAITS, engines_with
 from rlsuite.suite.errors import BadInput
 from rlsuite.suite.registry import suggest
 
@@ -760,13 +761,15 @@ def check_ranges(spec: RunSpec) -> list[str]:
     classes' declared ``ranges``, checked by :func:`build`)."""
     e: list[str] = []
     r, t, ev = spec.rollout, spec.train, spec.eval
-    if r.engine == "vllm" and (r.top_p < 1 or r.top_k > 0):
-        e.append(f"rollout.engine=vllm reports only truncated log-probs under top-p/top-k, so μ's untruncated "
+    eng = TRAITS[r.engine]  # what the engine can do (suite/engine_traits.py), never its name
+    if not eng.untruncated_logprobs and (r.top_p < 1 or r.top_k > 0):
+        e.append(f"rollout.engine={r.engine} reports only truncated log-probs under top-p/top-k, so μ's untruncated "
                  f"log-probs would be unknown: set rollout.top_p=1 and rollout.top_k=0 (got {r.top_p}, {r.top_k}), "
-                 f"or use rollout.engine=auto, kv or hf")
-    if r.engine == "vllm" and getattr(t, "world_size", 1) > 1:
-        e.append(f"rollout.engine=vllm runs one vLLM instance inside a single training process; "
-                 f"train.world_size={t.world_size} is not supported with it")
+                 f"or use rollout.engine={', '.join(engines_with('untruncated_logprobs'))}")
+    if not eng.multi_process and getattr(t, "world_size", 1) > 1:
+        e.append(f"rollout.engine={r.engine} runs one instance inside a single training process; "
+                 f"train.world_size={t.world_size} is not supported with it; valid with world_size > 1: "
+                 f"{', '.join(engines_with('multi_process'))}")
     if 1 <= r.prompts_per_step * r.group_size < t.minibatches:
         e.append(f"train.minibatches ({t.minibatches}) exceeds the sequences per step "
                  f"({r.prompts_per_step * r.group_size})")
@@ -781,15 +784,16 @@ def check_ranges(spec: RunSpec) -> list[str]:
                  f"train.compile reads unsharded weights); turn train.share_prefix and train.compile off")
     if t.shard != "none" and spec.optim.fused:
         e.append(f"train.shard={t.shard} steps AdamW on sharded parameters (foreach); set optim.fused=false")
-    if t.shard != "none" and r.engine in ("hf", "vllm"):
+    if t.shard != "none" and not eng.layerwise_sync:
         e.append(f"train.shard={t.shard} syncs full weights into the rollout engine layer by layer (the kv sampler "
-                 f"family); rollout.engine={r.engine} is not supported with it; valid: auto, kv, native, onednn, s3r")
+                 f"family); rollout.engine={r.engine} is not supported with it; valid: "
+                 f"{', '.join(engines_with('layerwise_sync'))}")
     if t.shard_offload and t.device == "cpu":
         e.append("train.shard_offload keeps sharded state in CPU memory while training on a GPU; with "
                  "train.device=cpu everything is there already: set train.shard_offload=false")
-    if r.rng == "row" and r.engine not in ("auto", "kv", "native", "onednn"):
+    if r.rng == "row" and not eng.row_rng:
         e.append(f"rollout.rng=row is implemented by the kv sampler, not rollout.engine={r.engine}; "
-                 f"valid rollout.engine with rng=row: auto, kv, native, onednn")
+                 f"valid rollout.engine with rng=row: {', '.join(engines_with('row_rng'))}")
     if ev.n_samples and any(k > ev.n_samples for k in ev.ks):
         e.append(f"eval.ks {list(ev.ks)} must lie in 1..eval.n_samples ({ev.n_samples})")
     if not spec.budget.limits():

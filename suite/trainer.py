@@ -65,7 +65,7 @@ from rlsuite.suite.checkpoint import pack, state_sha256
 from rlsuite.suite.checks import check_capabilities
 from rlsuite.suite.config import RunSpec
 from rlsuite.suite.distributed import world as current_world
-from rlsuite.suite.engines import make_engine
+from rlsuite.suite.engines import RolloutEngine, make_engine
 from rlsuite.suite.errors import BadInput, Diverged, Interrupted
 from rlsuite.suite.evaluate import evaluate
 from rlsuite.suite.fast_forward import shared_positions
@@ -110,7 +110,7 @@ class Trainer:
             if not self.splits.get(s):
                 raise BadInput(f"task '{task.name}' has an empty {s} split")
         self.stop_ids = stop_ids(tokenizer, model)
-        self.engine = make_engine(r.engine, self.model, tokenizer, r)
+        self.engine: RolloutEngine = make_engine(r.engine, self.model, tokenizer, r)
         self.behaviour = BehaviourSync(r, spec.seed, self.engine, self.model)  # staleness and the mismatch knob
         self.ref = copy.deepcopy(self.model).eval().requires_grad_(False) if "ref_logp" in self.needs else None
         # the initial policy, frozen (KL-to-initial metrics); rebuilt identically on resume

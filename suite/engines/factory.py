@@ -2,7 +2,7 @@
 
 ``auto`` is the kv sampler for the architectures it supports (:data:`KV_ARCHITECTURES`), else
 HF ``generate``. The trainer asks the resolved engine (its class's ``capabilities`` and
-``row_rng``), never its name.
+``traits``, :mod:`rlsuite.suite.engine_traits`), never its name.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlsuite.suite.engines.base import KV_ARCHITECTURES
+from rlsuite.suite.engine_traits import EngineTraits
 from rlsuite.suite.errors import BadInput
 
 KV_KINDS = ("kv", "native", "onednn", "s3r")
@@ -45,11 +46,15 @@ def engine_class(kind: str, model) -> type:
 
 @dataclass(frozen=True)
 class EngineInfo:
-    """A resolved ``rollout.engine``: its class, what it records, whether it takes row noise."""
+    """A resolved ``rollout.engine``: its class, what it records, what it can do."""
 
     cls: type
     capabilities: frozenset[str]
-    row_rng: bool
+    traits: EngineTraits
+
+    @property
+    def row_rng(self) -> bool:
+        return self.traits.row_rng
 
 
 def resolve_engine(kind: str, model) -> EngineInfo:
@@ -64,7 +69,7 @@ def resolve_engine(kind: str, model) -> EngineInfo:
 
         require_vllm()  # BadInput (exit 2) when vllm or a CUDA device is missing
     cls = engine_class(kind, model)
-    return EngineInfo(cls, frozenset(cls.capabilities), bool(getattr(cls, "row_rng", False)))
+    return EngineInfo(cls, frozenset(cls.capabilities), cls.traits)
 
 
 def make_engine(kind: str, model, tokenizer, rollout=None):

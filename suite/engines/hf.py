@@ -10,12 +10,14 @@ from torch import Tensor
 
 from rlsuite.suite.engines.base import GenOutput, NoStats, SamplingParams, _StopTracker, left_pad
 from rlsuite.suite.engines.sampling import truncate_logits
+from rlsuite.suite.engine_traits import TRAITS
 
 
 class HFGenerateEngine(NoStats):
     """The general fallback: HF ``generate`` on the engine's own copy of the model."""
 
     capabilities = frozenset({"behav_logp", "topk"})
+    traits = TRAITS["hf"]
 
     def __init__(self, model, tokenizer) -> None:
         self.model = copy.deepcopy(model).eval()

@@ -17,6 +17,7 @@ from torch import Tensor
 from rlsuite.suite.engines.base import KV_ARCHITECTURES, GenOutput, NoStats, SamplingParams, _StopTracker, _TensorTracker, left_pad
 from rlsuite.suite.engines.sampling import sample_step
 from rlsuite.suite.errors import BadInput
+from rlsuite.suite.engine_traits import TRAITS
 
 
 def _diag(rows: int, cols: int, offset: int, device) -> Tensor:
@@ -38,7 +39,7 @@ class KVSampler(NoStats):
     and ``generate`` keeps per-token results as tensors, converting them to lists once."""
 
     capabilities = frozenset({"behav_logp", "topk", "behav_attn_stat"})
-    row_rng = True
+    traits = TRAITS["kv"]
     """Accepts :class:`RowNoise` as its generator (``rollout.rng=row``)."""
     compact_frac = 0.25
     """``generate`` drops finished samples from the decode forward once they are this fraction

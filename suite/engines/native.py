@@ -55,6 +55,7 @@ from torch import Tensor
 from rlsuite.suite.errors import BadInput
 from rlsuite.suite.engines.base import KV_ARCHITECTURES, GenOutput, SamplingParams, _TensorTracker
 from rlsuite.suite.engines.kv import KVSampler
+from rlsuite.suite.engine_traits import TRAITS
 
 SOURCE = Path(__file__).parent.parent / "native" / "kv_decode.cpp"
 ACTIVATIONS = {"silu": 0, "swish": 0, "gelu": 1, "gelu_pytorch_tanh": 2, "gelu_new": 2, "relu": 3}
@@ -137,6 +138,8 @@ def supported(model) -> Optional[str]:
 class NativeKVSampler(KVSampler):
     """:class:`~rlsuite.suite.engines.kv.KVSampler` whose forward (prefills up to ``long_prefill`` slots,
     decode steps) and token loop run in C++ (see the module docstring)."""
+
+    traits = TRAITS["native"]
 
     def __init__(self, model, tokenizer) -> None:
         why = supported(model)

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from rlsuite.suite.engines.kv import KVSampler
+from rlsuite.suite.engine_traits import TRAITS
 from rlsuite.suite.errors import BadInput
 
 
@@ -46,6 +47,8 @@ def supported(model) -> Optional[str]:
 
 class OneDNNKVSampler(KVSampler):
     """:class:`~rlsuite.suite.engines.kv.KVSampler` whose matmuls run through oneDNN on packed weights."""
+
+    traits = TRAITS["onednn"]
 
     def __init__(self, model, tokenizer) -> None:
         why = supported(model)

@@ -46,6 +46,7 @@ from torch import Tensor
 from rlsuite.suite.engines.base import GenOutput, SamplingParams, _StopTracker, left_pad
 from rlsuite.suite.engines.kv import KVSampler
 from rlsuite.suite.engines.sampling import truncate_logits
+from rlsuite.suite.engine_traits import TRAITS
 
 # ----------------------------------------------------------------------------------------
 # The rule on single distributions.
@@ -95,7 +96,7 @@ class S3RSampler(KVSampler):
     (dense attention); output distribution identical to :class:`KVSampler`'s."""
 
     capabilities = KVSampler.capabilities
-    row_rng = False  # its draft/verify draws are batch noise (rollout.rng=row is refused)
+    traits = TRAITS["s3r"]  # its draft/verify draws are batch noise (rollout.rng=row is refused)
 
     def __init__(self, model, tokenizer, gamma: int = 4, sink: int = 4, window: int = 64,
                  residual: bool = True, share_prefill: bool = True) -> None:

@@ -68,6 +68,7 @@ from torch import Tensor
 
 from rlsuite.suite.errors import BadInput
 from rlsuite.suite.engines.base import GenOutput, NoStats, SamplingParams
+from rlsuite.suite.engine_traits import TRAITS
 
 VLLM_MIN_VERSION = "0.10.2"
 """``logprobs_mode`` (temperature-scaled log-probs) first appeared in vLLM 0.10.2."""
@@ -259,6 +260,7 @@ class VLLMEngine(NoStats):
     """Rollouts with vLLM on the engine's own copy of the weights (see the module docstring)."""
 
     capabilities = frozenset({"behav_logp", "topk"})
+    traits = TRAITS["vllm"]
 
     def __init__(self, model, tokenizer, rollout=None, *, llm=None, vllm_module=None) -> None:
         """``llm`` / ``vllm_module``: injected fakes for tests; otherwise vLLM is imported

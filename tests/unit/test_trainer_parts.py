@@ -43,15 +43,33 @@ def test_factory_resolves_class_capabilities_and_row_noise():
         resolve_engine("kv", _model("gpt2"))
 
 
-def test_engines_follow_the_protocol():
-    from rlsuite.suite.engines.hf import HFGenerateEngine
-    from rlsuite.suite.engines.kv import KVSampler
-    from rlsuite.suite.engines.speculative import S3RSampler
-    from rlsuite.suite.engines.vllm import VLLMEngine
+def test_every_engine_conforms_to_the_protocol_and_declares_its_traits():
+    """Every ``rollout.engine`` setting (suite/engine_traits.py) builds a class that implements each
+    member of :class:`RolloutEngine` with the protocol's parameters, records ``behav_logp``, and
+    takes its traits from the one table (the checks of config.check_ranges read the same table)."""
+    import inspect
 
-    for cls in (KVSampler, HFGenerateEngine, S3RSampler, VLLMEngine):
-        for name in ("capabilities", "load_weights", "state", "generate", "stats", "reset_stats"):
-            assert hasattr(cls, name), (cls, name)
+    import typing
+
+    from rlsuite.suite.config import RolloutConfig
+    from rlsuite.suite.engine_traits import TRAITS, EngineTraits, engines_with
+    from rlsuite.suite.engines import RolloutEngine, engine_class
+    from rlsuite.suite.engines.speculative import S3RSampler
+
+    members = [n for n in vars(RolloutEngine) if not n.startswith("_")] + list(RolloutEngine.__annotations__)
+    assert {"load_weights", "state", "generate", "stats", "reset_stats", "capabilities", "version"} <= set(members)
+    kinds = [k for k in TRAITS if k != "auto"]
+    assert set(TRAITS) == set(typing.get_args(typing.get_type_hints(RolloutConfig)["engine"]))  # every setting
+    for kind in kinds:
+        cls = engine_class(kind, _model("llama"))
+        assert isinstance(cls.traits, EngineTraits) and cls.traits is TRAITS[kind], kind
+        assert "behav_logp" in cls.capabilities, kind
+        for name in (n for n in vars(RolloutEngine) if not n.startswith("_") and callable(vars(RolloutEngine)[n])):
+            want = list(inspect.signature(getattr(RolloutEngine, name)).parameters)
+            got = list(inspect.signature(getattr(cls, name)).parameters)
+            assert got[:len(want)] == want, (kind, name, got, want)
+    assert TRAITS["auto"] is TRAITS["kv"] and engines_with("row_rng") == ["auto", "kv", "native", "onednn"]
+    assert engines_with("layerwise_sync") == ["auto", "kv", "native", "onednn", "s3r"]
     s = S3RSampler.__new__(S3RSampler)
     s.reset_stats()
     assert set(s.stats()) <= {"rollout/s3r_acceptance_rate", "rollout/s3r_mean_accepted_length",
