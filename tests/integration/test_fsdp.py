@@ -137,10 +137,11 @@ def _same_metrics(a: Path, b: Path, rel: float = 0.0) -> None:
                 continue
             if isinstance(v, float) and math.isnan(v):
                 assert math.isnan(r2[k]), k
-            elif rel and k.startswith("mismatch/"):  # μ's log-probs (the engine) against π_old's
-                _within_noise(k, v, r2[k])
-            elif rel:
-                assert r2[k] == pytest.approx(v, rel=rel, abs=1e-7), (r1["step"], k)
+            elif rel:  # mismatch/*: μ's log-probs (the engine) against π_old's: rounding-sized on-policy
+                # (~1e-6, its ulps differ by CPU), real under a stale engine (~1e-3, equal up to rounding)
+                tol = NOISE_BOUND / 10 if k.startswith("mismatch/") else 1e-7
+                assert r2[k] == pytest.approx(v, rel=rel, abs=tol), \
+                    (r1["step"], k)
             else:
                 assert r2[k] == v, (r1["step"], k)
 
