@@ -44,7 +44,7 @@ def check_capabilities(model, needs: frozenset[str], algo_name: str, update_fiel
     if rollout.rng == "row" and not engine.row_rng:
         raise BadInput(f"rollout.rng=row (and train.world_size > 1) needs the kv sampler, which supports "
                        f"{', '.join(KV_ARCHITECTURES)} models, not '{arch}'; valid rollout.rng for it: batch")
-    if getattr(train, "shard", "none") != "none" and not engine.traits.layerwise_sync:
+    if train.shard != "none" and not engine.traits.layerwise_sync:
         raise BadInput(f"train.shard={train.shard} syncs full weights into the rollout engine layer by layer; "
                        f"rollout.engine={rollout.engine} resolves to {engine.cls.__name__} for '{arch}' models, "
                        f"which does not take them; use a model the kv sampler supports ({', '.join(KV_ARCHITECTURES)}) "

@@ -31,6 +31,7 @@ class EngineTraits:
 _KV = EngineTraits(row_rng=True, layerwise_sync=True, untruncated_logprobs=True, multi_process=True)
 
 TRAITS: dict[str, EngineTraits] = {
+    "auto": _KV,
     "kv": _KV,
     "native": _KV,
     "onednn": _KV,
@@ -39,11 +40,10 @@ TRAITS: dict[str, EngineTraits] = {
     "vllm": EngineTraits(row_rng=False, layerwise_sync=False, untruncated_logprobs=False, multi_process=False),
 }
 """``rollout.engine`` → its traits. ``auto`` (the kv sampler on the architectures it supports, else
-HF ``generate``) is checked at resolution as the kv sampler; where the model turns out to need HF
-``generate``, the resolved engine's traits are checked again before anything is sampled."""
-TRAITS["auto"] = TRAITS["kv"]
+HF ``generate``) is checked at resolution as the kv sampler; once the model is loaded,
+``suite/checks.py`` checks the engine it resolved to again (``row_rng``, ``layerwise_sync``)."""
 
 
 def engines_with(trait: str) -> list[str]:
-    """The ``rollout.engine`` settings that have ``trait`` (``auto`` first)."""
-    return ["auto"] + [k for k, t in TRAITS.items() if k != "auto" and getattr(t, trait)]
+    """The ``rollout.engine`` settings that have ``trait``, in the table's order (``auto`` first)."""
+    return [k for k, t in TRAITS.items() if getattr(t, trait)]

@@ -32,19 +32,18 @@ def bare_imports(path: Path, root: Path = ROOT) -> list[str]:
     """``file:line name`` of every import, at any depth, whose top-level name is one of PACKAGES, and of
     every string constant that imports or starts one of them by its bare name."""
     out = []
-    tree = ast.parse(path.read_text(), filename=str(path))
-    for node in ast.walk(tree):
-        names: list[str] = []
+    bare = lambda name: name.split(".")[0] in PACKAGES
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
+            hits = [a.name for a in node.names if bare(a.name)]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module]
+            hits = [node.module] if bare(node.module) else []
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "\n" not in node.value:
             m = BARE_IN_STRING.search(node.value)
-            names = [m.group(0).strip()] if m and not node.value.endswith((".py", ".md", ".yaml")) else []
-            names = [f"string {n!r}" for n in names]
-        out += [f"{path.relative_to(root)}:{node.lineno} {n}" for n in names
-                if n.startswith("string ") or n.split(".")[0] in PACKAGES]
+            hits = [f"string {m.group(0).strip()!r}"] if m and not node.value.endswith((".py", ".md", ".yaml")) else []
+        else:
+            continue
+        out += [f"{path.relative_to(root)}:{node.lineno} {h}" for h in hits]
     return out
 
 
