@@ -28,8 +28,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas is imported where it is used: `rlsuite run` imports this module (~0.8 s)
+    import pandas as pd
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -96,6 +100,8 @@ def _steps(metrics: pd.DataFrame) -> np.ndarray:
 def _col(metrics: pd.DataFrame, key: str) -> np.ndarray | None:
     if key not in metrics:
         return None
+    import pandas as pd
+
     vals = pd.to_numeric(metrics[key], errors="coerce").to_numpy(dtype=float)
     return vals if np.isfinite(vals).any() or key.startswith(("loss/", "stability/")) else None
 
@@ -156,6 +162,8 @@ def _reward_crash(metrics: pd.DataFrame, th: StabilityThresholds) -> list[str]:
     vals = _col(metrics, "reward/mean")
     if th.train_reward_frac is None or vals is None:
         return []
+    import pandas as pd
+
     w = th.window_steps
     smooth = pd.Series(vals).rolling(w, min_periods=w).mean().to_numpy()
     peak = np.fmax.accumulate(np.where(np.isfinite(smooth), smooth, -np.inf))
@@ -230,6 +238,8 @@ def stability_summary(scores: pd.DataFrame) -> pd.DataFrame:
     Returns columns `STABILITY_SUMMARY_COLUMNS`: `stable` reads "stable in k/n runs"; `flags`
     lists "flag: runs" (a run counts once per flag) or "none".
     """
+    import pandas as pd
+
     rows = []
     for alg, g in scores.groupby("algorithm", sort=True):
         k, n = int(g["stable"].astype(bool).sum()), len(g)

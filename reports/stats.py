@@ -36,7 +36,6 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Literal, NamedTuple
 
 import numpy as np
-import scipy.stats
 
 Columns = list[np.ndarray]
 """Per-task samples: column j has shape (..., n_j) (a leading reps axis when resampled)."""
@@ -49,12 +48,20 @@ CI_CHOICES = ("auto", *CI_METHODS)
 CI_NAMES = {"percentile": "percentile bootstrap", "bca": "BCa bootstrap", "t": "Student-t",
             "studentized": "studentized (bootstrap-t) bootstrap"}
 
+
 class Interval(NamedTuple):
     """A point estimate with its confidence interval (low <= point <= high, usually)."""
 
     point: float
     low: float
     high: float
+
+
+def _sps():
+    """``scipy.stats``, imported on first use (it costs ~1.3 s, and ``rlsuite run`` imports this module)."""
+    import scipy.stats
+
+    return scipy.stats
 
 
 NAN_INTERVAL = Interval(float("nan"), float("nan"), float("nan"))
@@ -70,7 +77,7 @@ def iqm(x: np.ndarray, axis: int | None = None) -> np.ndarray:
 
     Shapes: x any; reduces `axis` (None = all values). NaNs must be removed beforehand.
     """
-    return scipy.stats.trim_mean(x, proportiontocut=0.25, axis=axis)
+    return _sps().trim_mean(x, proportiontocut=0.25, axis=axis)
 
 
 COVERAGE_FILE = "benchmarks/results/report_coverage.md"
@@ -358,7 +365,7 @@ def bootstrap_ci(
         x: (n,) observations (e.g. one score per seed); non-finite values are dropped.
         statistic: `mean` or `iqm` (`t` and `studentized` are for the mean only).
         reps: bootstrap resamples.
-        method: `percentile` or `bca` (scipy.stats.bootstrap; BCa falls back to percentile
+        method: `percentile` or `bca` (_sps().bootstrap; BCa falls back to percentile
             when it is undefined), `t` (Student-t), `studentized` (bootstrap-t), or `auto`
             (`choose_method(n)`: the best measured coverage at this n, `CELL_COVERAGE`).
         confidence: interval level.
@@ -405,7 +412,7 @@ def _scipy_ci(x: np.ndarray, fn: Callable, reps: int, method: str, confidence: f
               seed: int) -> tuple[float, float]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # BCa's DegenerateDataWarning: handled by the fallback
-        res = scipy.stats.bootstrap(
+        res = _sps().bootstrap(
             (x,), lambda a, axis: fn(a, axis=axis), n_resamples=reps, vectorized=True,
             method="BCa" if method == "bca" else "percentile", confidence_level=confidence,
             rng=np.random.default_rng(seed),
@@ -520,7 +527,7 @@ def _t_from(point: float, terms: Sequence[tuple[float, int]], confidence: float)
     var, df = satterthwaite(terms)
     if var == 0:
         return Interval(point, point, point)
-    half = float(scipy.stats.t.ppf((1 + confidence) / 2, df)) * math.sqrt(var)
+    half = float(_sps().t.ppf((1 + confidence) / 2, df)) * math.sqrt(var)
     return Interval(point, point - half, point + half)
 
 
@@ -562,7 +569,7 @@ def _iqm_t(point: float, cols: Columns, confidence: float) -> Interval:
              for c in cols if c.size > 1]
     _, df = satterthwaite(terms)
     df = df * (h - 1) / (big_n - 1) if math.isfinite(df) else h - 1
-    half = float(scipy.stats.t.ppf((1 + confidence) / 2, max(df, 1.0))) * se
+    half = float(_sps().t.ppf((1 + confidence) / 2, max(df, 1.0))) * se
     return Interval(point, point - half, point + half)
 
 
@@ -877,7 +884,7 @@ def t_test(xcols: Columns, ycols: Columns | None = None) -> TTest:
     if var == 0:
         return TTest(diff, 0.0, float("nan"), randomization_p(xcols, ycols) if diff != 0 else 1.0)
     se = math.sqrt(var)
-    return TTest(diff, se, df, float(2 * scipy.stats.t.sf(abs(diff) / se, df)))
+    return TTest(diff, se, df, float(2 * _sps().t.sf(abs(diff) / se, df)))
 
 
 RANDOMIZATION_EXACT_MAX = 65536
@@ -934,7 +941,7 @@ def t_test_interval(t: TTest, confidence: float) -> Interval:
         return Interval(t.diff, float("nan"), float("nan"))
     if t.se == 0:
         return Interval(t.diff, t.diff, t.diff) if t.diff == 0 else Interval(t.diff, float("nan"), float("nan"))
-    half = float(scipy.stats.t.ppf((1 + confidence) / 2, t.df)) * t.se
+    half = float(_sps().t.ppf((1 + confidence) / 2, t.df)) * t.se
     return Interval(t.diff, t.diff - half, t.diff + half)
 
 
@@ -989,7 +996,7 @@ def minimum_detectable_difference(sd: float, n: int, *, alpha: float = 0.05, pow
 
 
 def _mdd_factor(alpha: float, power: float, df: float) -> float:
-    return float(scipy.stats.t.ppf(1 - alpha / 2, df) + scipy.stats.t.ppf(power, df))
+    return float(_sps().t.ppf(1 - alpha / 2, df) + _sps().t.ppf(power, df))
 
 
 def mdd_from_test(t: TTest, *, alpha: float = 0.05, power: float = 0.8) -> float:
@@ -1020,7 +1027,7 @@ def seeds_needed(diff: float, terms: Sequence[tuple[float, int]], *, alpha: floa
     if s2 == 0:
         return float(max(2, math.ceil(math.log2(2 / alpha) - 1e-12)))
     shape = s2**2 / sum(u**2 for u, _ in unit)  # df(n) = shape * (n - 1)
-    z = scipy.stats.norm.ppf(1 - alpha / 2) + scipy.stats.norm.ppf(power)
+    z = _sps().norm.ppf(1 - alpha / 2) + _sps().norm.ppf(power)
     n = max(2, int(z**2 * s2 / diff**2))
     while n <= max_n:
         if _mdd_factor(alpha, power, shape * (n - 1)) * math.sqrt(s2 / n) <= abs(diff):
