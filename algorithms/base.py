@@ -115,10 +115,11 @@ class Algorithm:
     entry's aggregation (checked by contract tests)."""
     tune_knob: ClassVar[Optional[tuple[str, tuple]]] = None
     """The one algorithm knob ``rlsuite sweep tune`` grids over next to the learning rate, with
-    its candidate values (None: learning rate only)."""
+    its candidate values (None: learning rate only); ``"a+b"`` sets fields ``a`` and ``b`` to each
+    value (both clip bounds at once: ``"clip_eps_low+clip_eps_high"``)."""
     own_mismatch_weight: ClassVar[str] = ""
     """How the entry itself weights or masks by π/μ (the engine's μ), when it does: then the
-    trainer-level correction ``train.is_correction`` is refused for it (the two would weight twice)."""
+    trainer-level correction ``loss.is_correction`` is refused for it (the two would weight twice)."""
     inert: ClassVar[dict[str, str]] = {}
     """Config fields that deliberately change neither rewards, advantages, filter nor loss on
     their own, with the reason (the "live knobs" contract test skips them)."""

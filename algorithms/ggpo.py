@@ -85,8 +85,6 @@ class GGPOConfig(AlgoConfig):
     """ε_low of the PPO clip (loss_type = ppo_clip only)."""
     clip_eps_high: float = 0.2
     """ε_high of the PPO clip (loss_type = ppo_clip only)."""
-    legacy_id_keys = ("clip_eps",)
-    """Run ids were hashed with ``clip_eps`` (one ε both sides) before the rename: kept when the two agree."""
     aggregation: AggMode = "seq-mean-token-mean"
 
     def __post_init__(self) -> None:

@@ -74,7 +74,7 @@ class GMPO(GRPO):
                 "verl 0.9.1 compute_policy_loss_geo_mean")
     fidelity = "code"
     switches = ("clip_eps_low", "clip_eps_high")
-    tune_knob = ("clip_eps", (0.2, 0.4))
+    tune_knob = ("clip_eps_low+clip_eps_high", (0.2, 0.4))
     Config = GMPOConfig
     cfg: GMPOConfig
 

@@ -51,8 +51,6 @@ class ReinforcePPConfig(AlgoConfig):
     """ε_low of the clipped ratio (OpenRLHF 0.11.2's ``--actor.eps_clip`` default, both sides)."""
     clip_eps_high: float = 0.2
     """ε_high of the clipped ratio."""
-    legacy_id_keys = ("clip_eps",)
-    """Run ids were hashed with ``clip_eps`` (one ε both sides) before the rename: kept when the two agree."""
     gamma: float = 1.0
     """Discount of the token-reward return."""
     kl_coef: float = 0.001
@@ -68,7 +66,7 @@ class ReinforcePP(Algorithm):
                 "Normalization, arXiv:2501.03262")
     fidelity = "code"
     switches = ("gamma", "kl_coef")
-    tune_knob = ("clip_eps", (0.1, 0.2))
+    tune_knob = ("clip_eps_low+clip_eps_high", (0.1, 0.2))
     Config = ReinforcePPConfig
     cfg: ReinforcePPConfig
 
@@ -93,8 +91,6 @@ class ReinforcePPBaselineConfig(AlgoConfig):
     """ε_low of the clipped ratio."""
     clip_eps_high: float = 0.2
     """ε_high of the clipped ratio."""
-    legacy_id_keys = ("clip_eps",)
-    """Run ids were hashed with ``clip_eps`` (one ε both sides) before the rename: kept when the two agree."""
     kl_coef: float = 0.001
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"
     kl_where: Literal["loss", "reward"] = "loss"

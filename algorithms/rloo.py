@@ -50,8 +50,6 @@ class RLOOConfig(AlgoConfig):
     """ε_low of the clipped ratio, 1 − ε_low (verl mode)."""
     clip_eps_high: float = 0.2
     """ε_high of the clipped ratio, 1 + ε_high (verl mode)."""
-    legacy_id_keys = ("clip_eps",)
-    """Run ids were hashed with ``clip_eps`` (one ε both sides) before the rename: kept when the two agree."""
     kl_coef: float = 0.001
     kl_estimator: Literal["k1", "k2", "k3"] = "k1"
     kl_where: Literal["loss", "reward"] = "reward"
@@ -66,7 +64,7 @@ class RLOO(Algorithm):
     fidelity = "code"
     switches = ("mode", "kl_coef")
     group_relative = True
-    tune_knob = ("clip_eps", (0.1, 0.2))
+    tune_knob = ("clip_eps_low+clip_eps_high", (0.1, 0.2))
     Config = RLOOConfig
     cfg: RLOOConfig
 

@@ -109,8 +109,6 @@ class ThreePOConfig(AlgoConfig):
     """ε_low of the PPO clip (unused by CISPO)."""
     clip_eps_high: float = 0.2
     """ε_high of the PPO clip (or of the CISPO truncation)."""
-    legacy_id_keys = ("clip_eps",)
-    """Run ids were hashed with ``clip_eps`` (one ε both sides) before the rename: kept when the two agree."""
     sigma_mode: Literal["fixed", "adaptive"] = "fixed"
     """Keep σ, or adapt it towards ``target_kl``."""
     target_kl: float = 0.02

@@ -18,7 +18,7 @@ Differs from GRPO (``grpo.py``) by:
      the generation batch rescaled to one accumulation window: the suite's token-mean when an
      optimizer step is one generation batch).
   3. TRL folds its vLLM importance-sampling correction (π_old/π_sampler per token) into log w; the
-     suite's weight is π_θ/π_old only (``train.is_correction`` multiplies the loss instead).
+     suite's weight is π_θ/π_old only (``loss.is_correction`` multiplies the loss instead).
 
 Metrics: ``algo/vespo/phi_seq_mean`` (TRL's ``vespo/phi_seq_mean``: the mean φ over sequences),
 ``stats/approx_kl``.

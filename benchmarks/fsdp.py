@@ -1,4 +1,4 @@
-"""Sharded training (``train.shard=fsdp``, suite/sharding.py): step time and memory per rank.
+"""Sharded training (``dist.shard=fsdp``, suite/sharding.py): step time and memory per rank.
 
 CPU (default): SmolLM2-135M, GRPO, 2 prompts × 4 samples × ≤ 32 tokens, 3 steps, one torch
 thread per rank; unsharded 1 process, sharded on 1 rank and on 2 gloo ranks. Per rank: the mean
@@ -106,11 +106,11 @@ def main() -> int:
     (one,) = spawn_probe([spec], 1, tmp / "plain", steps=a.steps, deltas=False)[0]
     add("unsharded", [one], [one["maxrss_kb"]])
     for w in (1, 2):
-        s = resolve("arith", "grpo", "smollm2-135m", 3, sets=SETS + [("train.world_size", w), ("train.shard", "fsdp")],
+        s = resolve("arith", "grpo", "smollm2-135m", 3, sets=SETS + [("dist.world_size", w), ("dist.shard", "fsdp")],
                     budgets=budget)
         (res,) = spawn_probe([s], w, tmp / f"ws{w}", steps=a.steps, deltas=False)
         add("fsdp", res, [r["maxrss_kb"] for r in res])
-    lines = ["# Sharded training (train.shard=fsdp): step time and memory per rank", "",
+    lines = ["# Sharded training (dist.shard=fsdp): step time and memory per rank", "",
              f"CPU: {cpu_model()} (`model name` of /proc/cpuinfo), {os.cpu_count()} cores shared with other jobs; "
              f"torch {torch.__version__}, gloo, one torch thread per rank, fp32.", "",
              f"Model SmolLM2-135M (134.5M parameters, tied embeddings), GRPO (with its reference, kl_coef > 0), "

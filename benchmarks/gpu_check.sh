@@ -4,5 +4,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'"
 PYTHONUNBUFFERED=1 timeout 480 python benchmarks/gpu_check.py --device cuda "$@"
-# sharded training (train.shard=fsdp): one world-size-1 fully_shard bf16 step of a 1.5B-shaped model
+# sharded training (dist.shard=fsdp): one world-size-1 fully_shard bf16 step of a 1.5B-shaped model
 PYTHONUNBUFFERED=1 timeout 240 python benchmarks/fsdp.py --gpu-check

@@ -3,7 +3,7 @@
     rlsuite sweep run mismatch --out runs --workers 2
     python benchmarks/mismatch.py runs/mismatch [--out benchmarks/results/mismatch.md]
 
-One row per ``train.is_correction`` arm (the sweep's variants), over its seeds: runs that
+One row per ``loss.is_correction`` arm (the sweep's variants), over its seeds: runs that
 completed / failed, final greedy accuracy on val and test (the base's in the header), the last
 ten steps' training reward, the largest gradient norm and the final policy entropy (stability),
 and the correction's own metrics averaged over the run (``mismatch/is_weight_mean``, the share of

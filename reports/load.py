@@ -48,6 +48,8 @@ from typing import Any
 
 import pandas as pd
 
+from rlsuite.suite.errors import BadInput
+from rlsuite.suite.migrate import migrate, schema_of
 from rlsuite.reports.config import BUDGET_KEYS
 from rlsuite.reports.errors import ReportError
 from rlsuite.reports.stability import NONFINITE_COL
@@ -274,6 +276,11 @@ def load_runs(root: Path, *, max_depth: int = 3, samples_per_run: int = 20) -> R
         spec = read_json(folder / "spec.json", problems, required=True)
         if spec is None:
             problems.append(f"{folder}: run skipped (no readable spec.json)")
+            continue
+        try:
+            spec = migrate(spec) | {"schema_read": schema_of(spec)}  # older folders: one migration
+        except BadInput as e:
+            problems.append(f"{folder}: run skipped ({e})")
             continue
         env = read_json(folder / "env.json", problems) or {}
         row = _run_row(folder, spec, env, read_json(folder / "status.json", problems))

@@ -16,8 +16,6 @@ runs are scored on (test in `final` mode, val in `last-k` mode).
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +25,7 @@ from rlsuite.reports.config import ReportConfig
 from rlsuite.reports.errors import ReportError
 from rlsuite.reports.load import RunSet
 from rlsuite.reports.stability import classify_run
-from rlsuite.suite.config import identity_doc  # stdlib + yaml only: no trainer import
+from rlsuite.suite.config import identity_hash  # stdlib + yaml only: no trainer import
 
 BASE_LABEL = "base (step 0)"
 PARTIAL_STATES = ("running", "preempted", "cancelled")
@@ -124,10 +122,10 @@ def score_run(ev: pd.DataFrame, state: str, cfg: ReportConfig) -> tuple[float, s
 
 
 def config_fingerprint(spec: dict) -> str:
-    """Hash of a spec's run identity without its run seed (runs of one configuration share it):
-    :func:`rlsuite.suite.config.identity_doc`, the rule of the run id (stdlib only, no trainer import)."""
-    blob = json.dumps(identity_doc(spec, seed=False), sort_keys=True, default=str)
-    return hashlib.sha1(blob.encode()).hexdigest()[:6]
+    """The run id's config hash without the run seed (runs of one configuration share it):
+    :func:`rlsuite.suite.config.identity_hash` of the (migrated) spec document, the one rule of
+    identity (stdlib only, no trainer import)."""
+    return identity_hash(spec, seed=False)
 
 
 def _disambiguate(runs: pd.DataFrame, runset: RunSet) -> tuple[pd.DataFrame, list[str]]:

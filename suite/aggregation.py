@@ -30,7 +30,7 @@ then divided by the accumulation steps), which equals ours for ``L = max_complet
 The verl default ``token-mean`` is that of verl 0.9.1 (``actor.loss_agg_mode``). Details and
 the other modes' peer equivalents: ``algorithms/README.md`` ("Loss aggregation").
 
-The empty-row rule (``train.empty_rows``): ``count`` (the default) counts a row with no
+The empty-row rule (``loss.empty_rows``): ``count`` (the default) counts a row with no
 response tokens in ``N`` under the ``seq-mean-*`` modes; ``skip`` is verl 0.9.1's rule, ``N`` the
 rows with at least one unmasked token (then ``seq-mean-token-sum-norm`` still divides by the
 constant ``L``, where verl divides by the mask's padded width unless ``loss_scale_factor`` is set).

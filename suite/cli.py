@@ -39,11 +39,11 @@ def _add_spec_args(p: argparse.ArgumentParser, run: bool = True) -> None:
 
 
 def add_log_argument(p: argparse.ArgumentParser) -> None:
-    """``--log NAME`` (repeatable, or comma-separated): the experiment trackers, ``train.log``."""
+    """``--log NAME`` (repeatable, or comma-separated): the experiment trackers, ``log.trackers``."""
     from rlsuite.suite.trackers import TRACKERS
 
     p.add_argument("--log", action="append", default=[], metavar="NAME",
-                   help=f"also log to an experiment tracker: {', '.join(TRACKERS)} (train.log; repeatable; "
+                   help=f"also log to an experiment tracker: {', '.join(TRACKERS)} (log.trackers; repeatable; "
                         f"needs its extra, e.g. pip install -e '.[wandb]'; not in the run id)")
 
 
@@ -90,8 +90,8 @@ def _spec_from_args(args, algo: Optional[str], budgets: Sequence[str] = ()):
 
     configs = [load_yaml_config(f) for f in args.config]
     sets = [parse_assignment(s, "--set") for s in args.set]
-    if getattr(args, "log", None):  # --log: train.log (later than --set)
-        sets.append(("train.log", log_names(args.log)))
+    if getattr(args, "log", None):  # --log: log.trackers (later than --set)
+        sets.append(("log.trackers", log_names(args.log)))
     bud = [parse_assignment(b, "--budget") for b in budgets]
     try:
         return resolve(args.task, algo, args.model, getattr(args, "seed", None), configs, sets, bud)
@@ -109,7 +109,7 @@ def cmd_run(args) -> int:
     spec = _spec_from_args(args, args.algo, args.budget)
     check_runtime(spec, Path(args.out))  # a GPU for train.device=cuda, a writable --out: before loading anything
     print(f"run_id: {spec.run_id}", file=sys.stderr)
-    hint = threads_hint(spec.train)
+    hint = threads_hint(spec.train, spec.dist)
     if hint:
         print(hint, file=sys.stderr)
     code, run_dir = execute(spec, Path(args.out))
@@ -134,7 +134,7 @@ def cmd_eval(args) -> int:
 
     configs = [load_yaml_config(f) for f in args.config]
     sets = [parse_assignment(s, "--set") for s in args.set]
-    spec = resolve(args.task, "grpo", args.model, 0, configs, sets)  # algo unused; sections validated
+    spec = resolve(args.task, None, args.model, 0, configs, sets, need_algo=False)  # no algorithm runs
     torch.set_num_threads(resolve_threads(spec.train.num_threads))
     task = TASKS.get(spec.task.name)(spec.task)
     try:
@@ -196,9 +196,9 @@ def cmd_warmstart(args) -> int:
     from rlsuite.suite import warmstart
     from rlsuite.suite.spec import resolve
 
-    spec = resolve(args.task, "grpo", args.model, 0)  # names checked: exit 2 with the valid options
+    spec = resolve(args.task, None, args.model, 0, need_algo=False)  # names checked: exit 2 with the valid options
     if args.rebuild:
-        man = warmstart.rebuild(spec.task.name, args.model, args.threads)
+        man = warmstart.rebuild(spec, args.threads)
         print(f"rebuilt {warmstart.manifest_path(spec.task.name, args.model).with_suffix('.safetensors')} on "
               f"{man['built_on']['cpu_model']}: sha256 {man['sha256']}; a rebuild on another CPU model gives "
               f"different bytes (and changes the run ids of this task)", file=sys.stderr)

@@ -25,7 +25,6 @@ import json
 import math
 import os
 import re
-import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -37,8 +36,11 @@ from rlsuite.suite.engine_traits import TRAITS, engines_with
 from rlsuite.suite.errors import BadInput
 from rlsuite.suite.registry import suggest
 
-SECTIONS = ("model", "task", "algo", "rollout", "optim", "train", "budget", "eval")
+SECTIONS = ("model", "task", "algo", "rollout", "optim", "train", "loss", "dist", "log", "budget", "eval")
 BUDGET_KEYS = ("prompts", "samples", "gen_tokens", "train_tokens", "updates", "flops", "wall_s")
+OUTSIDE_ID = {"identity": False}
+"""Field metadata of a setting that does not change results (a resource, retention or reporting
+setting): :func:`identity_doc` leaves it out of the run id. Every other field is in it."""
 
 
 @dataclass(frozen=True)
@@ -155,7 +157,7 @@ class RolloutConfig:
     """Sampling noise of training rollouts. ``batch``: drawn for the whole batch from the step's
     generator (the original stream). ``row``: a counter-based hash (splitmix64) of (step stream,
     global row, token position, vocab id), so any split of the rows gives the same samples;
-    required by ``train.world_size`` > 1; ``kv`` engine only. In the run id only when ``row``."""
+    required by ``dist.world_size`` > 1; ``kv`` engine only."""
     engine: Literal["auto", "kv", "native", "onednn", "hf", "s3r", "vllm"] = "auto"
     """``kv``: the hand-written KV-cached sampler (Llama-style models); ``native``: the kv sampler
     with its forward (prefill and decode) and its token loop in C++ (CPU, fp32; built on first
@@ -169,7 +171,7 @@ class RolloutConfig:
     ``vllm``: vLLM on a CUDA GPU (the ``vllm`` extra; untested in this project's CI, see
     ``suite/vllm_engine.py``): top-K but no attention statistics, and no top-p/top-k truncation
     in training (vLLM then reports only the truncated log-probs)."""
-    vllm_gpu_memory: float = 0.3
+    vllm_gpu_memory: float = field(default=0.3, metadata=OUTSIDE_ID)
     """``engine=vllm``: vLLM's ``gpu_memory_utilization`` (its weights + KV cache, as a fraction
     of the GPU); the trainer's model, optimizer and activations use the rest. A resource
     setting: not in the run id."""
@@ -231,11 +233,13 @@ class OptimConfig:
     """Linear warm-up of the learning rate over this many updates."""
     schedule: Literal["constant", "linear", "cosine"] = "constant"
     """Decay after warm-up, over the binding budget's progress."""
-    fused: bool = False
+    fused: Union[bool, Literal["auto"]] = "auto"
     """AdamW as one fused kernel over all parameters (torch's ``fused=True``; the default of HF
     Trainer and TRL, ``adamw_torch_fused``): the same update to float rounding (~1e-8); a faster
-    optimizer step, a small share of a whole update (``benchmarks/results/levers.md``). Off by
-    default so earlier runs replay bit for bit; in the run id only when on."""
+    optimizer step (``benchmarks/results/levers.md``). ``auto``: on unless ``dist.shard=fsdp``
+    (sharded parameters step with foreach), resolved at the start of the run
+    (:func:`rlsuite.suite.checks.resolve_auto`; ``spec.json`` and ``env.json`` record it under
+    ``resolved``)."""
 
     ranges: ClassVar[dict[str, str]] = {
         "lr": "(0, inf)", "critic_lr": "(0, inf)", "weight_decay": "[0, inf)", "beta1": "[0, 1)", "beta2": "[0, 1)",
@@ -260,9 +264,9 @@ class TrainConfig:
     one-line hint."""
     device: Literal["auto", "cpu", "cuda"] = "auto"
     """Where the policy trains and samples."""
-    checkpoint_every: int = 20
+    checkpoint_every: int = field(default=20, metadata=OUTSIDE_ID)
     """Steps between checkpoints (also on preemption and at the end). Not in the run id."""
-    keep_checkpoint: bool = False
+    keep_checkpoint: bool = field(default=False, metadata=OUTSIDE_ID)
     """Keep the resumable ``checkpoint/`` (optimizer state included) when the run completes; by
     default a completed run deletes it and keeps ``final/``, the trained policy in
     ``model.dtype``. Retention only: not in the run id."""
@@ -272,26 +276,59 @@ class TrainConfig:
     pays off on CUDA and on CPUs with AVX-512 BF16/AMX, for models large enough that the casts
     do not dominate (``benchmarks/results/levers.md``). The sampler is unaffected (``rollout.mismatch``
     models a low-precision sampler), so with ``rollout.old_logp=behaviour`` the ratio π/π_old is
-    no longer exactly 1 on-policy. In the run id when set."""
-    share_prefix: bool = False
+    no longer exactly 1 on-policy."""
+    share_prefix: Union[bool, Literal["auto"]] = "auto"
     """Training and scoring forwards compute each distinct prompt once per group and let its G
     completions attend to the shared keys/values (:mod:`rlsuite.suite.fast_forward`; llama, mistral,
-    qwen2). Same math, other float summation order. In the run id when set."""
+    qwen2). Same math, other float summation order. ``auto``: on where the fast forward serves the
+    model and the entry's fields and ``dist.shard=none``, resolved by capability (never by timing)
+    at the start of the run (:func:`rlsuite.suite.checks.resolve_auto`; ``spec.json`` and
+    ``env.json`` record it under ``resolved``)."""
     compile: bool = False
     """Training and scoring forwards run their layer stack through ``torch.compile`` (dynamic
     shapes; the first call of a process compiles, tens of seconds on a CPU;
-    :mod:`rlsuite.suite.fast_forward`). Same math, other float rounding. In the run id when set."""
+    :mod:`rlsuite.suite.fast_forward`). Same math, other float rounding."""
     bucket_by_length: bool = False
     """Each rank's micro-batches (``micro_batch_size``) take its rows longest first and drop
     their trailing padding columns, so short sequences are not padded to the minibatch's longest.
-    Same loss (the aggregation weights are the minibatch's), other float summation order. In the
-    run id when set."""
-    world_size: int = 1
+    Same loss (the aggregation weights are the minibatch's), other float summation order."""
+    ranges: ClassVar[dict[str, str]] = {
+        "epochs": "[1, inf)", "minibatches": "[1, inf)", "micro_batch_size": "[0, inf)", "num_threads": "[1, inf)",
+        "checkpoint_every": "[0, inf)"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LossConfig:
+    """The loss settings every algorithm shares (its own objective is the ``algo`` section)."""
+
+    is_correction: Literal["none", "token_tis", "seq_tis", "geo_tis", "token_mis", "seq_mis", "geo_mis",
+                           "token_reject", "seq_reject", "geo_reject"] = "none"
+    """Training–inference mismatch correction from μ (the engine) to π_old (the trainer), for every
+    algorithm: ratio per token, per sequence (product) or geometric mean; truncated IS weight
+    (``*_tis``), masked IS weight (``*_mis``) or rejection from the loss mask (``*_reject``)
+    (:mod:`rlsuite.suite.mismatch_correction`, with TRL's and verl's names). Refused for entries that weight
+    by π/μ themselves."""
+    is_low: float = 0.0
+    """Lower bound of the ratio for ``is_correction`` (0 = none)."""
+    is_high: float = 2.0
+    """Upper bound of the ratio for ``is_correction`` (verl's default 2.0; TRL's is 3.0)."""
+    empty_rows: Literal["count", "skip"] = "count"
+    """The ``seq-mean-*`` aggregations' N: every row (``count``) or, as verl 0.9.1, only rows with at
+    least one response token (``skip``; :mod:`rlsuite.suite.aggregation`)."""
+
+    ranges: ClassVar[dict[str, str]] = {"is_low": "[0, inf)", "is_high": "(0, inf)"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class DistConfig:
+    """Processes and sharding: how one run is spread over ranks."""
+
+    world_size: int = field(default=1, metadata=OUTSIDE_ID)
     """Data-parallel processes (torch.distributed: gloo on CPU, NCCL on CUDA; ``suite/distributed.py``):
     each generates and trains on a shard of every batch and gradients are summed, so the run
     equals the one-process run with the same global batch up to float summation order (needs
     ``rollout.rng=row``). Not in the run id, so a run may resume with another world size."""
-    shard: Literal["none", "fsdp"] = "none"
+    shard: Literal["none", "fsdp"] = field(default="none", metadata=OUTSIDE_ID)
     """``fsdp``: the policy, critic, reference and their optimizer state are sharded across the
     ``world_size`` ranks (FSDP2 ``fully_shard`` per decoder layer plus the root; gradients
     reduce-scattered as sums; :mod:`rlsuite.suite.sharding`), checkpoints written with
@@ -301,60 +338,51 @@ class TrainConfig:
     """``shard=fsdp``: the parameters' dtype in the sharded forward/backward (FSDP2
     ``MixedPrecisionPolicy``): ``bf16`` all-gathers and computes in bfloat16 and reduces
     gradients in fp32 (fp32 master weights and optimizer state); use it where the device
-    supports bf16 (CUDA). Changes results: in the run id when set."""
-    activation_checkpointing: bool = False
+    supports bf16 (CUDA). Changes results."""
+    activation_checkpointing: bool = field(default=False, metadata=OUTSIDE_ID)
     """``shard=fsdp``: recompute each decoder layer's activations in the backward
     (``torch.utils.checkpoint``, non-reentrant). Same math: not in the run id."""
-    shard_offload: bool = False
+    shard_offload: bool = field(default=False, metadata=OUTSIDE_ID)
     """``shard=fsdp`` on CUDA: keep the sharded parameters, gradients and optimizer state in CPU
     memory and step the optimizer there (FSDP2 ``CPUOffloadPolicy``). Not in the run id."""
-    is_correction: Literal["none", "token_tis", "seq_tis", "geo_tis", "token_mis", "seq_mis", "geo_mis",
-                           "token_reject", "seq_reject", "geo_reject"] = "none"
-    """Training–inference mismatch correction from μ (the engine) to π_old (the trainer), for every
-    algorithm: ratio per token, per sequence (product) or geometric mean; truncated IS weight
-    (``*_tis``), masked IS weight (``*_mis``) or rejection from the loss mask (``*_reject``)
-    (:mod:`rlsuite.suite.mismatch_correction`, with TRL's and verl's names). Refused for entries that weight
-    by π/μ themselves. In the run id when set."""
-    is_low: float = 0.0
-    """Lower bound of the ratio for ``is_correction`` (0 = none)."""
-    empty_rows: Literal["count", "skip"] = "count"
-    """The ``seq-mean-*`` aggregations' N: every row (``count``) or, as verl 0.9.1, only rows with at
-    least one response token (``skip``; :mod:`rlsuite.suite.aggregation`). In the run id when set."""
-    is_high: float = 2.0
-    """Upper bound of the ratio for ``is_correction`` (verl's default 2.0; TRL's is 3.0)."""
-    log: tuple[Literal["tensorboard", "wandb", "mlflow"], ...] = ()
+
+    ranges: ClassVar[dict[str, str]] = {"world_size": "[1, inf)"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogConfig:
+    """Where a run reports besides its run folder: experiment trackers and progress output."""
+
+    trackers: tuple[Literal["tensorboard", "wandb", "mlflow"], ...] = field(default=(), metadata=OUTSIDE_ID)
     """Experiment trackers that receive every ``metrics.jsonl`` row and the ``eval/*`` values of
     every ``evals.jsonl`` row at the row's step, on rank 0 (:mod:`rlsuite.suite.trackers`; ``rlsuite run
     --log NAME``, repeatable): ``tensorboard`` (event files), ``wandb`` (Weights & Biases;
     ``WANDB_MODE=offline`` writes a local run for ``wandb sync``), ``mlflow``. Each needs its extra
     (``pip install -e ".[wandb]"``); a tracker that fails warns once on stderr and is switched off,
     the run goes on (the JSONL files stay the record). Not in the run id."""
-    log_dir: Optional[str] = None
+    dir: Optional[str] = field(default=None, metadata=OUTSIDE_ID)
     """Where the trackers write: ``None``, inside the run folder (``tensorboard/``, ``wandb/``,
     ``mlruns/``); a folder shared by many runs: ``<log_dir>/<run_id>/`` (TensorBoard, so
     ``tensorboard --logdir <log_dir>`` shows them side by side), ``<log_dir>/wandb/`` and the MLflow
     file store ``<log_dir>/mlruns``. Not in the run id."""
-    log_project: str = "rlsuite"
+    project: str = field(default="rlsuite", metadata=OUTSIDE_ID)
     """The W&B project, and the MLflow experiment of a run outside a sweep (a sweep's runs go to
     the experiment named after the sweep and form the W&B group of that name). Not in the run id."""
-    mlflow_uri: Optional[str] = None
+    mlflow_uri: Optional[str] = field(default=None, metadata=OUTSIDE_ID)
     """MLflow tracking URI (a server ``http://host:5000``, ``sqlite:///mlflow.db`` with the full
     ``mlflow`` package, ``file:///path``); ``None``: the local file store ``mlruns/`` of
-    ``log_dir`` (mlflow-skinny has no SQLite backend; MLflow 3 keeps the file store in maintenance
+    ``log.dir`` (mlflow-skinny has no SQLite backend; MLflow 3 keeps the file store in maintenance
     mode behind ``MLFLOW_ALLOW_FILE_STORE``, which rlsuite sets to true for a file store unless it
     is set). Not in the run id."""
-    progress: Literal["auto", "bar", "lines", "off"] = "auto"
+    progress: Literal["auto", "bar", "lines", "off"] = field(default="auto", metadata=OUTSIDE_ID)
     """Progress on stderr (:mod:`rlsuite.suite.progress`, rank 0): ``bar``, one line redrawn in place
     (budget %, step, reward mean, throughput, ETA); ``lines``, the same as a plain line every
     ``progress_every_s`` (logs); ``auto``, a bar on a terminal and lines otherwise; each eval is a
     line of its own (``off``: nothing). Also the warm start's SFT loop. Not in the run id."""
-    progress_every_s: float = 30.0
+    progress_every_s: float = field(default=30.0, metadata=OUTSIDE_ID)
     """Seconds between two progress lines of ``progress=lines``. Not in the run id."""
 
-    ranges: ClassVar[dict[str, str]] = {
-        "epochs": "[1, inf)", "minibatches": "[1, inf)", "micro_batch_size": "[0, inf)", "num_threads": "[1, inf)",
-        "checkpoint_every": "[0, inf)", "world_size": "[1, inf)", "is_low": "[0, inf)", "is_high": "(0, inf)",
-        "progress_every_s": "(0, inf)"}
+    ranges: ClassVar[dict[str, str]] = {"progress_every_s": "(0, inf)"}
 
 
 def available_cores() -> int:
@@ -372,11 +400,11 @@ def resolve_threads(value: Union[int, str]) -> int:
     return available_cores() if value == "auto" else int(value)
 
 
-def threads_hint(train: "TrainConfig") -> Optional[str]:
+def threads_hint(train: "TrainConfig", dist: "DistConfig") -> Optional[str]:
     """The one-line hint ``rlsuite run`` prints when a single run keeps to 1 thread of a machine
     with more than 2 cores (None otherwise)."""
     cores = available_cores()
-    if train.num_threads != 1 or train.world_size > 1 or cores <= 2:
+    if train.num_threads != 1 or dist.world_size > 1 or cores <= 2:
         return None
     return (f"hint: train.num_threads=1 on a {cores}-core machine; train.num_threads=auto uses them "
             "(it changes the run id)")
@@ -436,103 +464,61 @@ class EvalConfig:
         "batch_size": "[1, inf)"}
 
 
-LATER_DEFAULTS = {"rollout": {"rng": "batch"}, "task": {"style": "bare"},
-                  "train": {"autocast": "none", "share_prefix": False, "compile": False, "bucket_by_length": False,
-                            "is_correction": "none", "is_low": 0.0, "is_high": 2.0, "empty_rows": "count",
-                            "shard_precision": "fp32"},
-                  "optim": {"fused": False}, "algo": {"kl_target": None, "kl_horizon": 10000}}
-"""Settings (by section) added after runs existed: at their defaults they stay out of the run id
-(and a spec.json written before them, which lacks them, matches a spec at the defaults)."""
+SECTION_CLASSES = {"model": ModelConfig, "rollout": RolloutConfig, "optim": OptimConfig, "train": TrainConfig,
+                   "loss": LossConfig, "dist": DistConfig, "log": LogConfig, "budget": BudgetConfig,
+                   "eval": EvalConfig}
+"""The sections with one class each (``task`` and ``algo`` take the chosen entry's ``Config``)."""
 
 
-def drop_later_defaults(d: dict) -> dict:
-    """A spec document without the :data:`LATER_DEFAULTS` settings that are at their defaults
-    (those sections are copied; the caller's document is left as it was)."""
-    d = dict(d)
-    for sec, later in LATER_DEFAULTS.items():
-        d[sec] = {k: v for k, v in d.get(sec, {}).items() if not (k in later and v == later[k])}
-    return d
-
-
-ALIASES: dict[str, tuple[str, ...]] = {"clip_eps": ("clip_eps_low", "clip_eps_high")}
-"""Renamed fields: old key → the new fields it sets, each to its value. The old key is accepted
-(``--set``, ``--config``, sweeps, old ``spec.json`` documents) by every class that has all of its
-new fields, with a deprecation message printed once per process; a new field given as well wins."""
-
-NOT_IN_ID = {"train": ("checkpoint_every", "keep_checkpoint", "world_size", "shard", "activation_checkpointing",
-                       "shard_offload", "log", "log_dir", "log_project",
-                       "mlflow_uri", "progress", "progress_every_s"),
-             "rollout": ("vllm_gpu_memory",)}
-"""Settings that do not change results: checkpointing and what a completed run keeps of it, the
-data-parallel width (the same run by construction, ``suite/distributed.py``; a run may resume
-with another one), a resource setting, and what is reported where (experiment trackers, progress
-output). (``eval.save_samples`` only chooses what is logged
-too, but it was in every run id from the start: leaving it out now would change them all.)"""
+SCHEMA = 2
+"""The version of a ``spec.json`` document. 2: the config sections ``loss``, ``dist``, ``log``, the
+identity inputs (``identity``) and this field (issue 32's run-id reset). Documents without it are
+version 1 and are read through :func:`rlsuite.suite.migrate.migrate`."""
 
 LABELS = ("sweep", "factors", "tuning")
 """Top-level labels of a spec document that are not in the run id."""
 
 
-def unalias(section: dict, keys: Optional[list[str]] = None) -> dict:
-    """``section`` with each old key of :data:`ALIASES` (or of ``keys``) replaced by its new fields
-    (a new field already present wins); a copy, the caller's dict is left as it was."""
-    out = dict(section)
-    for old, new in ALIASES.items():
-        if old in out and (keys is None or old in keys):
-            v = out.pop(old)
-            for k in new:
-                out.setdefault(k, v)
+def _outside_id() -> dict[str, frozenset[str]]:
+    """Section → the fields declared ``metadata=OUTSIDE_ID`` (a resource or reporting setting)."""
+    return {sec: frozenset(f.name for f in dataclasses.fields(cls) if not f.metadata.get("identity", True))
+            for sec, cls in SECTION_CLASSES.items()}
+
+
+def identity_doc(d: dict, *, seed: bool = True) -> dict:
+    """The run identity: the part of a version-2 spec document (``RunSpec.to_dict()``, a ``spec.json``,
+    or an older one after :func:`rlsuite.suite.migrate.migrate`) that defines a run, in one canonical
+    form: every section field except those declared ``OUTSIDE_ID``, the identity inputs (the committed
+    base's sha256, the task version), the seed (``seed=False``: runs of one configuration) and the
+    ``variant`` when set (two arms never share a folder). Used by :attr:`RunSpec.config_hash` (the run
+    id), by the runner (does a folder hold this run?) and by the reports (which runs pool)."""
+    outside = _outside_id()
+    out = {sec: {k: v for k, v in dict(d.get(sec) or {}).items() if k not in outside.get(sec, ())}
+           for sec in SECTIONS}
+    out["identity"] = dict(d.get("identity") or {})
+    if seed:
+        out["seed"] = d.get("seed", 0)
+    if d.get("variant") is not None:
+        out["variant"] = d["variant"]
     return out
 
 
-def identity_doc(d: dict, *, seed: bool = True, new_names: bool = True) -> dict:
-    """The run identity: the part of a spec document (``RunSpec.to_dict()`` or a ``spec.json``)
-    that defines a run, in one canonical form. Used by :attr:`RunSpec.config_hash` (the run id),
-    by the runner (does a folder hold this run?) and by the reports (runs of one configuration:
-    ``seed=False`` leaves the run seed out). Labels, the run id itself, :data:`NOT_IN_ID` and the
-    :data:`LATER_DEFAULTS` at their defaults are left out; a ``variant`` is in it when set (two
-    arms never share a folder); with ``new_names``, renamed algo fields (:data:`ALIASES`: an old
-    ``spec.json`` may hold the old key) are in their new names."""
-    d = {k: v for k, v in d.items() if k not in LABELS and k != "run_id" and (seed or k != "seed")}
-    if d.get("variant") is None:
-        d.pop("variant", None)
-    d = drop_later_defaults(d)
-    for sec, keys in NOT_IN_ID.items():
-        d[sec] = {k: v for k, v in d.get(sec, {}).items() if k not in keys}
-    d["algo"] = unalias(d.get("algo", {})) if new_names else dict(d.get("algo", {}))
-    return d
+def identity_hash(d: dict, *, seed: bool = True) -> str:
+    """The 8-hex config hash of a run id: sha256 of :func:`identity_doc` as sorted JSON."""
+    blob = json.dumps(identity_doc(d, seed=seed), sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:8]
 
 
-def identity_hash(d: dict, legacy_keys: tuple[str, ...] = (), base: Optional[str] = None,
-                  task_version: Optional[str] = None) -> str:
-    """The 8-hex config hash of a run id: sha256 of :func:`identity_doc`. ``legacy_keys``: old
-    keys of :data:`ALIASES` the entry's ids were hashed under (its class's ``legacy_id_keys``):
-    when the new fields agree they are hashed as the old key, so those ids stay as they were.
-    ``base``: the committed warm-start base's sha256 (``rlsuite.suite.warmstart.base_identity``).
-    ``task_version``: the task class's ``version``; in the identity from version 2 on (a task whose
-    data, prompts or grading changed can never resume or pool under an old id; version-1 tasks
-    keep the ids they had before versions were hashed)."""
-    d = identity_doc(d, new_names=False)  # a RunSpec's document: its fields as they are
-    algo = d["algo"]
-    for old in legacy_keys:
-        new = ALIASES[old]
-        if all(k in algo for k in new) and len({json.dumps(algo[k]) for k in new}) == 1:
-            algo[old] = algo[new[0]]
-            for k in new:
-                del algo[k]
-    if base is not None:  # the committed base's bytes are part of the identity (suite/warmstart.py)
-        d["base_sha256"] = base
-    if task_version is not None and str(task_version) != "1":
-        d["task_version"] = str(task_version)
-    return hashlib.sha256(json.dumps(d, sort_keys=True, default=str).encode()).hexdigest()[:8]
+@dataclass(frozen=True)
+class Identity:
+    """The run identity's inputs that are not settings, computed when the spec is resolved
+    (:func:`rlsuite.suite.spec.resolve`) and stored in ``spec.json`` and ``env.json``."""
 
-
-def _task_version(name: str) -> Optional[str]:
-    """The registered task's ``version`` (None for a name the registry does not know)."""
-    from rlsuite import tasks  # noqa: F401  (registration)
-    from rlsuite.tasks.base import TASKS
-
-    return str(TASKS.get(name).version) if name in TASKS else None
+    task_version: Optional[str] = None
+    """The task class's ``version`` (its data, prompts or grading changed: a new identity)."""
+    base_sha256: Optional[str] = None
+    """The sha256 of the committed warm-start base the run starts from (``suite/warmstart.py``);
+    None: no warm start, a Hugging Face model, or a base built locally."""
 
 
 @dataclass(frozen=True)
@@ -541,13 +527,18 @@ class RunSpec:
 
     task: Any
     algo: Any
+    """The algorithm's config; None where no algorithm runs (``rlsuite eval``, ``rlsuite warmstart``)."""
     model: ModelConfig
     rollout: RolloutConfig
     optim: OptimConfig
     train: TrainConfig
+    loss: LossConfig
+    dist: DistConfig
+    log: LogConfig
     budget: BudgetConfig
     eval: EvalConfig
     seed: int = 0
+    identity: Identity = field(default_factory=Identity)
     sweep: Optional[str] = None
     variant: Optional[str] = None
     factors: dict = field(default_factory=dict)
@@ -556,20 +547,19 @@ class RunSpec:
     the tuning record of a tuned sweep (what was tuned, on which seeds, with what budget)."""
 
     def to_dict(self) -> dict:
-        d = {s: as_dict(getattr(self, s)) for s in SECTIONS}
-        d.update(seed=self.seed, sweep=self.sweep, variant=self.variant, factors=dict(self.factors),
-                 tuning=dict(self.tuning))
+        d = {s: as_dict(getattr(self, s)) if getattr(self, s) is not None else {} for s in SECTIONS}
+        d.update(seed=self.seed, identity=dataclasses.asdict(self.identity), sweep=self.sweep,
+                 variant=self.variant, factors=dict(self.factors), tuning=dict(self.tuning), schema=SCHEMA)
         return d
 
     @property
     def config_hash(self) -> str:
-        from rlsuite.suite.warmstart import base_identity
-
-        return identity_hash(self.to_dict(), getattr(type(self.algo), "legacy_id_keys", ()), base_identity(self),
-                             _task_version(self.task.name))
+        return identity_hash(self.to_dict())
 
     @property
     def run_id(self) -> str:
+        if self.algo is None:
+            raise ValueError("a spec resolved without an algorithm has no run id")
         return f"{self.task.name}__{self.algo.name}__s{self.seed}__{self.config_hash}"
 
 
@@ -663,21 +653,16 @@ def coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
-_ALIAS_WARNED: set[str] = set()
-
-
-def _accept_aliases(values: dict, names: list[str], section: str) -> dict:
-    """``values`` with the old keys of :data:`ALIASES` that this class renamed mapped to their new
-    fields; each old key prints one deprecation line (stderr) per process."""
-    old = [k for k in values if k in ALIASES and k not in names and all(n in names for n in ALIASES[k])]
-    if not old:
-        return values
-    for k in old:
-        if k not in _ALIAS_WARNED:
-            _ALIAS_WARNED.add(k)
-            new = " and ".join(f"{section}.{n}" for n in ALIASES[k])
-            print(f"rlsuite: {section}.{k} is deprecated; it sets {new} (use those)", file=sys.stderr)
-    return unalias(values, old)
+MOVED: dict[str, str] = {
+    **{f"train.{k}": f"dist.{k}" for k in ("world_size", "shard", "shard_precision", "activation_checkpointing",
+                                           "shard_offload")},
+    **{f"train.{k}": f"loss.{k}" for k in ("is_correction", "is_low", "is_high", "empty_rows")},
+    "train.log": "log.trackers", "train.log_dir": "log.dir", "train.log_project": "log.project",
+    "train.mlflow_uri": "log.mlflow_uri", "train.progress": "log.progress",
+    "train.progress_every_s": "log.progress_every_s",
+    "algo.clip_eps": "algo.clip_eps_low and algo.clip_eps_high"}
+"""Keys of earlier versions → where the setting is now (a user's YAML or ``--set`` with an old key
+gets exit 2 naming the new one; ``rlsuite.suite.migrate`` moves them in old ``spec.json`` files)."""
 
 
 def build(cls: type, values: dict, section: str, errors: list[str]) -> Any:
@@ -688,8 +673,10 @@ def build(cls: type, values: dict, section: str, errors: list[str]) -> Any:
     names = [f.name for f in dataclasses.fields(cls) if f.init]
     kwargs: dict[str, Any] = {}
     out_of_range: list[str] = []
-    values = _accept_aliases(values, names, section)
     for key, value in values.items():
+        if f"{section}.{key}" in MOVED and key not in names:
+            errors.append(f"{section}.{key} was moved: set {MOVED[f'{section}.{key}']} instead")
+            continue
         if key not in names:
             shown = [n for n in names if n != "name"]
             errors.append(f"unknown key '{section}.{key}'; {suggest(key, shown)}valid: {', '.join(shown)}")
@@ -760,37 +747,37 @@ def check_ranges(spec: RunSpec) -> list[str]:
     """Cross-field checks that need more than one field (the single-field ranges are the
     classes' declared ``ranges``, checked by :func:`build`)."""
     e: list[str] = []
-    r, t, ev = spec.rollout, spec.train, spec.eval
+    r, t, d, ev = spec.rollout, spec.train, spec.dist, spec.eval
     eng = TRAITS[r.engine]  # what the engine can do (suite/engine_traits.py), never its name
     if not eng.untruncated_logprobs and (r.top_p < 1 or r.top_k > 0):
         e.append(f"rollout.engine={r.engine} reports only truncated log-probs under top-p/top-k, so μ's untruncated "
                  f"log-probs would be unknown: set rollout.top_p=1 and rollout.top_k=0 (got {r.top_p}, {r.top_k}), "
                  f"or use rollout.engine={', '.join(engines_with('untruncated_logprobs'))}")
-    if not eng.multi_process and getattr(t, "world_size", 1) > 1:
+    if not eng.multi_process and d.world_size > 1:
         e.append(f"rollout.engine={r.engine} runs one instance inside a single training process; "
-                 f"train.world_size={t.world_size} is not supported with it; valid with world_size > 1: "
+                 f"dist.world_size={d.world_size} is not supported with it; valid with world_size > 1: "
                  f"{', '.join(engines_with('multi_process'))}")
     if 1 <= r.prompts_per_step * r.group_size < t.minibatches:
         e.append(f"train.minibatches ({t.minibatches}) exceeds the sequences per step "
                  f"({r.prompts_per_step * r.group_size})")
-    if t.world_size > 1 and r.rng != "row":
-        e.append(f"train.world_size={t.world_size} needs rollout.rng=row (samples that do not depend on how "
+    if d.world_size > 1 and r.rng != "row":
+        e.append(f"dist.world_size={d.world_size} needs rollout.rng=row (samples that do not depend on how "
                  f"rows are split across processes), got rollout.rng={r.rng}; valid: row (batch: world_size 1 only)")
-    if t.shard == "none" and (t.shard_precision != "fp32" or t.activation_checkpointing or t.shard_offload):
-        e.append("train.shard_precision, train.activation_checkpointing and train.shard_offload apply to sharded "
-                 "runs only; set train.shard=fsdp (valid train.shard: none, fsdp)")
-    if t.shard != "none" and (t.share_prefix or t.compile):
-        e.append(f"train.shard={t.shard} runs the HF forward (the functional forward of train.share_prefix / "
+    if d.shard == "none" and (d.shard_precision != "fp32" or d.activation_checkpointing or d.shard_offload):
+        e.append("dist.shard_precision, dist.activation_checkpointing and dist.shard_offload apply to sharded "
+                 "runs only; set dist.shard=fsdp (valid dist.shard: none, fsdp)")
+    if d.shard != "none" and (t.share_prefix is True or t.compile):
+        e.append(f"dist.shard={d.shard} runs the HF forward (the functional forward of train.share_prefix / "
                  f"train.compile reads unsharded weights); turn train.share_prefix and train.compile off")
-    if t.shard != "none" and spec.optim.fused:
-        e.append(f"train.shard={t.shard} steps AdamW on sharded parameters (foreach); set optim.fused=false")
-    if t.shard != "none" and not eng.layerwise_sync:
-        e.append(f"train.shard={t.shard} syncs full weights into the rollout engine layer by layer (the kv sampler "
+    if d.shard != "none" and spec.optim.fused is True:
+        e.append(f"dist.shard={d.shard} steps AdamW on sharded parameters (foreach); set optim.fused=false")
+    if d.shard != "none" and not eng.layerwise_sync:
+        e.append(f"dist.shard={d.shard} syncs full weights into the rollout engine layer by layer (the kv sampler "
                  f"family); rollout.engine={r.engine} is not supported with it; valid: "
                  f"{', '.join(engines_with('layerwise_sync'))}")
-    if t.shard_offload and t.device == "cpu":
-        e.append("train.shard_offload keeps sharded state in CPU memory while training on a GPU; with "
-                 "train.device=cpu everything is there already: set train.shard_offload=false")
+    if d.shard_offload and t.device == "cpu":
+        e.append("dist.shard_offload keeps sharded state in CPU memory while training on a GPU; with "
+                 "train.device=cpu everything is there already: set dist.shard_offload=false")
     if r.rng == "row" and not eng.row_rng:
         e.append(f"rollout.rng=row is implemented by the kv sampler, not rollout.engine={r.engine}; "
                  f"valid rollout.engine with rng=row: {', '.join(engines_with('row_rng'))}")

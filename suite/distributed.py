@@ -1,4 +1,4 @@
-"""Data parallelism within one run: ``train.world_size`` processes with torch.distributed
+"""Data parallelism within one run: ``dist.world_size`` processes with torch.distributed
 (gloo on CPU, NCCL on CUDA).
 
 Exactness strategy (a W-process run equals the one-process run with the same global batch):
@@ -23,7 +23,7 @@ Exactness strategy (a W-process run equals the one-process run with the same glo
   rank stops at the same step.
 
 Launch: :func:`launch_local` spawns W processes on this machine (``rlsuite run --set
-train.world_size=W``; a file store in a temporary folder for the rendezvous); inside a
+dist.world_size=W``; a file store in a temporary folder for the rendezvous); inside a
 submitit job with W tasks :func:`init_from_submitit` uses ``submitit.JobEnvironment()`` for
 the ranks and the first node as ``MASTER_ADDR``. NCCL (CUDA) is implemented but untested here.
 """
@@ -41,7 +41,7 @@ import traceback
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 import torch.distributed as dist
@@ -182,13 +182,13 @@ def shutdown() -> None:
 def init_from_submitit(world_size: int, device: str) -> World:
     """Inside a submitit job: one rank per task, ``MASTER_ADDR`` = the job's first node.
 
-    Raises ``BadInput`` when the job's task count differs from ``train.world_size``.
+    Raises ``BadInput`` when the job's task count differs from ``dist.world_size``.
     """
     import submitit
 
     env = submitit.JobEnvironment()
     if env.num_tasks != world_size:
-        raise BadInput(f"train.world_size={world_size} but this job has {env.num_tasks} task(s); set the sweep's "
+        raise BadInput(f"dist.world_size={world_size} but this job has {env.num_tasks} task(s); set the sweep's "
                        f"resources.nodes × resources.tasks_per_node to {world_size} (one task per process; the "
                        f"debug cluster runs one task: use --cluster local or slurm)")
     addr = os.environ.get("MASTER_ADDR") or env.hostnames[0]
@@ -196,8 +196,8 @@ def init_from_submitit(world_size: int, device: str) -> World:
     return init(backend_for(device), f"tcp://{addr}:{port}", env.global_rank, env.num_tasks, env.local_rank)
 
 
-def _local_worker(rank: int, size: int, backend: str, init_method: str, spec, out: str, queue) -> None:
-    """One spawned rank of :func:`launch_local`: join the group, run, report (code, error)."""
+def _local_worker(rank: int, size: int, backend: str, init_method: str, spec, out: str, queue, run) -> None:
+    """One spawned rank of :func:`launch_local`: join the group, ``run(spec, out)``, report (code, error)."""
     from rlsuite.suite.config import resolve_threads
 
     torch.set_num_threads(resolve_threads(spec.train.num_threads))
@@ -205,9 +205,7 @@ def _local_worker(rank: int, size: int, backend: str, init_method: str, spec, ou
     result: tuple = (rank, "error", 1, "exited without a result")
     try:
         init(backend, init_method, rank, size, rank)
-        from rlsuite.suite.runner import execute
-
-        code, _ = execute(spec, Path(out))
+        code, _ = run(spec, Path(out))
         result = (rank, "ok", code, None)
     except BadInput as e:
         result = (rank, "bad", 2, str(e))
@@ -223,23 +221,25 @@ def _local_worker(rank: int, size: int, backend: str, init_method: str, spec, ou
             pass
 
 
-def launch_local(spec, out: Path, grace_s: float = 60.0) -> int:
-    """Run ``spec`` as ``train.world_size`` spawned processes on this machine; return rank 0's
-    exit code. SIGINT, SIGTERM and SIGUSR2 are forwarded to the ranks, which agree on the step
-    at which they stop. Once a rank ends with a non-zero code (or dies), the others get
-    ``grace_s`` seconds to end too, then are stopped (a rank blocked in a collective whose peer
-    is gone never returns); the run is then recorded ``failed`` unless rank 0 reported."""
+def launch_local(spec, out: Path, run: Callable[[Any, Path], tuple[int, Path]], grace_s: float = 60.0) -> int:
+    """Run ``spec`` as ``dist.world_size`` spawned processes on this machine, each calling
+    ``run(spec, out)`` (the runner's ``execute``, passed down: a module-level function, so the
+    spawned processes can import it); return rank 0's exit code. SIGINT, SIGTERM and SIGUSR2 are
+    forwarded to the ranks, which agree on the step at which they stop. Once a rank ends with a
+    non-zero code (or dies), the others get ``grace_s`` seconds to end too, then are stopped (a
+    rank blocked in a collective whose peer is gone never returns); the run is then recorded
+    ``failed`` unless rank 0 reported."""
     import multiprocessing as mp
 
-    W = spec.train.world_size
+    W = spec.dist.world_size
     backend = backend_for(spec.train.device)
     if backend == "nccl" and torch.cuda.device_count() < W:
-        raise BadInput(f"train.world_size={W} needs {W} GPUs on this machine (one per process); "
+        raise BadInput(f"dist.world_size={W} needs {W} GPUs on this machine (one per process); "
                        f"found {torch.cuda.device_count()}")
     tmp = tempfile.mkdtemp(prefix="rlsuite-dist-")
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
-    procs = [ctx.Process(target=_local_worker, args=(r, W, backend, f"file://{tmp}/store", spec, str(out), queue),
+    procs = [ctx.Process(target=_local_worker, args=(r, W, backend, f"file://{tmp}/store", spec, str(out), queue, run),
                          name=f"rlsuite-rank{r}") for r in range(W)]
     results: dict[int, tuple] = {}
 

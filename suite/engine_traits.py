@@ -20,12 +20,12 @@ class EngineTraits:
     the other rows of the batch, so data-parallel ranks sample exactly what one process would)."""
     layerwise_sync: bool
     """Takes the policy's full weights pushed layer by layer (what sharded training,
-    ``train.shard=fsdp``, sends it)."""
+    ``dist.shard=fsdp``, sends it)."""
     untruncated_logprobs: bool
     """Reports μ's log-probs under the untruncated distribution even with top-p/top-k set (an engine
     without it reports only the truncated log-probs)."""
     multi_process: bool
-    """Runs one copy per training process (``train.world_size > 1``)."""
+    """Runs one copy per training process (``dist.world_size > 1``)."""
 
 
 _KV = EngineTraits(row_rng=True, layerwise_sync=True, untruncated_logprobs=True, multi_process=True)

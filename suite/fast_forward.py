@@ -313,8 +313,8 @@ def fast_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float, w
             hs.append(h_r[:, q0:S - 1].reshape(-1, h_r.shape[-1]))
             at_row.append(idx[:, None].expand(-1, cols.numel()).reshape(-1))
             at_col.append(cols[None].expand(idx.numel(), -1).reshape(-1))
-    logp = h_p.new_zeros(B, T)
-    ent = h_p.new_zeros(B, T) if want_ent else None
+    logp = h_p.new_zeros(B, T, dtype=torch.float32)  # statistics in fp32 for any weight dtype, as the HF path
+    ent = h_p.new_zeros(B, T, dtype=torch.float32) if want_ent else None
     if hs:
         at_row, at_col = torch.cat(at_row), torch.cat(at_col)
         lp, en, _ = _stats(model.lm_head(torch.cat(hs))[None], tokens[at_row, at_col][None], temperature, want, None)

@@ -1,5 +1,5 @@
 """Training–inference mismatch correction: importance weights from the rollout engine's μ to the
-trainer's π_old, for every algorithm (``train.is_correction``, default ``none``).
+trainer's π_old, for every algorithm (``loss.is_correction``, default ``none``).
 
 The rollout engine samples from μ (its per-token log-probs are recorded in ``Batch.behav_logp``);
 the trainer's scoring pass computes π_old (``Batch.old_logp``). They differ by float rounding,

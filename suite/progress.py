@@ -1,9 +1,9 @@
 """Progress of long work on stderr: a run's training loop, the warm start's SFT loop, a model
 conversion. No third-party dependency.
 
-Modes (``train.progress``; :data:`MODES`): ``bar`` redraws one line in place (``\\r``), at most
+Modes (``log.progress``; :data:`MODES`): ``bar`` redraws one line in place (``\\r``), at most
 every ``redraw_s`` seconds; ``lines`` writes the same text as a plain line at the first update
-and then at most every ``every_s`` seconds (``train.progress_every_s``; SLURM logs, captured
+and then at most every ``every_s`` seconds (``log.progress_every_s``; SLURM logs, captured
 output); ``auto`` is ``bar`` when the stream is a terminal (``isatty()``) and ``lines``
 otherwise; ``off`` writes nothing. Permanent lines (an eval's result, the end of the work) are
 written in every mode but ``off``; in ``bar`` mode the bar is cleared first and redrawn after.
@@ -15,7 +15,7 @@ line per eval). Progress goes to stderr only, so the last stdout lines of ``rlsu
 (``run_dir: <path>``) are unchanged. Only data-parallel rank 0 prints (the others are ``off``).
 
 :func:`configure` sets the process defaults a :class:`Meter` uses when it is not given a mode
-(``rlsuite run`` sets them from ``train.progress`` around the warm start: :func:`using`).
+(``rlsuite run`` sets them from ``log.progress`` around the warm start: :func:`using`).
 """
 
 from __future__ import annotations
@@ -257,16 +257,16 @@ def main_metric(row: dict) -> Optional[tuple[str, float]]:
 
 class RunProgress:
     """The trainer's progress (rank 0): after each step ``train 42% step 12 | reward 0.531 | 1.2k tok/s
-    32.0 samples/s | ETA 1m23s`` (a bar or periodic lines, ``train.progress``), one line per eval
+    32.0 samples/s | ETA 1m23s`` (a bar or periodic lines, ``log.progress``), one line per eval
     (``eval val step 8: greedy_acc 0.412``) and one at the end (``completed at step 16 (100%) in
     1m02s``). Throughput is generated tokens and samples per second of step time (the budget's
     ``wall_s``, evals left out) since this attempt started; the ETA extrapolates the budget's
     progress over the wall-clock time since then (evals included)."""
 
-    def __init__(self, train_cfg, budget, active: bool = True, stream: Optional[TextIO] = None,
+    def __init__(self, log_cfg, budget, active: bool = True, stream: Optional[TextIO] = None,
                  clock: Callable[[], float] = time.monotonic, width: Optional[int] = None) -> None:
         self.budget = budget
-        self.printer = Printer(train_cfg.progress if active else "off", train_cfg.progress_every_s, stream, clock,
+        self.printer = Printer(log_cfg.progress if active else "off", log_cfg.progress_every_s, stream, clock,
                                width=width)
         self.clock = clock
         self._t0: Optional[float] = None

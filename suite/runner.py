@@ -23,6 +23,7 @@ soon as it can be: the update is kept in memory and retried, at the latest at ex
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import json
 import os
 import signal
@@ -34,6 +35,7 @@ from typing import Callable, Optional
 import torch
 
 from rlsuite.suite.config import RunSpec, identity_doc, resolve_threads
+from rlsuite.suite.migrate import migrate
 from rlsuite.suite.errors import BadInput
 from rlsuite.suite.runfolder import (RunFolder, RunLock, RunLocked, atomic_write_json, env_info, is_disk_full, is_stale,
                                      lock_path, read_json)
@@ -70,9 +72,9 @@ def check_existing(run_dir: Path, spec: RunSpec) -> tuple[Optional[int], int]:
 
 
 def _semantic(d: dict) -> dict:
-    """A spec document without the fields that do not change results: the run identity
-    (:func:`rlsuite.suite.config.identity_doc`, the same rule as the run id)."""
-    return identity_doc(d)
+    """A spec document's run identity (:func:`rlsuite.suite.config.identity_doc`, the rule of the run
+    id), an older document read through :func:`rlsuite.suite.migrate.migrate`."""
+    return identity_doc(migrate(d))
 
 
 class FolderLocked(BadInput):
@@ -195,8 +197,8 @@ def execute(spec: RunSpec, out: Path, on_ready: Optional[Callable[[Path], None]]
     from rlsuite.suite.distributed import world as current_world
 
     world = current_world()
-    if world.active and world.size != spec.train.world_size:
-        raise BadInput(f"train.world_size={spec.train.world_size} but this process group has {world.size} processes")
+    if world.active and world.size != spec.dist.world_size:
+        raise BadInput(f"dist.world_size={spec.dist.world_size} but this process group has {world.size} processes")
     lock_file = lock_path(Path(out), spec.run_id)
     inherited = os.environ.get(LOCK_ENV) == str(lock_file.absolute())  # our launcher holds it
     claim = _Claim(run_dir, spec, take_lock=world.main and not inherited)
@@ -240,13 +242,13 @@ def _execute(spec: RunSpec, out: Path, run_dir: Path, world, claim: _Claim,
     from rlsuite.suite.warmstart import warm_started
     from rlsuite.tasks.base import TASKS
 
-    if spec.train.world_size > 1 and not world.active:  # spawn the data-parallel ranks on this machine
+    if spec.dist.world_size > 1 and not world.active:  # spawn the data-parallel ranks on this machine
         code, _ = claim()  # the lock, exit codes and bad input before anything starts
         if code is not None:
             return code, run_dir
         os.environ[LOCK_ENV] = str(claim.lock.path.absolute())  # the spawned ranks inherit it
         try:
-            return launch_local(spec, out), run_dir
+            return launch_local(spec, out, execute), run_dir
         finally:
             os.environ.pop(LOCK_ENV, None)
     try:
@@ -266,7 +268,7 @@ def _execute(spec: RunSpec, out: Path, run_dir: Path, world, claim: _Claim,
     task = TASKS.get(spec.task.name)(spec.task)
     algo = ALGORITHMS.get(spec.algo.name)(spec.algo)
     warm = {}
-    with progress.using(spec.train.progress if world.main else "off", spec.train.progress_every_s):  # their loops
+    with progress.using(spec.log.progress if world.main else "off", spec.log.progress_every_s):  # their loops
         model, tok, embedded = load_model(spec.model)  # (a pinned model's sha256 check)
         if embedded and spec.model.warm_start == "task":
             warm = warm_started(task, model, tok, spec.model.name, threads)  # (an SFT built here)
@@ -276,9 +278,11 @@ def _execute(spec: RunSpec, out: Path, run_dir: Path, world, claim: _Claim,
         if world.main:  # data-parallel ranks > 0 write nothing
             run_dir.mkdir(parents=True, exist_ok=True)
             if attempt == 1:
-                atomic_write_json(run_dir / "spec.json", spec.to_dict() | {"run_id": spec.run_id})
+                resolved = {"resolved": trainer.resolved}  # the `auto` settings as this run resolved them
+                atomic_write_json(run_dir / "spec.json", spec.to_dict() | {"run_id": spec.run_id} | resolved)
                 atomic_write_json(run_dir / "env.json", env_info(str(trainer.device), spec.model.dtype, threads)
-                                  | {"warm_start": warm, "world_size": world.size})
+                                  | {"warm_start": warm, "world_size": world.size,
+                                     "identity": dataclasses.asdict(spec.identity)} | resolved)
             if on_ready:
                 on_ready(run_dir)
         try:

@@ -1,5 +1,5 @@
-"""Sharded training within a run (``train.shard=fsdp``): FSDP2 ``fully_shard`` over the
-``train.world_size`` ranks of :mod:`rlsuite.suite.distributed`.
+"""Sharded training within a run (``dist.shard=fsdp``): FSDP2 ``fully_shard`` over the
+``dist.world_size`` ranks of :mod:`rlsuite.suite.distributed`.
 
 What changes against data parallelism (every rank holding the full model):
 
@@ -29,10 +29,10 @@ What changes against data parallelism (every rank holding the full model):
   and evaluating (a stale engine's eval copy is gathered by every rank first), agreed stop
   signals and wall-clock charges, FLOPs and budget accounting.
 
-Mixed precision: ``train.shard_precision=bf16`` (FSDP2 ``MixedPrecisionPolicy``: bf16 params
+Mixed precision: ``dist.shard_precision=bf16`` (FSDP2 ``MixedPrecisionPolicy``: bf16 params
 in the forward/backward, fp32 gradient reduction, fp32 master weights and optimizer state);
-``train.activation_checkpointing`` recomputes each decoder layer in the backward;
-``train.shard_offload`` keeps sharded state on the CPU (``CPUOffloadPolicy``; CUDA only).
+``dist.activation_checkpointing`` recomputes each decoder layer in the backward;
+``dist.shard_offload`` keeps sharded state on the CPU (``CPUOffloadPolicy``; CUDA only).
 
 :func:`state_bytes` measures what a rank holds (local shard bytes of parameters and optimizer
 state) in sharded and unsharded runs alike.
@@ -84,7 +84,7 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
     dec = model.get_decoder() if hasattr(model, "get_decoder") else model
     layers = getattr(dec, "layers", None)
     if layers is None:
-        raise BadInput(f"train.shard=fsdp needs a decoder with a `layers` list; {type(model).__name__} has none")
+        raise BadInput(f"dist.shard=fsdp needs a decoder with a `layers` list; {type(model).__name__} has none")
     return list(layers)
 
 
@@ -103,22 +103,22 @@ def _checkpointed(layer: nn.Module) -> None:
 class Sharding:
     """The run's FSDP2 set-up; :meth:`apply` shards a trainer's models in place."""
 
-    def __init__(self, train, device: torch.device, world) -> None:
+    def __init__(self, dist, device: torch.device, world) -> None:
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy
 
-        if train.shard_offload and device.type != "cuda":
-            raise BadInput("train.shard_offload needs a CUDA device (it keeps sharded state in CPU memory)")
-        if train.shard_precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
-            raise BadInput("train.shard_precision=bf16 needs a GPU with bfloat16 support; use fp32")
+        if dist.shard_offload and device.type != "cuda":
+            raise BadInput("dist.shard_offload needs a CUDA device (it keeps sharded state in CPU memory)")
+        if dist.shard_precision == "bf16" and device.type == "cuda" and not torch.cuda.is_bf16_supported():
+            raise BadInput("dist.shard_precision=bf16 needs a GPU with bfloat16 support; use fp32")
         self.world = world
         self.own_group = ensure_group(device)
         self.mesh = init_device_mesh(device.type, (world.size,))
-        bf16 = train.shard_precision == "bf16"
+        bf16 = dist.shard_precision == "bf16"
         self.mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16 if bf16 else None,
                                        reduce_dtype=torch.float32 if bf16 else None)
-        self.offload = CPUOffloadPolicy() if train.shard_offload else OffloadPolicy()
-        self.recompute = train.activation_checkpointing
+        self.offload = CPUOffloadPolicy() if dist.shard_offload else OffloadPolicy()
+        self.recompute = dist.activation_checkpointing
         self.aliases: dict[str, str] = {}  # tied parameter names → the first name of that parameter
 
     # -- sharding ---------------------------------------------------------------------
@@ -290,8 +290,8 @@ class Sharding:
 
         info = st.get("sharded")
         if info is None:
-            raise BadInput(f"{ckpt}: written by an unsharded run (train.shard=none); resume it with "
-                           f"train.shard=none, or start the sharded run afresh (remove {ckpt})")
+            raise BadInput(f"{ckpt}: written by an unsharded run (dist.shard=none); resume it with "
+                           f"dist.shard=none, or start the sharded run afresh (remove {ckpt})")
         if info["critic"] != (tr.critic is not None):
             raise BadInput(f"{ckpt}: the checkpoint's critic does not match this run's")
         target = self._tensors(tr, info["history"], info["ref"])

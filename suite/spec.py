@@ -10,14 +10,15 @@ import os
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from rlsuite.suite.config import (BUDGET_KEYS, SECTIONS, BudgetConfig, EvalConfig, ModelConfig, OptimConfig,
-                                  RolloutConfig, RunSpec, TrainConfig, build, check_ranges, deep_merge, suggest)
+import dataclasses
+
+from rlsuite.suite.config import (BUDGET_KEYS, SECTION_CLASSES, SECTIONS, Identity, ModelConfig, RunSpec, build,
+                                  check_ranges, deep_merge, suggest)
 from rlsuite.suite.errors import BadInput
 from rlsuite.suite.models import MODELS, check_model_name
 from rlsuite.suite.registry import UnknownName
+from rlsuite.suite.warmstart import base_identity
 
-SECTION_CLASSES = {"model": ModelConfig, "rollout": RolloutConfig, "optim": OptimConfig, "train": TrainConfig,
-                   "budget": BudgetConfig, "eval": EvalConfig}
 
 
 def nest(assignments: Sequence[tuple[str, Any]], flag: str, errors: list[str]) -> dict:
@@ -39,8 +40,10 @@ def nest(assignments: Sequence[tuple[str, Any]], flag: str, errors: list[str]) -
 def resolve(task: Optional[str], algo: Optional[str], model: Optional[str], seed: Optional[int],
             configs: Sequence[dict] = (), sets: Sequence[tuple[str, Any]] = (),
             budgets: Sequence[tuple[str, Any]] = (), sweep: Optional[str] = None, variant: Optional[str] = None,
-            factors: Optional[dict] = None, tuning: Optional[dict] = None) -> RunSpec:
-    """Build and validate a :class:`RunSpec`; raise ``BadInput`` listing every problem."""
+            factors: Optional[dict] = None, tuning: Optional[dict] = None, need_algo: bool = True) -> RunSpec:
+    """Build and validate a :class:`RunSpec`; raise ``BadInput`` listing every problem. The identity
+    inputs (the task's version, the committed base's sha256) are computed here and stored on the
+    spec. ``need_algo=False``: where no algorithm runs (an eval, a warm start), ``algo`` may be None."""
     from rlsuite import algorithms  # noqa: F401  (registration)
     from rlsuite import tasks  # noqa: F401
     from rlsuite.algorithms.base import ALGORITHMS
@@ -75,6 +78,8 @@ def resolve(task: Optional[str], algo: Optional[str], model: Optional[str], seed
     model_name = pick(model, "model") or ModelConfig().name
     task_cls = algo_cls = None
     for kind, name, reg in (("task", task_name, TASKS), ("algorithm", algo_name, ALGORITHMS)):
+        if name is None and kind == "algorithm" and not need_algo:
+            continue
         if name is None:
             errors.append(f"no {kind} given; valid: {', '.join(reg.names())}")
             continue
@@ -110,6 +115,9 @@ def resolve(task: Optional[str], algo: Optional[str], model: Optional[str], seed
         if task_cls else None
     built["algo"] = build(algo_cls.Config, {**merged.get("algo", {}), "name": algo_name}, "algo", errors) \
         if algo_cls else None
+    if algo_name is None and not need_algo:
+        if merged.get("algo"):
+            errors.append(f"algo: settings {sorted(merged['algo'])} given without an algorithm; give --algo")
     # range checks run even when other problems were found, so every problem is reported at once
     checkable = {k: (v if v is not None or k in ("task", "algo") else SECTION_CLASSES[k]()) for k, v in built.items()}
     spec = RunSpec(seed=seed_value, sweep=sweep, variant=variant, factors=dict(factors or {}),
@@ -117,17 +125,23 @@ def resolve(task: Optional[str], algo: Optional[str], model: Optional[str], seed
     budget_named = task_cls is None or any(p.startswith(("budget.", "--budget")) for p in errors)
     errors += [p for p in check_ranges(spec) if not (budget_named and p.startswith("no budget set"))]
     own = getattr(algo_cls, "own_mismatch_weight", "") if algo_cls else ""
-    if own and built["train"] is not None and built["train"].is_correction != "none":
-        errors.append(f"train.is_correction={built['train'].is_correction} with algo '{algo_name}': {own}, so a "
-                      f"trainer-level weight would correct twice; valid: train.is_correction=none for this entry "
+    if own and built["loss"] is not None and built["loss"].is_correction != "none":
+        errors.append(f"loss.is_correction={built['loss'].is_correction} with algo '{algo_name}': {own}, so a "
+                      f"trainer-level weight would correct twice; valid: loss.is_correction=none for this entry "
                       f"(its own knob corrects), or an entry without its own π/μ weight")
-    if errors or any(v is None for v in built.values()):
+    required = {k: v for k, v in built.items() if not (k == "algo" and algo_name is None and not need_algo)}
+    if errors or any(v is None for v in required.values()):
         raise BadInput(errors or ["invalid run spec"])
-    return spec
+    return dataclasses.replace(spec, identity=Identity(task_version=str(task_cls.version),
+                                                       base_sha256=base_identity(spec)))
 
 
 def spec_from_dict(d: dict) -> RunSpec:
-    """Rebuild a RunSpec from a ``spec.json`` document (used by resume and sweeps)."""
+    """Rebuild a RunSpec from a ``spec.json`` document (used by resume and sweeps; an older
+    document is read through :func:`rlsuite.suite.migrate.migrate`)."""
+    from rlsuite.suite.migrate import migrate
+
+    d = migrate(d)
     sections = {k: dict(v) for k, v in d.items() if k in SECTIONS}  # (run_id and labels are not sections)
     task = sections.get("task", {}).pop("name", None)
     algo = sections.get("algo", {}).pop("name", None)

@@ -1,4 +1,4 @@
-"""Experiment trackers (``train.log``, ``rlsuite run --log NAME``): TensorBoard, Weights & Biases
+"""Experiment trackers (``log.trackers``, ``rlsuite run --log NAME``): TensorBoard, Weights & Biases
 and MLflow receive what the run folder records, on data-parallel rank 0 only.
 
 ``metrics.jsonl`` and ``evals.jsonl`` stay the source of truth; a tracker is a copy. Every
@@ -16,11 +16,11 @@ Backends (:data:`TRACKERS`), each imported only when used (its extra: ``pip inst
 ".[tensorboard]"``, ``".[wandb]"``, ``".[mlflow]"``):
 
 * ``tensorboard``: ``torch.utils.tensorboard.SummaryWriter`` event files in
-  ``<run_dir>/tensorboard/`` (``<log_dir>/<run_id>/`` with ``train.log_dir``); a resumed run
+  ``<run_dir>/tensorboard/`` (``<log_dir>/<run_id>/`` with ``log.dir``); a resumed run
   writes with ``purge_step`` = the checkpoint's step + 1, so the steps it replays replace the
   ones the interrupted attempt wrote (a fresh start purges from step 0). TensorBoard stores
   scalars as float32.
-* ``wandb``: ``wandb.init`` with project ``train.log_project``, group the sweep name, job type
+* ``wandb``: ``wandb.init`` with project ``log.project``, group the sweep name, job type
   the algorithm, name and id the run id (:func:`wandb_id`; a resumed run continues the same W&B
   run, ``resume="allow"``; two folders of one run id are one W&B run of a project, as they are
   one run), config the resolved spec, tags task, ``seed=S`` and the variant; files under
@@ -29,9 +29,9 @@ Backends (:data:`TRACKERS`), each imported only when used (its extra: ``pip inst
   later. The console is not captured (``console="off"``). W&B keeps the first value logged at a
   step: the steps a resumed run replays were logged by the interrupted attempt (the same values,
   apart from timings).
-* ``mlflow``: ``MlflowClient`` on ``train.mlflow_uri`` (default: the file store
-  ``<run_dir>/mlruns``, ``<log_dir>/mlruns`` with a log dir; see ``TrainConfig.mlflow_uri``),
-  experiment the sweep name or ``train.log_project``, run name the run id, params the resolved
+* ``mlflow``: ``MlflowClient`` on ``log.mlflow_uri`` (default: the file store
+  ``<run_dir>/mlruns``, ``<log_dir>/mlruns`` with a log dir; see ``LogConfig.mlflow_uri``),
+  experiment the sweep name or ``log.project``, run name the run id, params the resolved
   spec flattened (``section.key``), tags ``rlsuite.*``. MLflow names allow only
   ``[A-Za-z0-9_./ :-]``: ``@`` becomes ``_at_`` (``pass@8`` → ``pass_at_8``), any other
   character ``_``. The MLflow run id is kept in ``<run_dir>/trackers.json``: a resumed run
@@ -122,8 +122,8 @@ class Tracker:
     name: ClassVar[str] = ""
     extra: ClassVar[str] = ""  # the pip extra of its package
 
-    def __init__(self, train_cfg) -> None:
-        self.cfg = train_cfg
+    def __init__(self, log_cfg) -> None:
+        self.cfg = log_cfg  # the spec's log section
 
     def start(self, run_id: str, spec: dict, resumed: bool, step: int, run_dir: Path) -> None:
         raise NotImplementedError
@@ -144,7 +144,7 @@ class TensorBoardTracker(Tracker):
     def start(self, run_id, spec, resumed, step, run_dir):
         from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
 
-        self.dir = Path(self.cfg.log_dir) / run_id if self.cfg.log_dir else Path(run_dir) / "tensorboard"
+        self.dir = Path(self.cfg.dir) / run_id if self.cfg.dir else Path(run_dir) / "tensorboard"
         self.writer = SummaryWriter(str(self.dir), purge_step=step + 1 if resumed else 0)
         if not resumed:
             self.writer.add_text("spec", "```\n" + json.dumps(spec, indent=1, default=str) + "\n```", 0)
@@ -172,16 +172,16 @@ class WandbTracker(Tracker):
     def start(self, run_id, spec, resumed, step, run_dir):
         import wandb
 
-        d = Path(self.cfg.log_dir) if self.cfg.log_dir else Path(run_dir)
+        d = Path(self.cfg.dir) if self.cfg.dir else Path(run_dir)
         d.mkdir(parents=True, exist_ok=True)
         tags = [str(spec.get("task", {}).get("name")), f"seed={spec.get('seed')}"]
         if spec.get("variant"):
             tags.append(str(spec["variant"])[:64])
-        self.run = wandb.init(project=self.cfg.log_project, group=spec.get("sweep") or None,
+        self.run = wandb.init(project=self.cfg.project, group=spec.get("sweep") or None,
                               job_type=str(spec.get("algo", {}).get("name")), name=run_id, id=wandb_id(run_id),
                               resume="allow", config=spec, allow_val_change=True, tags=tags, dir=str(d),
                               settings=wandb.Settings(console="off"))
-        _write_state(Path(run_dir), "wandb", {"id": self.run.id, "project": self.cfg.log_project, "dir": str(d),
+        _write_state(Path(run_dir), "wandb", {"id": self.run.id, "project": self.cfg.project, "dir": str(d),
                                               "offline": bool(getattr(self.run, "offline", False))})
 
     def log(self, metrics, step, walltime):
@@ -215,7 +215,7 @@ class MLflowTracker(Tracker):
     def tracking_uri(self, run_dir: Path) -> str:
         if self.cfg.mlflow_uri:
             return self.cfg.mlflow_uri
-        return (Path(self.cfg.log_dir) if self.cfg.log_dir else Path(run_dir)).absolute().joinpath("mlruns").as_uri()
+        return (Path(self.cfg.dir) if self.cfg.dir else Path(run_dir)).absolute().joinpath("mlruns").as_uri()
 
     def start(self, run_id, spec, resumed, step, run_dir):
         from mlflow.tracking import MlflowClient
@@ -224,7 +224,7 @@ class MLflowTracker(Tracker):
         if uri.startswith("file:") or "://" not in uri:  # the file store: in maintenance mode in MLflow 3
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
         self.client = MlflowClient(uri)
-        name = spec.get("sweep") or self.cfg.log_project
+        name = spec.get("sweep") or self.cfg.project
         exp = self.client.get_experiment_by_name(name)
         if exp is None:
             try:
@@ -287,11 +287,11 @@ class MLflowTracker(Tracker):
 
 
 TRACKERS: dict[str, type[Tracker]] = {c.name: c for c in (TensorBoardTracker, WandbTracker, MLflowTracker)}
-"""Tracker name (``train.log``) → class."""
+"""Tracker name (``log.trackers``) → class."""
 
 
 class Trackers:
-    """The fan-out the trainer calls (rank 0; empty elsewhere and without ``train.log``).
+    """The fan-out the trainer calls (rank 0; empty elsewhere and without ``log.trackers``).
 
     Each call goes to every live backend; an exception of one is reported once on ``stream``
     (default stderr) and that backend is dropped: a tracker never fails a run."""
@@ -303,8 +303,8 @@ class Trackers:
 
     @classmethod
     def for_run(cls, spec, run_dir: Path, active: bool = True) -> "Trackers":
-        names = list(dict.fromkeys(spec.train.log)) if active else []
-        return cls([TRACKERS[n](spec.train) for n in names], Path(run_dir), Path(run_dir).name)
+        names = list(dict.fromkeys(spec.log.trackers)) if active else []
+        return cls([TRACKERS[n](spec.log) for n in names], Path(run_dir), Path(run_dir).name)
 
     def __bool__(self) -> bool:
         return bool(self.trackers)

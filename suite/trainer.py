@@ -27,18 +27,18 @@ reference and initial policy are rebuilt from the base (checked by its sha256). 
 keeps ``final/`` (the policy in ``model.dtype``, tied weights once) and the runner drops
 ``checkpoint/`` unless ``train.keep_checkpoint``.
 
-Data parallelism (``train.world_size`` > 1, :mod:`rlsuite.suite.distributed`): every rank holds the
+Data parallelism (``dist.world_size`` > 1, :mod:`rlsuite.suite.distributed`): every rank holds the
 same state and the same full batch; generation (2) and the update (6) are sharded by rows
 (records all-gathered, gradients all-reduced with the global normaliser's weights); scoring
 passes (4) run on the full batch; rank 0 alone writes the run folder and evaluates.
 
-Sharded training (``train.shard=fsdp``, :mod:`rlsuite.suite.sharding`): the same loop over the same
+Sharded training (``dist.shard=fsdp``, :mod:`rlsuite.suite.sharding`): the same loop over the same
 row shards, with the policy, critic, reference and optimizer state sharded across the ranks by
 FSDP2 (gradients reduce-scattered as sums instead of one all-reduce; every rank runs as many
 micro-batches, padding with weight-0 copies); the engine receives full weights gathered one
 layer at a time; checkpoints are torch.distributed.checkpoint shards plus rank 0's counters.
 
-Rank 0 also copies every metrics and eval row to the experiment trackers of ``train.log``
+Rank 0 also copies every metrics and eval row to the experiment trackers of ``log.trackers``
 (:mod:`rlsuite.suite.trackers`) and prints progress on stderr (:mod:`rlsuite.suite.progress`).
 """
 
@@ -62,7 +62,7 @@ from rlsuite.suite.behaviour import BehaviourSync
 from rlsuite.suite.budget import Budget, scoring_flops, training_flops
 from rlsuite.suite.checkpoint import load as load_state
 from rlsuite.suite.checkpoint import pack, state_sha256
-from rlsuite.suite.checks import check_capabilities
+from rlsuite.suite.checks import check_capabilities, resolve_auto
 from rlsuite.suite.config import RunSpec
 from rlsuite.suite.distributed import world as current_world
 from rlsuite.suite.engines import RolloutEngine, make_engine
@@ -93,18 +93,23 @@ class Trainer:
 
     def __init__(self, spec: RunSpec, run_dir: Path, task, algo: Algorithm, model, tokenizer) -> None:
         self.spec, self.task, self.algo, self.tok = spec, task, algo, tokenizer
-        r, t = spec.rollout, spec.train
+        r, t, d = spec.rollout, spec.train, spec.dist
         self.device = torch.device("cuda" if t.device == "cuda" or (t.device == "auto" and torch.cuda.is_available())
                                    else "cpu")
         self.model = model.to(self.device)
         self.world = current_world()  # data parallelism: suite/distributed.py (rank 0 of 1 without it)
-        if self.world.size != t.world_size:
-            raise BadInput(f"train.world_size={t.world_size} but this process group has {self.world.size} process(es); "
+        if self.world.size != d.world_size:
+            raise BadInput(f"dist.world_size={d.world_size} but this process group has {self.world.size} process(es); "
                            f"start runs with `rlsuite run` (it spawns the processes) or a job with that many tasks")
         self.world.broadcast_module(self.model)  # every rank starts from rank 0's weights
         self.needs = algo.needs
-        self.engine_info = check_capabilities(model, self.needs, algo.cfg.name, self._update_fields(), r, t,
+        # the `auto` levers by capability (train.share_prefix, optim.fused; spec.json/env.json record them)
+        self.resolved: dict[str, Any] = resolve_auto(model, self._update_fields(), t, d, spec.optim)
+        t = dataclasses.replace(t, share_prefix=self.resolved["train.share_prefix"])
+        self.train_cfg = t  # spec.train with its levers resolved
+        self.engine_info = check_capabilities(model, self.needs, algo.cfg.name, self._update_fields(), r, t, d,
                                               spec.model.name, self.device)  # exit 2: what this run cannot do
+        self.resolved["rollout.engine"] = self.engine_info.kind
         self.splits = task.splits()
         for s in ("train", "val", "test"):
             if not self.splits.get(s):
@@ -122,18 +127,18 @@ class Trainer:
             with torch.random.fork_rng(devices=[]):  # the critic's initial weights depend on the seed only
                 torch.manual_seed(seed_for(spec.seed, "critic") % 2**63)
                 self.critic = Critic(self.model, algo.critic or spec.model.critic).to(self.device)
-        self.shard = None  # train.shard=fsdp: the models sharded across the ranks (suite/sharding.py)
-        if t.shard != "none":
+        self.shard = None  # dist.shard=fsdp: the models sharded across the ranks (suite/sharding.py)
+        if d.shard != "none":
             from rlsuite.suite.sharding import Sharding
 
-            self.shard = Sharding(t, self.device, self.world)
+            self.shard = Sharding(d, self.device, self.world)
             self.shard.apply(self)
         groups = [{"params": [p for p in self.model.parameters() if p.requires_grad], "lr": spec.optim.lr}]
         if self.critic is not None:
             groups.append({"params": list(self.critic.parameters()), "lr": spec.optim.critic_lr})
         o = spec.optim
         self.opt = torch.optim.AdamW(groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps, weight_decay=o.weight_decay,
-                                     **({"fused": True} if o.fused else {}))
+                                     **({"fused": True} if self.resolved["optim.fused"] else {}))
         self.base_lrs = [g["lr"] for g in self.opt.param_groups]
         self.P = non_embedding_params(self.model)
         self.P_critic = self.critic.n_params() if self.critic is not None else 0
@@ -143,14 +148,14 @@ class Trainer:
         self.entropy: Optional[float] = None
         self.signals = Signals()
         self._grade_errors, self._grade_error_first = 0, None  # this step's grader failures
-        self._is_metrics: dict[str, float] = {}  # train.is_correction's, of the step's first draw
+        self._is_metrics: dict[str, float] = {}  # loss.is_correction's, of the step's first draw
         self.kl_coef = float(algo.cfg.kl_coef)  # β of the KL term; moves with algo.kl_target (adaptive)
         self._kl_reading: Optional[float] = None  # the step's KL at π_old (the adaptive controller's input)
         self.rollouts = RolloutStage(r, spec.model.chat_template, spec.seed, task, self.splits, tokenizer, self.engine,
                                      algo, self.needs, self.world, self.budget, self.P, self._note_grade_errors,
                                      self.stop_ids)
-        self.trackers = Trackers.for_run(spec, run_dir, self.world.main)  # train.log (suite/trackers.py), rank 0
-        self.progress_out = RunProgress(t, self.budget, self.world.main)  # stderr progress (suite/progress.py)
+        self.trackers = Trackers.for_run(spec, run_dir, self.world.main)  # log.trackers (suite/trackers.py), rank 0
+        self.progress_out = RunProgress(spec.log, self.budget, self.world.main)  # stderr progress (suite/progress.py)
 
     def _update_fields(self) -> frozenset[str]:
         """The fields the training forward computes for this algorithm (besides logp)."""
@@ -169,7 +174,7 @@ class Trainer:
         ``logits_from``: log-probs from the response on (the loss mask is 0 on the prompt; the
         default forward's results are bit for bit those of the whole sequence: see
         :func:`rlsuite.suite.policy.policy_forward`)."""
-        t = self.spec.train
+        t = self.train_cfg
         return {"prompt_width": prompt_width if t.share_prefix else 0, "compiled": t.compile,
                 "logits_from": prompt_width}
 
@@ -298,10 +303,10 @@ class Trainer:
         moved = {f.name: (getattr(rec, f.name).to(dev) if isinstance(getattr(rec, f.name), torch.Tensor) else getattr(rec, f.name))
                  for f in dataclasses.fields(Rollout)}
         moved.update(fields)
-        t = self.spec.train
-        if t.is_correction != "none":  # μ → π_old, for every algorithm (suite.mismatch_correction)
-            weight, keep, m = correction(fields["old_logp"], moved["behav_logp"], mask, t.is_correction, t.is_low,
-                                         t.is_high)
+        lo = self.spec.loss
+        if lo.is_correction != "none":  # μ → π_old, for every algorithm (suite.mismatch_correction)
+            weight, keep, m = correction(fields["old_logp"], moved["behav_logp"], mask, lo.is_correction, lo.is_low,
+                                         lo.is_high)
             self._is_metrics = {**m, "mismatch/is_aliased": float(aliased)}
             if weight is not None:
                 moved["extras"] = {**moved.get("extras", {}), "is_weight": weight}
@@ -383,7 +388,7 @@ class Trainer:
             for mb_idx in torch.tensor_split(perm, t.minibatches):
                 mb = batch.select(mb_idx.to(batch.tokens.device))
                 w_all = aggregation_weights(mb.loss_mask, self.algo.aggregation, s.rollout.max_new_tokens,
-                                            t.empty_rows)
+                                            s.loss.empty_rows)
                 self.opt.zero_grad(set_to_none=True)
                 plan = self._micro_batches(mb)  # every rank's micro-batches (rows of mb)
                 computed += computed_positions(self.model, mb, plan, opts["prompt_width"], want, t.bucket_by_length)
@@ -401,7 +406,7 @@ class Trainer:
                     if "entropy" not in self.needs:
                         fwd = dataclasses.replace(fwd, entropy=fwd.entropy.detach())
                     loss_tok, m = self.algo.loss(fwd, mic, ctx)
-                    if "is_weight" in mic.extras:  # train.is_correction: the policy term only
+                    if "is_weight" in mic.extras:  # loss.is_correction: the policy term only
                         loss_tok = loss_tok * mic.extras["is_weight"]
                     m = dict(m)
                     policy = (w * loss_tok).sum()
@@ -536,7 +541,7 @@ class Trainer:
         if self.shard is not None:  # the sharded weights and optimizer state (any world size)
             self.shard.load(self, st, path.parent)
         elif "sharded" in st:
-            raise BadInput(f"{path.parent}: written by a sharded run (train.shard=fsdp); resume it with train.shard=fsdp")
+            raise BadInput(f"{path.parent}: written by a sharded run (dist.shard=fsdp); resume it with dist.shard=fsdp")
         else:
             self.model.load_state_dict(st["model"])
             self.opt.load_state_dict(st["opt"])

@@ -69,14 +69,8 @@ def sha256_file(path: Path) -> str:
 
 
 def _task_doc(task_cfg: Any) -> dict:
-    """The task configuration as a manifest records it; task fields added later
-    (``LATER_DEFAULTS["task"]``) are left out at their defaults, so a base committed before
-    them still matches."""
-    from rlsuite.suite.config import LATER_DEFAULTS
-
+    """The task configuration as a manifest records it (every field)."""
     d = dataclasses.asdict(task_cfg) if dataclasses.is_dataclass(task_cfg) else dict(task_cfg)
-    later = LATER_DEFAULTS.get("task", {})
-    d = {k: v for k, v in d.items() if not (k in later and v == later[k])}
     return json.loads(json.dumps(d, default=str))  # tuples → lists, as in the manifest
 
 
@@ -179,18 +173,17 @@ def warm_started(task, model, tokenizer, model_name: str, num_threads: int) -> d
             "cached": not built}
 
 
-def measure(task_name: str, model_name: str = "tiny", model=None, tok=None) -> dict[str, float]:
+def measure(spec, model, tok) -> dict[str, float]:
     """Greedy val and test accuracy of a base as a default run's step-0 eval computes them
-    (the task's preset eval settings, the first ``eval.max_prompts`` prompts of each split)."""
+    (``spec``: the task's default spec, resolved without an algorithm; its preset eval settings,
+    the first ``eval.max_prompts`` prompts of each split)."""
     from rlsuite import tasks  # noqa: F401
     from rlsuite.suite.engines import make_engine
     from rlsuite.suite.evaluate import evaluate
-    from rlsuite.suite.spec import resolve
     from rlsuite.suite.stop import stop_ids
     from rlsuite.suite.prompts import encode_prompt
     from rlsuite.tasks.base import TASKS
 
-    spec = resolve(task_name, "grpo", model_name, 0)
     task = TASKS.get(spec.task.name)(spec.task)
     out = {}
     try:
@@ -206,8 +199,9 @@ def measure(task_name: str, model_name: str = "tiny", model=None, tok=None) -> d
     return out
 
 
-def rebuild(task_name: str, model_name: str = "tiny", num_threads: int = 1) -> dict[str, Any]:
-    """Build the task's base at its default configuration and commit-ready write it to
+def rebuild(spec, num_threads: int = 1) -> dict[str, Any]:
+    """Build the base of ``spec`` (a task's default spec, resolved without an algorithm:
+    ``resolve(task, None, model, 0, need_algo=False)``) and commit-ready write it to
     ``suite/bases/`` (safetensors + manifest). Returns the manifest."""
     import torch
     from safetensors.torch import save_model
@@ -216,10 +210,9 @@ def rebuild(task_name: str, model_name: str = "tiny", num_threads: int = 1) -> d
     from rlsuite.suite.errors import BadInput
     from rlsuite.suite.models import MODELS
     from rlsuite.suite.models import load_model as load
-    from rlsuite.suite.spec import resolve
     from rlsuite.tasks.base import TASKS, Task
 
-    spec = resolve(task_name, "grpo", model_name, 0)
+    model_name = spec.model.name
     if not MODELS.get(spec.model.name).embedded:
         raise BadInput(f"model {model_name!r} is not built from scratch; only embedded models "
                        f"({', '.join(n for n, e in MODELS.items() if e.embedded)}) have a warm start")
@@ -243,7 +236,7 @@ def rebuild(task_name: str, model_name: str = "tiny", num_threads: int = 1) -> d
            "model": model_name, "sha256": sha256_file(weights), "bytes": weights.stat().st_size, "info": info,
            "built_on": {"cpu_model": cpu_model(), "cpu_isa": cpu_isa(), "torch": torch.__version__.split("+")[0], "threads": num_threads,
                         "machine": platform.machine()},
-           "measured": measure(spec.task.name, model_name, model, tok)}
+           "measured": measure(spec, model, tok)}
     path = manifest_path(spec.task.name, model_name)
     path.write_text(json.dumps(man, indent=1, sort_keys=True) + "\n")
     return man

@@ -38,7 +38,7 @@ def add_arguments(sub) -> None:
 
     run.add_argument("--log", action="append", default=[], metavar="NAME",
                      help=f"every run also logs to this experiment tracker: {', '.join(TRACKERS)} (the spec's "
-                          f"set: {{train.log: [NAME]}}; repeatable; not in the run ids)")
+                          f"set: {{log.trackers: [NAME]}}; repeatable; not in the run ids)")
     tu = ssub.add_parser("tune", help="equal-budget grid (LR x the entry's knob) on val; writes the final spec")
     tu.add_argument("spec")
     tu.add_argument("--out", type=Path, default=Path("results"))

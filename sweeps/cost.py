@@ -276,7 +276,7 @@ def rank_memory_bytes(arch: Arch, dtype: str, trainable: int, frozen_copies: int
     """The training state one rank holds, activations excluded: the trainable parameters, their
     gradients and AdamW's 2 moments, the frozen reference / initial policy copies and the
     behaviour-history copies, all in ``dtype`` and divided by the world size under
-    ``train.shard=fsdp`` (every rank holds all of it otherwise), + the rollout engine's full copy
+    ``dist.shard=fsdp`` (every rank holds all of it otherwise), + the rollout engine's full copy
     of the policy (never sharded)."""
     state = (trainable * (2 + ADAM_MOMENTS) + (frozen_copies + behaviour) * arch.params) * DTYPE_BYTES[dtype]
     return state // (world_size if sharded else 1) + arch.params * DTYPE_BYTES[dtype]
@@ -408,13 +408,13 @@ def plan_run(spec, arch: Optional[Arch], prompt_tokens: int = DEFAULT_PROMPT_TOK
     copies = behaviour_copies(r.sync, r.staleness, per_step)
     cost.checkpoint = checkpoint_bytes(arch, dtype, uses_separate_critic(spec), copies, refreshed)
     cost.final = final_bytes(arch, dtype)
-    t = spec.train
+    d = spec.dist
     frozen = int("ref_logp" in algo.needs) + int("init_logp" in algo.needs)
     cost.rank_memory = rank_memory_bytes(arch, dtype, arch.params + (arch.critic_params if uses_separate_critic(spec)
                                                                      else 0), frozen, copies,
-                                         getattr(t, "world_size", 1), getattr(t, "shard", "none") != "none")
+                                         d.world_size, d.shard != "none")
     cost.peak = run_peak_bytes(cost.checkpoint, cost.final)
-    cost.kept = cost.final + (cost.checkpoint if getattr(spec.train, "keep_checkpoint", False) else 0)
+    cost.kept = cost.final + (cost.checkpoint if spec.train.keep_checkpoint else 0)
     if samples is not None:
         cost.flops_by_kind = {k: float(v * samples) for k, v in kinds.items()}
         cost.flops = float(sum(cost.flops_by_kind.values()))
@@ -495,8 +495,8 @@ def dry_run_lines(runs: Iterable, concurrency: int, concurrency_from: str,
              "reference; final = the policy in model.dtype; tied embeddings once, no frozen reference",
              f"# GPU-hours at {fmt_sci(throughput)} FLOP/s per GPU ({tp}; --throughput FLOP/s)",
              "# mem_rank: training state per rank (activations excluded): trainable weights + gradients + AdamW's 2 "
-             "moments + frozen reference/initial copies + behaviour history, in model.dtype, ÷ train.world_size "
-             "under train.shard=fsdp, + the rollout engine's full policy copy"]
+             "moments + frozen reference/initial copies + behaviour history, in model.dtype, ÷ dist.world_size "
+             "under dist.shard=fsdp, + the rollout engine's full policy copy"]
     rows = []
     for r in runs:
         arch, src = model_arch(r.model.name)

@@ -61,8 +61,8 @@ class SweepJob:
             if submitted and spec.run_id != submitted:
                 return {"code": 2, "error": f"the code changed between submission and execution: the spec submitted "
                                             f"as {submitted} now resolves to {spec.run_id}; re-run the sweep"}
-            if spec.train.world_size > 1:  # one data-parallel rank per task of this job
-                distributed.init_from_submitit(spec.train.world_size, spec.train.device)
+            if spec.dist.world_size > 1:  # one data-parallel rank per task of this job
+                distributed.init_from_submitit(spec.dist.world_size, spec.train.device)
             code, run_dir = execute(spec, Path(self.root))
         except FolderLocked as e:  # another process (a second sweep, a manual run) trains it
             return {"code": 2, "locked": str(e), "run_id": submitted}
@@ -295,7 +295,7 @@ def _progress_bar(total: int):
 def run_sweep(spec_ref: str, out: Path, cluster: str, workers: int, dry_run: bool = False,
               retry_failed: bool = False, wait: bool = True, progress: bool = True,
               cost: Optional[dict] = None, log: Sequence[str] = ()) -> tuple[Path, dict]:
-    """``log``: experiment trackers for every run (``--log``): the spec's ``set: {train.log: [...]}``,
+    """``log``: experiment trackers for every run (``--log``): the spec's ``set: {log.trackers: [...]}``,
     which it replaces (not in the run ids)."""
     import dataclasses
 
@@ -303,7 +303,7 @@ def run_sweep(spec_ref: str, out: Path, cluster: str, workers: int, dry_run: boo
 
     sweep = load(spec_ref)
     if log:
-        sweep = dataclasses.replace(sweep, set={**sweep.set, "train.log": list(log)})
+        sweep = dataclasses.replace(sweep, set={**sweep.set, "log.trackers": list(log)})
     return run_sweep_spec(sweep, out, cluster, workers, dry_run, retry_failed, wait, progress, cost)
 
 

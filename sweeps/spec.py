@@ -65,7 +65,7 @@ class Resources:
     """CPUs per task (torch threads come from train.num_threads)."""
     tasks_per_node: int = 1
     """Tasks (processes) per node: a data-parallel run has one rank per task, so
-    ``nodes × tasks_per_node`` must equal ``train.world_size`` (checked before submitting)."""
+    ``nodes × tasks_per_node`` must equal ``dist.world_size`` (checked before submitting)."""
     nodes: int = 1
     """Nodes per job (more than 1 only on SLURM; the run folder must be on a shared file system)."""
     mem_gb: float = 4.0
@@ -323,9 +323,9 @@ def expand(sweep: SweepSpec) -> list[RunSpec]:
         raise BadInput(list(dict.fromkeys(errors)))
     res = sweep.resources
     tasks = res.nodes * res.tasks_per_node  # one data-parallel rank per task (suite/distributed.py)
-    for ws in sorted({r.train.world_size for r in runs} - {tasks}):
-        n = sum(r.train.world_size == ws for r in runs)
-        errors.append(f"{sweep.source}: {n} run(s) have train.world_size={ws} but each job has {tasks} task(s) "
+    for ws in sorted({r.dist.world_size for r in runs} - {tasks}):
+        n = sum(r.dist.world_size == ws for r in runs)
+        errors.append(f"{sweep.source}: {n} run(s) have dist.world_size={ws} but each job has {tasks} task(s) "
                       f"(resources.nodes={res.nodes} × resources.tasks_per_node={res.tasks_per_node}); they must match")
     if errors:
         raise BadInput(errors)

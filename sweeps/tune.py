@@ -27,7 +27,6 @@ from typing import Any
 
 import yaml
 
-from rlsuite.suite.config import ALIASES
 from rlsuite.suite.runfolder import atomic_write_json, atomic_write_text, read_jsonl
 from rlsuite.sweeps.spec import Arm, SweepSpec, expand, load
 
@@ -47,9 +46,7 @@ def _grid(sweep: SweepSpec) -> list[tuple[Arm, Arm, dict]]:
         if override:
             knob = next(iter(override.items()))
         knob_values = list(knob[1]) if knob else [None]
-        fields = {f.name for f in dataclasses.fields(ALGORITHMS.get(arm.name).Config)}
-        # a knob may name an old key of suite.config.ALIASES (clip_eps: both clip bounds at once)
-        knob_keys = (ALIASES.get(knob[0], (knob[0],)) if knob[0] not in fields else (knob[0],)) if knob else ()
+        knob_keys = tuple(knob[0].split("+")) if knob else ()  # "a+b": both fields at once (Algorithm.tune_knob)
         for lr in lrs:
             for kv in knob_values:
                 point = {"optim.lr": float(lr)} | {f"algo.{k}": kv for k in knob_keys}

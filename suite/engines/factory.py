@@ -1,8 +1,13 @@
 """Which engine a ``rollout.engine`` setting names, what it can do, and building it.
 
-``auto`` is the kv sampler for the architectures it supports (:data:`KV_ARCHITECTURES`), else
-HF ``generate``. The trainer asks the resolved engine (its class's ``capabilities`` and
-``traits``, :mod:`rlsuite.suite.engine_traits`), never its name.
+``auto`` is the fastest exact engine the model and device support, by capability (never by
+timing): for the architectures of the KV forward (:data:`KV_ARCHITECTURES`), the oneDNN engine
+where it serves (CPU, fp32 weights, a torch build with oneDNN's linear kernels:
+:func:`rlsuite.suite.engines.onednn.supported`), else the kv sampler; HF ``generate`` for any other
+architecture (:func:`auto_kind`). All of them sample by the same rules; their logits agree to
+float rounding. The trainer asks the resolved engine (its class's ``capabilities`` and ``traits``,
+:mod:`rlsuite.suite.engine_traits`), never its name; a run records the resolved kind in
+``spec.json`` and ``env.json`` (``resolved``).
 """
 
 from __future__ import annotations
@@ -17,8 +22,19 @@ KV_KINDS = ("kv", "native", "onednn", "s3r")
 """The settings whose engine is the hand-written KV forward (Llama-style models only)."""
 
 
+def auto_kind(model) -> str:
+    """What ``rollout.engine=auto`` is for ``model`` on its current device and dtype."""
+    if getattr(model.config, "model_type", None) not in KV_ARCHITECTURES:
+        return "hf"
+    from rlsuite.suite.engines.onednn import supported
+
+    return "onednn" if supported(model) is None else "kv"
+
+
 def engine_class(kind: str, model) -> type:
     """The engine class of ``rollout.engine=kind`` for ``model`` (imports only that engine)."""
+    if kind == "auto":
+        kind = auto_kind(model)
     if kind == "vllm":
         from rlsuite.suite.engines.vllm import VLLMEngine  # imports vllm itself; BadInput when it or a GPU is missing
 
@@ -35,7 +51,7 @@ def engine_class(kind: str, model) -> type:
         from rlsuite.suite.engines.onednn import OneDNNKVSampler
 
         return OneDNNKVSampler
-    if kind == "kv" or (kind == "auto" and getattr(model.config, "model_type", None) in KV_ARCHITECTURES):
+    if kind == "kv":
         from rlsuite.suite.engines.kv import KVSampler
 
         return KVSampler
@@ -51,6 +67,8 @@ class EngineInfo:
     cls: type
     capabilities: frozenset[str]
     traits: EngineTraits
+    kind: str
+    """The resolved ``rollout.engine`` value (``auto`` resolved: :func:`auto_kind`)."""
 
     @property
     def row_rng(self) -> bool:
@@ -69,12 +87,11 @@ def resolve_engine(kind: str, model) -> EngineInfo:
 
         require_vllm()  # BadInput (exit 2) when vllm or a CUDA device is missing
     cls = engine_class(kind, model)
-    return EngineInfo(cls, frozenset(cls.capabilities), cls.traits)
+    return EngineInfo(cls, frozenset(cls.capabilities), cls.traits, auto_kind(model) if kind == "auto" else kind)
 
 
 def make_engine(kind: str, model, tokenizer, rollout=None):
-    """``kv`` / ``native`` / ``onednn`` / ``hf`` / ``s3r`` / ``vllm`` / ``auto`` (kv for supported architectures,
-    else hf)."""
+    """``kv`` / ``native`` / ``onednn`` / ``hf`` / ``s3r`` / ``vllm`` / ``auto`` (:func:`auto_kind`)."""
     cls = engine_class(kind, model)
     if kind == "vllm":
         return cls(model, tokenizer, rollout)

@@ -8,6 +8,7 @@ Run: pytest tests/contract/test_config_ranges.py
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -16,16 +17,14 @@ from rlsuite import algorithms  # noqa: F401  (registration)
 from rlsuite import tasks  # noqa: F401
 from rlsuite.algorithms.base import ALGORITHMS
 from rlsuite.suite.cli import main
-from rlsuite.suite.config import (ALIASES, BudgetConfig, EvalConfig, OptimConfig, RolloutConfig, TrainConfig,
-                                  declared_ranges, numeric_fields, range_problems)
+from rlsuite.suite.config import SECTION_CLASSES, declared_ranges, numeric_fields, range_problems
 from rlsuite.suite.errors import BadInput
 from rlsuite.suite.spec import resolve
 from rlsuite.tasks.base import TASKS
 
 ENTRIES = [("algo", n) for n in ALGORITHMS.names() if not n.startswith("_")] + \
           [("task", n) for n in TASKS.names() if not n.startswith("_")]
-SECTIONS = {"rollout": RolloutConfig, "optim": OptimConfig, "train": TrainConfig, "budget": BudgetConfig,
-            "eval": EvalConfig}
+SECTIONS = {k: v for k, v in SECTION_CLASSES.items() if k != "model"}
 
 
 def config_class(kind: str, name: str) -> type:
@@ -61,7 +60,9 @@ def test_every_numeric_field_has_a_range_admitting_default_and_tuning_grid(kind,
     for f in fields:
         assert not range_problems(cls, f, getattr(cfg, f), f), (name, f, getattr(cfg, f))
     knob = getattr((ALGORITHMS if kind == "algo" else TASKS).get(name), "tune_knob", None)
-    for key in (ALIASES.get(knob[0], (knob[0],)) if knob else ()):  # an alias knob sets each of its fields
+    names = {f.name for f in dataclasses.fields(cls)}
+    for key in (knob[0].split("+") if knob else ()):  # "a+b" sets each of its fields
+        assert key in names, f"{name}: tune_knob names {key!r}, not a field; fields: {sorted(names)}"
         for v in (knob[1] if key in ranges else ()):
             assert not range_problems(cls, key, v, key), (name, key, v)
 

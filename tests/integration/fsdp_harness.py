@@ -1,6 +1,6 @@
 """Helpers of tests/integration/test_fsdp.py and benchmarks/fsdp.py: build a trainer the way the
 runner does, step it and record what the step-1/step-2 equivalence checks compare; run that
-in W spawned gloo ranks (``train.shard=fsdp``) or in this process.
+in W spawned gloo ranks (``dist.shard=fsdp``) or in this process.
 
 Spawned workers import this module by name, so it holds no test functions.
 """

@@ -15,7 +15,8 @@ from rlsuite.suite.runfolder import read_jsonl
 
 P, P_CRITIC = 505_216, 492_416
 SMALL = ["--task", "arith", "--set", "model.warm_start=none", "--set", "eval.max_prompts=4",
-         "--set", "rollout.prompts_per_step=4", "--set", "rollout.group_size=4"]
+         "--set", "rollout.prompts_per_step=4", "--set", "rollout.group_size=4",
+         "--set", "train.share_prefix=false"]  # every position computed (the shared-prefix count: test_trainer_levers)
 
 
 def _run(tmp_path, capsys, *args):

@@ -1,4 +1,4 @@
-"""Data parallelism within a run (``train.world_size``, suite/distributed.py): two gloo
+"""Data parallelism within a run (``dist.world_size``, suite/distributed.py): two gloo
 processes on the CPU give the same run as one process with the same global batch.
 
 The runs use the cached arith warm start (``RLSUITE_CACHE``, see tests/conftest.py), so the
@@ -30,7 +30,7 @@ from rlsuite.suite.runfolder import read_jsonl
 DP = ["--task", "arith", "--algo", "grpo", "--seed", "1", "--set", "eval.max_prompts=8",
       "--set", "rollout.prompts_per_step=4", "--set", "rollout.group_size=4", "--set", "rollout.rng=row",
       "--set", "train.minibatches=2", "--set", "train.micro_batch_size=4"]
-TWO = ["--set", "train.world_size=2"]
+TWO = ["--set", "dist.world_size=2"]
 TIMING = ("time", "budget/wall_s")
 
 
@@ -142,7 +142,7 @@ algorithms: [grpo]
 seeds: [1]
 budget: {{samples: 48}}
 set: {{eval.max_prompts: 8, rollout.prompts_per_step: 4, rollout.group_size: 4, rollout.rng: row,
-      train.world_size: 2}}
+      dist.world_size: 2}}
 resources: {{timeout_min: 10, mem_gb: 2, tasks_per_node: {tasks}}}
 """
 
@@ -152,7 +152,7 @@ def test_sweep_refuses_a_world_size_other_than_the_tasks_per_job(tmp_path, capsy
     spec.write_text(SWEEP.format(tasks=1))
     code = main(["sweep", "run", str(spec), "--out", str(tmp_path / "out"), "--cluster", "local"])
     err = capsys.readouterr().err
-    assert code == 2 and "train.world_size=2" in err and "tasks_per_node=1" in err
+    assert code == 2 and "dist.world_size=2" in err and "tasks_per_node=1" in err
     assert not (tmp_path / "out").exists()
 
 
@@ -187,11 +187,11 @@ def test_a_rank_that_dies_fails_the_run_and_a_rerun_completes_it(tmp_path):
     from rlsuite.suite.spec import resolve
 
     sets = [("eval.max_prompts", 8), ("rollout.prompts_per_step", 4), ("rollout.group_size", 4),
-            ("rollout.rng", "row"), ("train.world_size", 2), ("train.checkpoint_every", 1)]
+            ("rollout.rng", "row"), ("dist.world_size", 2), ("train.checkpoint_every", 1)]
     spec = resolve("arith", "grpo", "tiny", 1, sets=sets, budgets=[("updates", 40)])
     run = tmp_path / spec.run_id
     watcher, killed = kill_rank_when(run, at_step=2, timeout_s=300)
-    assert launch_local(spec, tmp_path, grace_s=2.0) == 1
+    assert launch_local(spec, tmp_path, execute, grace_s=2.0) == 1
     watcher.join(5)
     assert killed, "rank 1 was never seen running"
     st = json.loads((run / "status.json").read_text())

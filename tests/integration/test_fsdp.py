@@ -1,4 +1,4 @@
-"""Sharded training (``train.shard=fsdp``, suite/sharding.py) on two gloo processes equals the
+"""Sharded training (``dist.shard=fsdp``, suite/sharding.py) on two gloo processes equals the
 one-process unsharded run with the same global batch.
 
 Each rank trains on half of every minibatch in two micro-batches of 4 (gradient accumulation
@@ -30,8 +30,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fsdp_harness import probe, spawn_probe, spawn_run  # noqa: E402
 
 BASE = [("eval.max_prompts", 8), ("rollout.prompts_per_step", 4), ("rollout.group_size", 4), ("rollout.rng", "row"),
-        ("train.minibatches", 1), ("train.micro_batch_size", 4)]
-SHARD2 = [("train.world_size", 2), ("train.shard", "fsdp")]
+        ("train.minibatches", 1), ("train.micro_batch_size", 4),
+        ("train.share_prefix", False), ("optim.fused", False)]  # the levers a sharded run resolves `auto` to
+SHARD2 = [("dist.world_size", 2), ("dist.shard", "fsdp")]
 ALGOS = ["grpo", "ppo", "ggpo"]  # ppo: a critic (its own parameter group); ggpo: a reference (refreshed)
 EXTRA = {"ggpo": [("algo.refresh_every", 1)]}  # π_ref ← π_θ after every update: the sharded refresh by step 2
 TIMING = ("time", "budget/wall_s")
@@ -71,7 +72,7 @@ def sharded(tmp_path_factory):
 @pytest.mark.parametrize("algo", ALGOS)
 def test_two_sharded_ranks_equal_one_process_at_steps_1_and_2(algo, sharded, tmp_path):
     one_spec, two_spec = _spec(algo), _spec(algo, SHARD2)
-    assert one_spec.run_id == two_spec.run_id  # train.shard is not in the run id (like world_size)
+    assert one_spec.run_id == two_spec.run_id  # dist.shard is not in the run id (like world_size)
     one = probe(one_spec, tmp_path)
     r0, r1 = sharded[algo]
     row1, row2 = one["rows"][0], r0["rows"][0]
@@ -116,15 +117,15 @@ def test_two_sharded_ranks_equal_one_process_at_steps_1_and_2(algo, sharded, tmp
 
 
 def test_shard_settings_are_checked_at_resolution():
-    with pytest.raises(BadInput, match="train.shard=fsdp"):
-        _spec("grpo", [("train.activation_checkpointing", True)])
+    with pytest.raises(BadInput, match="dist.shard=fsdp"):
+        _spec("grpo", [("dist.activation_checkpointing", True)])
     with pytest.raises(BadInput, match="share_prefix"):
         _spec("grpo", SHARD2 + [("train.share_prefix", True)])
     with pytest.raises(BadInput, match="shard_offload"):
-        _spec("grpo", SHARD2 + [("train.shard_offload", True), ("train.device", "cpu")])
+        _spec("grpo", SHARD2 + [("dist.shard_offload", True), ("train.device", "cpu")])
     # bf16 parameters change results: in the run id; activation checkpointing does not
-    assert _spec("grpo", SHARD2 + [("train.shard_precision", "bf16")]).run_id != _spec("grpo").run_id
-    assert _spec("grpo", SHARD2 + [("train.activation_checkpointing", True)]).run_id == _spec("grpo").run_id
+    assert _spec("grpo", SHARD2 + [("dist.shard_precision", "bf16")]).run_id != _spec("grpo").run_id
+    assert _spec("grpo", SHARD2 + [("dist.activation_checkpointing", True)]).run_id == _spec("grpo").run_id
 
 
 def _same_metrics(a: Path, b: Path, rel: float = 0.0) -> None:
@@ -179,7 +180,7 @@ def test_sharded_checkpoint_resumes_exactly_and_on_another_world_size(tmp_path):
     _same_final(ref, run)
 
     assert spawn_run(spec, tmp_path / "other", 2, stop_at=2) == 130
-    one_rank = _spec("ppo", [("train.world_size", 1), ("train.shard", "fsdp")] + RESUME, budget)
+    one_rank = _spec("ppo", [("dist.world_size", 1), ("dist.shard", "fsdp")] + RESUME, budget)
     assert one_rank.run_id == spec.run_id
     assert spawn_run(one_rank, tmp_path / "other", 1) == 0  # resharded from 2 ranks onto 1
     other = tmp_path / "other" / spec.run_id
@@ -243,7 +244,7 @@ def test_a_killed_sharded_rank_fails_the_run_and_the_rerun_resumes_exactly(tmp_p
     assert spawn_run(spec, tmp_path / "ref", 2) == 0
     run = tmp_path / "run" / spec.run_id
     watcher, killed = kill_rank_when(run, at_step=3, timeout_s=600)
-    assert launch_local(spec, tmp_path / "run", grace_s=2.0) == 1
+    assert launch_local(spec, tmp_path / "run", execute, grace_s=2.0) == 1
     watcher.join(5)
     assert killed, "rank 1 was never seen running"
     st = json.loads((run / "status.json").read_text())
@@ -271,7 +272,7 @@ def real_model() -> Path:
 REAL = [("task.style", "question"), ("task.max_operand", 20), ("task.ops", "+"), ("task.val_fraction", 0.1),
         ("rollout.prompts_per_step", 2), ("rollout.group_size", 2), ("rollout.max_new_tokens", 16),
         ("rollout.rng", "row"), ("train.micro_batch_size", 2), ("optim.lr", 1e-5), ("eval.max_prompts", 4),
-        ("optim.grad_clip", 0.0)]
+        ("optim.grad_clip", 0.0), ("train.share_prefix", False), ("optim.fused", False)]
 """Unclipped: a clip coefficient from torch's float32 norm (above) would move AdamW's first step on
 entries whose gradient is near eps by the norm's own error (measured 3e-5 of the update)."""
 
@@ -313,7 +314,7 @@ def test_sweep_dry_run_shows_memory_per_rank_for_the_sharding():
     def gib(s: str) -> float:
         return float(s[:-3]) * {"GiB": 1.0, "MiB": 1 / 1024}[s[-3:]]
 
-    plain, dp, fsdp = mem([]), mem([("train.world_size", 2)]), mem(SHARD2)
+    plain, dp, fsdp = mem([]), mem([("dist.world_size", 2)]), mem(SHARD2)
     assert plain == dp  # data parallelism: every rank holds everything
     engine = 134_515_008 * 4 / 2**30  # the rollout engine's full fp32 copy, never sharded
     assert gib(fsdp) - engine == pytest.approx((gib(plain) - engine) / 2, abs=0.01)  # printed to 0.01 GiB

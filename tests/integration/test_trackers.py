@@ -229,12 +229,12 @@ def test_log_settings_are_not_in_the_run_id(tmp_path):
         return _spec_from_args(a, a.algo, a.budget)
 
     base = spec()
-    logged = spec("--log", "tensorboard", "--log", "wandb,mlflow", "--set", f"train.log_dir={tmp_path}",
-                  "--set", "train.log_project=other", "--set", "train.mlflow_uri=http://127.0.0.1:9",
-                  "--set", "train.progress=off", "--set", "train.progress_every_s=5")
-    assert logged.train.log == ("tensorboard", "wandb", "mlflow") and base.train.log == ()
+    logged = spec("--log", "tensorboard", "--log", "wandb,mlflow", "--set", f"log.dir={tmp_path}",
+                  "--set", "log.project=other", "--set", "log.mlflow_uri=http://127.0.0.1:9",
+                  "--set", "log.progress=off", "--set", "log.progress_every_s=5")
+    assert logged.log.trackers == ("tensorboard", "wandb", "mlflow") and base.log.trackers == ()
     assert logged.run_id == base.run_id
-    assert spec("--set", "train.log=[wandb]").train.log == ("wandb",)  # the sweep/--set form
+    assert spec("--set", "log.trackers=[wandb]").log.trackers == ("wandb",)  # the sweep/--set form
 
 
 def test_an_unknown_tracker_is_bad_input(tmp_path, capsys):
@@ -261,7 +261,7 @@ def test_a_resumed_run_continues_its_tracker_runs(tmp_path, monkeypatch, offline
 
     spec = resolve("_parity_test", "grpo", "tiny", 0, sets=[("model.warm_start", "none"),
                                                             ("train.checkpoint_every", 2),
-                                                            ("train.log", ["tensorboard", "wandb", "mlflow"])],
+                                                            ("log.trackers", ["tensorboard", "wandb", "mlflow"])],
                    budgets=[("updates", 5)])
     real, crashed = Trainer.step, {"done": False}
 
@@ -354,5 +354,5 @@ def test_sweep_run_log_sets_train_log_for_every_run_without_changing_ids(tmp_pat
     assert main(["sweep", "run", "quickstart", "--log", "wandb", "--log", "tensorboard,wandb",
                  "--out", str(tmp_path)]) == 0
     runs, plain = expand(seen["sweep"]), expand(load("quickstart"))
-    assert runs and all(r.train.log == ("wandb", "tensorboard") for r in runs)
+    assert runs and all(r.log.trackers == ("wandb", "tensorboard") for r in runs)
     assert [r.run_id for r in runs] == [r.run_id for r in plain]

@@ -44,7 +44,7 @@ def _run(tmp_path, capsys, *args):
 def test_share_prefix_charges_the_positions_it_computes(tmp_path, capsys):
     base = ["--algo", "grpo", "--budget", "updates=2", "--set", "rollout.old_logp=behaviour", "--set", "algo.kl_coef=0"]
     rows, spec = _run(tmp_path / "shared", capsys, *base, "--set", "train.share_prefix=true")
-    ref, _ = _run(tmp_path / "plain", capsys, *base)
+    ref, _ = _run(tmp_path / "plain", capsys, *base, "--set", "train.share_prefix=false")
     assert spec["train"]["share_prefix"] is True
     r = rows[0]
     n, gen = r["budget/train_tokens"], r["budget/gen_tokens"]
@@ -68,14 +68,46 @@ def test_autocast_scores_pi_old_in_the_training_precision(tmp_path, capsys):
     assert all(abs(r["loss/total"]) < 1e3 for r in rows)
 
 
-def test_levers_enter_the_run_id_only_when_set():
+def test_every_lever_setting_is_its_own_run_id():
+    """The levers are in the run id as set: `auto` (the default, resolved by capability at the start
+    of the run, the same on every machine) and an explicit value are different ids."""
     base = resolve("arith", "grpo", "tiny", 0)
-    assert resolve("arith", "grpo", "tiny", 0, sets=[("train.autocast", "none"), ("train.share_prefix", False),
-                                                      ("train.compile", False), ("optim.fused", False)]).run_id == base.run_id
+    assert (base.train.share_prefix, base.optim.fused, base.rollout.engine) == ("auto", "auto", "auto")
+    assert resolve("arith", "grpo", "tiny", 0, sets=[("train.autocast", "none"), ("train.share_prefix", "auto"),
+                                                      ("train.compile", False), ("optim.fused", "auto")]).run_id == base.run_id
     ids = {resolve("arith", "grpo", "tiny", 0, sets=[(k, v)]).run_id
-           for k, v in (("train.autocast", "bf16"), ("train.share_prefix", True), ("train.compile", True),
-                        ("optim.fused", True))}
-    assert len(ids) == 4 and base.run_id not in ids
+           for k, v in (("train.autocast", "bf16"), ("train.share_prefix", True), ("train.share_prefix", False),
+                        ("train.compile", True), ("optim.fused", True), ("optim.fused", False))}
+    assert len(ids) == 6 and base.run_id not in ids
+
+
+def test_auto_levers_resolve_by_capability_and_are_recorded(tmp_path, capsys):
+    """`auto` turns the same-math levers on where they serve (the tiny Llama on a CPU: share_prefix,
+    fused AdamW, the oneDNN engine where torch has it); spec.json and env.json record the result.
+    An entry whose update needs a field the fast forward does not compute (attention statistics)
+    resolves share_prefix off, as does a sharded run (tests/integration/test_fsdp.py)."""
+    from rlsuite.suite.checks import resolve_auto
+    from rlsuite.suite.engines.onednn import supported
+    from rlsuite.suite.models import load_model
+
+    rows, spec = _run(tmp_path, capsys, "--algo", "grpo", "--budget", "updates=1")
+    run = tmp_path / spec["run_id"]
+    env = json.loads((run / "env.json").read_text())
+    model, _, _ = load_model(resolve("arith", "grpo", "tiny", 0).model)
+    want = {"train.share_prefix": True, "optim.fused": True,
+            "rollout.engine": "onednn" if supported(model) is None else "kv"}
+    assert spec["resolved"] == env["resolved"] == want
+    assert spec["train"]["share_prefix"] == "auto" and env["identity"] == spec["identity"]
+    s = resolve("arith", "grpo", "tiny", 0)
+    off = resolve_auto(model, frozenset({"entropy", "attn_stat"}), s.train, s.dist, s.optim)
+    assert off == {"train.share_prefix": False, "optim.fused": True}
+    sharded = resolve("arith", "grpo", "tiny", 0, sets=[("dist.world_size", 2), ("dist.shard", "fsdp"),
+                                                         ("rollout.rng", "row")])
+    assert resolve_auto(model, frozenset({"entropy"}), sharded.train, sharded.dist, sharded.optim) == \
+        {"train.share_prefix": False, "optim.fused": False}
+    explicit = resolve("arith", "grpo", "tiny", 0, sets=[("train.share_prefix", False), ("optim.fused", False)])
+    assert resolve_auto(model, frozenset({"entropy"}), explicit.train, explicit.dist, explicit.optim) == \
+        {"train.share_prefix": False, "optim.fused": False}
 
 
 def test_fused_adamw_takes_the_default_update_to_float_rounding(tmp_path, capsys, monkeypatch):
@@ -90,8 +122,8 @@ def test_fused_adamw_takes_the_default_update_to_float_rounding(tmp_path, capsys
     base = ["--algo", "grpo", "--budget", "updates=2", "--set", "rollout.old_logp=behaviour", "--set", "algo.kl_coef=0",
             "--set", "optim.lr=1e-3"]
     rows, spec = _run(tmp_path / "fused", capsys, *base, "--set", "optim.fused=true")
-    ref, _ = _run(tmp_path / "plain", capsys, *base)
-    assert spec["optim"]["fused"] is True and made == [True, None]  # fused only where set
+    ref, _ = _run(tmp_path / "plain", capsys, *base, "--set", "optim.fused=false")
+    assert spec["optim"]["fused"] is True and made == [True, None]  # fused only where on
     # the first update is the same AdamW step: the second rollout samples with the same weights
     # (to ~1e-8), so its samples and loss agree
     assert rows[1]["reward/mean"] == ref[1]["reward/mean"]
@@ -176,23 +208,24 @@ def test_micro_batch_plan_orders_rows_longest_first():
     assert [[r.tolist() for r in rank] for rank in Trainer._micro_batches(fake, mb)] == [[[0, 1, 2]], [[3, 4, 5, 6]]]
 
 
-def test_a_run_folder_from_before_the_levers_resumes(tmp_path):
-    """spec.json files written before the later settings existed lack them: same run, not a clash."""
-    from rlsuite.suite.config import LATER_DEFAULTS
+def test_a_run_folder_from_before_the_reset_is_never_taken_for_a_current_run(tmp_path):
+    """A version-1 spec.json (written before issue 32's reset, no identity inputs) migrates, but its
+    identity is not a current run's: a folder holding one under a current run id is refused, not
+    resumed; a current document resumes, and an `auto` lever set explicitly is another run."""
     from rlsuite.suite.runner import check_existing
 
     spec = resolve("arith", "grpo", "tiny", 0)
-    old = spec.to_dict() | {"run_id": spec.run_id}
-    for sec, later in LATER_DEFAULTS.items():
-        for k in later:
-            del old[sec][k]
-    (tmp_path / "spec.json").write_text(json.dumps(old))
+    doc = spec.to_dict() | {"run_id": spec.run_id}
     (tmp_path / "status.json").write_text(json.dumps({"state": "interrupted", "attempt": 1}))
+    (tmp_path / "spec.json").write_text(json.dumps(doc))
     assert check_existing(tmp_path, spec) == (None, 2)
+    for lever in (("train.share_prefix", True), ("optim.fused", False)):
+        with pytest.raises(Exception, match="different spec"):
+            check_existing(tmp_path, resolve("arith", "grpo", "tiny", 0, sets=[lever]))
+    old = {k: v for k, v in doc.items() if k not in ("schema", "identity", "loss", "dist", "log")}
+    (tmp_path / "spec.json").write_text(json.dumps(old))
     with pytest.raises(Exception, match="different spec"):
-        check_existing(tmp_path, resolve("arith", "grpo", "tiny", 0, sets=[("train.share_prefix", True)]))
-    with pytest.raises(Exception, match="different spec"):
-        check_existing(tmp_path, resolve("arith", "grpo", "tiny", 0, sets=[("optim.fused", True)]))
+        check_existing(tmp_path, spec)
 
 
 def test_compile_without_a_compiler_is_refused(tmp_path, capsys, monkeypatch):

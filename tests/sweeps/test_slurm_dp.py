@@ -1,4 +1,4 @@
-"""A data-parallel run (``train.world_size=2``) as one SLURM job with two tasks, through
+"""A data-parallel run (``dist.world_size=2``) as one SLURM job with two tasks, through
 submitit (ranks from ``submitit.JobEnvironment()``, rendezvous on the job's first node).
 
 Marked ``slurm``; skipped when no cluster answers (unless RLSUITE_REQUIRE_SLURM=1) or when the
@@ -27,7 +27,7 @@ algorithms: [grpo]
 seeds: [1]
 budget: {samples: 48}
 set: {eval.max_prompts: 8, rollout.prompts_per_step: 4, rollout.group_size: 4, rollout.rng: row,
-      train.world_size: 2}
+      dist.world_size: 2}
 resources: {timeout_min: 10, mem_gb: 2, cpus_per_task: 1, tasks_per_node: 2}
 """
 
@@ -62,11 +62,11 @@ def _slurm_run(tmp_path: Path, spec_text: str, name: str, capsys) -> Path:
     return run
 
 
-def _one_process_run(tmp_path: Path, algo: str, run_id: str, capsys) -> Path:
+def _one_process_run(tmp_path: Path, algo: str, run_id: str, capsys, *sets: str) -> Path:
     """The same run (world size and sharding are not in the run id) in one local process."""
     code = main(["run", "--task", "arith", "--algo", algo, "--seed", "1", "--budget", "samples=48",
                  "--set", "eval.max_prompts=8", "--set", "rollout.prompts_per_step=4", "--set", "rollout.group_size=4",
-                 "--set", "rollout.rng=row", "--out", str(tmp_path / "ref")])
+                 "--set", "rollout.rng=row", *[a for s in sets for a in ("--set", s)], "--out", str(tmp_path / "ref")])
     out = capsys.readouterr().out
     assert code == 0
     ref = tmp_path / "ref" / run_id
@@ -89,14 +89,14 @@ algorithms: [{algo}]
 seeds: [1]
 budget: {{samples: 48}}
 set: {{eval.max_prompts: 8, rollout.prompts_per_step: 4, rollout.group_size: 4, rollout.rng: row,
-      train.world_size: 2, train.shard: fsdp}}
+      dist.world_size: 2, dist.shard: fsdp, train.share_prefix: false, optim.fused: false}}
 resources: {{timeout_min: 10, mem_gb: 2, cpus_per_task: 1, nodes: 1, tasks_per_node: 2, gpus_per_node: 0}}
 """
 
 
 @pytest.mark.parametrize("algo", ["grpo", "ppo"])
 def test_two_task_slurm_job_runs_one_sharded_run(algo, tmp_path, capsys):
-    """`train.shard=fsdp` through submitit: one job, two tasks (two gloo ranks that rendezvous on
+    """`dist.shard=fsdp` through submitit: one job, two tasks (two gloo ranks that rendezvous on
     the job's node as data parallelism does), one run folder written by rank 0 with the sharded
     checkpoint gone and a loadable `final/`; its first two steps sample the same tokens and
     rewards as one unsharded process with the same global batch (later steps may drift by float
@@ -107,9 +107,9 @@ def test_two_task_slurm_job_runs_one_sharded_run(algo, tmp_path, capsys):
     dry = capsys.readouterr().out
     assert code == 0 and "mem_rank=" in dry, dry
     run = _slurm_run(tmp_path, SHARDED_SPEC.format(algo=algo), "fsdp_slurm", capsys)
-    assert json.loads((run / "spec.json").read_text())["train"]["shard"] == "fsdp"
+    assert json.loads((run / "spec.json").read_text())["dist"]["shard"] == "fsdp"
     assert (run / "final" / "config.json").is_file() and not (run / "checkpoint").exists()
-    ref = _one_process_run(tmp_path, algo, run.name, capsys)
+    ref = _one_process_run(tmp_path, algo, run.name, capsys, "train.share_prefix=false", "optim.fused=false")
     m1, m2 = read_jsonl(ref / "metrics.jsonl"), read_jsonl(run / "metrics.jsonl")
     assert len(m1) == len(m2) == 3
     assert [r["reward/mean"] for r in m1[:2]] == [r["reward/mean"] for r in m2[:2]]

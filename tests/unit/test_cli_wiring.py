@@ -1,6 +1,6 @@
 """CLI wiring (issue 17 §4): subcommands registered explicitly, a missing optional extra gives one
 message naming it (exit 2), no import cycle between the CLI, the sweeps and the engine; and the
-deprecated ``algo.clip_eps`` alias (§7)."""
+keys moved by the config sections (issue 32 §3)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from rlsuite.suite.cli import COMMANDS, build_parser, main
 
@@ -74,18 +73,16 @@ def test_importing_each_cli_module_alone_works_and_the_engine_never_imports_the_
             assert "rlsuite.suite.cli" not in loaded, (m, loaded)
 
 
-def test_clip_eps_alias_sets_both_bounds_with_one_deprecation_line(capsys):
-    import rlsuite.suite.config as config
-    from rlsuite.suite.spec import resolve
+def test_an_old_key_is_exit_2_with_one_line_naming_its_new_key(tmp_path, capsys):
+    from rlsuite.suite.cli import main
 
-    config._ALIAS_WARNED.discard("clip_eps")
-    a = resolve("arith", "rloo", "tiny", 0, sets=[("algo.clip_eps", 0.1)])
-    b = resolve("arith", "grpo", "tiny", 0, sets=[("algo.clip_eps", 0.3)])
-    assert (a.algo.clip_eps_low, a.algo.clip_eps_high) == (0.1, 0.1)
-    assert (b.algo.clip_eps_low, b.algo.clip_eps_high) == (0.3, 0.3)
-    err = [ln for ln in capsys.readouterr().err.splitlines() if "deprecated" in ln]
-    assert len(err) == 1 and "algo.clip_eps_low and algo.clip_eps_high" in err[0]
-    new = resolve("arith", "rloo", "tiny", 0, sets=[("algo.clip_eps_low", 0.1), ("algo.clip_eps_high", 0.1)])
-    assert new.run_id == a.run_id
-    with pytest.raises(Exception):
-        resolve("arith", "rloo", "tiny", 0, sets=[("algo.clip_eps", 2.0)])  # out of range, as before
+    code = main(["run", "--task", "arith", "--algo", "rloo", "--set", "train.world_size=2", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "train.world_size was moved: set dist.world_size instead" in err, err
+    assert not any(tmp_path.iterdir())  # nothing written
+    cfg = tmp_path / "old.yaml"
+    cfg.write_text("train:\n  is_correction: token_tis\nalgo:\n  clip_eps: 0.1\n")
+    code = main(["run", "--task", "arith", "--algo", "rloo", "--config", str(cfg), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert code == 2 and "train.is_correction was moved: set loss.is_correction instead" in err
+    assert "algo.clip_eps was moved: set algo.clip_eps_low and algo.clip_eps_high instead" in err

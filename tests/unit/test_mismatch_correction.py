@@ -1,4 +1,4 @@
-"""Training–inference mismatch correction (``train.is_correction``, ``suite/mismatch_correction.py``):
+"""Training–inference mismatch correction (``loss.is_correction``, ``suite/mismatch_correction.py``):
 every mode by hand, the peers' numbers on the same inputs, the trainer wiring (the policy term
 only, the metrics, the aliased π_old = μ case) and the refusal for entries with their own π/μ weight.
 
@@ -108,7 +108,7 @@ def test_the_trainer_weights_the_policy_term_and_logs_the_weights(tmp_path):
     from rlsuite.suite.runfolder import read_jsonl
     from rlsuite.suite.runner import execute
 
-    spec = _spec(("train.is_correction", "token_tis"), ("train.is_high", 1.0), ("rollout.mismatch", "noise"))
+    spec = _spec(("loss.is_correction", "token_tis"), ("loss.is_high", 1.0), ("rollout.mismatch", "noise"))
     assert spec.run_id != _spec(("rollout.mismatch", "noise")).run_id  # in the run id when set
     code, run = execute(spec, tmp_path)
     assert code == 0
@@ -116,7 +116,7 @@ def test_the_trainer_weights_the_policy_term_and_logs_the_weights(tmp_path):
     assert all(0 < r["mismatch/is_weight_mean"] <= 1.0 and r["mismatch/is_aliased"] == 0.0 for r in rows)
     assert any(r["mismatch/is_truncated_frac"] > 0 for r in rows)  # noise puts some ratios above 1
     # π_old aliased to μ: the weight is exactly 1, and that is logged
-    code, run = execute(_spec(("train.is_correction", "seq_mis"), ("rollout.old_logp", "behaviour")), tmp_path)
+    code, run = execute(_spec(("loss.is_correction", "seq_mis"), ("rollout.old_logp", "behaviour")), tmp_path)
     assert code == 0
     rows = read_jsonl(run / "metrics.jsonl")
     assert all(r["mismatch/is_aliased"] == 1.0 and r["mismatch/is_weight_mean"] == 1.0 for r in rows)
@@ -129,7 +129,7 @@ def test_the_weight_multiplies_the_policy_gradient(tmp_path):
     from rlsuite.suite.runner import execute
 
     norms = []
-    for sets in ([], [("train.is_correction", "token_tis"), ("train.is_high", 1e-6)]):
+    for sets in ([], [("loss.is_correction", "token_tis"), ("loss.is_high", 1e-6)]):
         code, run = execute(_spec(("algo.kl_coef", 0.0), *sets), tmp_path / str(len(sets)))
         assert code == 0
         norms.append(read_jsonl(run / "metrics.jsonl")[0]["stats/grad_norm"])
@@ -141,5 +141,5 @@ def test_entries_with_their_own_weight_refuse_the_correction(algo):
     from rlsuite.suite.errors import BadInput
 
     with pytest.raises(BadInput, match="would correct twice"):
-        _spec(("train.is_correction", "token_tis"), algo=algo)
+        _spec(("loss.is_correction", "token_tis"), algo=algo)
     _spec(algo=algo)  # at the default (none) they run as before

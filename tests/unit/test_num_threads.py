@@ -10,7 +10,7 @@ import pytest
 
 import rlsuite.suite.config as config
 from rlsuite.suite.cli import main
-from rlsuite.suite.config import TrainConfig, resolve_threads, threads_hint
+from rlsuite.suite.config import DistConfig, TrainConfig, resolve_threads, threads_hint
 from rlsuite.suite.errors import BadInput
 from rlsuite.suite.spec import resolve, spec_from_dict
 
@@ -35,7 +35,7 @@ def test_auto_is_accepted_hashed_as_written_and_resolved_to_the_affinity_mask(mo
                                                            (16, 1, 2, False)])
 def test_the_hint(monkeypatch, cores, threads, world, hinted):
     monkeypatch.setattr(config, "available_cores", lambda: cores)
-    hint = threads_hint(TrainConfig(num_threads=threads, world_size=world))
+    hint = threads_hint(TrainConfig(num_threads=threads), DistConfig(world_size=world))
     if hinted:
         assert hint == (f"hint: train.num_threads=1 on a {cores}-core machine; train.num_threads=auto uses them "
                         "(it changes the run id)")

@@ -1,5 +1,5 @@
 """Row-invariant sampling noise (``rollout.rng=row``, :class:`rlsuite.suite.engines.sampling.RowNoise`), the
-settings of data parallelism (``train.world_size``) and the gradient all-reduce of
+settings of data parallelism (``dist.world_size``) and the gradient all-reduce of
 :mod:`rlsuite.suite.distributed` on a fixed batch."""
 
 from __future__ import annotations
@@ -94,25 +94,25 @@ def test_kv_sampler_row_noise_is_independent_of_batching_and_padding():
 
 def test_world_size_needs_row_rng_and_row_rng_needs_the_kv_sampler():
     with pytest.raises(BadInput) as e:
-        resolve("arith", "grpo", "tiny", 0, sets=[("train.world_size", 2)])
+        resolve("arith", "grpo", "tiny", 0, sets=[("dist.world_size", 2)])
     assert "rollout.rng=row" in str(e.value) and "valid" in str(e.value)
     with pytest.raises(BadInput) as e:
         resolve("arith", "grpo", "tiny", 0, sets=[("rollout.rng", "row"), ("rollout.engine", "hf")])
     assert "valid rollout.engine with rng=row: auto, kv" in str(e.value)
     with pytest.raises(BadInput) as e:
-        resolve("arith", "grpo", "tiny", 0, sets=[("train.world_size", 0)])
-    assert "train.world_size must be ≥ 1" in str(e.value)
+        resolve("arith", "grpo", "tiny", 0, sets=[("dist.world_size", 0)])
+    assert "dist.world_size must be ≥ 1" in str(e.value)
     with pytest.raises(BadInput) as e:
         resolve("arith", "grpo", "tiny", 0, sets=[("rollout.rng", "rows")])
     assert "valid: batch, row" in str(e.value)
-    spec = resolve("arith", "grpo", "tiny", 0, sets=[("train.world_size", 2), ("rollout.rng", "row")])
-    assert spec.train.world_size == 2 and spec.rollout.rng == "row"
+    spec = resolve("arith", "grpo", "tiny", 0, sets=[("dist.world_size", 2), ("rollout.rng", "row")])
+    assert spec.dist.world_size == 2 and spec.rollout.rng == "row"
 
 
 def test_run_id_ignores_world_size_and_the_default_rng():
     base = resolve("arith", "grpo", "tiny", 3)
     row = resolve("arith", "grpo", "tiny", 3, sets=[("rollout.rng", "row")])
-    row2 = resolve("arith", "grpo", "tiny", 3, sets=[("rollout.rng", "row"), ("train.world_size", 2)])
+    row2 = resolve("arith", "grpo", "tiny", 3, sets=[("rollout.rng", "row"), ("dist.world_size", 2)])
     assert resolve("arith", "grpo", "tiny", 3, sets=[("rollout.rng", "batch")]).run_id == base.run_id
     assert row.run_id != base.run_id  # different samples: a different run
     assert row2.run_id == row.run_id  # the same run by construction, any world size

@@ -8,8 +8,10 @@ import torch
 from rlsuite.suite.errors import BadInput
 
 
-def _model(arch):
-    return types.SimpleNamespace(config=types.SimpleNamespace(model_type=arch))
+def _model(arch, weight=None):
+    """A stand-in with a config and (for ``auto``, which asks the oneDNN engine) parameters."""
+    w = torch.zeros(1) if weight is None else weight
+    return types.SimpleNamespace(config=types.SimpleNamespace(model_type=arch), parameters=lambda: iter([w]))
 
 
 def test_old_import_paths_are_gone_and_the_hooks_are_one_module():
@@ -32,7 +34,13 @@ def test_factory_resolves_class_capabilities_and_row_noise():
     from rlsuite.suite.engines.native import NativeKVSampler
     from rlsuite.suite.engines.speculative import S3RSampler
 
-    assert resolve_engine("auto", _model("llama")).cls is KVSampler
+    from rlsuite.suite.engines.onednn import OneDNNKVSampler, supported
+
+    auto = resolve_engine("auto", _model("llama"))  # the fastest exact engine, by capability
+    assert auto.cls is (OneDNNKVSampler if supported(_model("llama")) is None else KVSampler)
+    assert auto.kind == ("onednn" if auto.cls is OneDNNKVSampler else "kv")
+    assert resolve_engine("auto", _model("llama", torch.zeros(1, dtype=torch.bfloat16))).cls is KVSampler
+    assert resolve_engine("auto", _model("gpt2")).kind == "hf"
     assert resolve_engine("auto", _model("gpt2")).cls is HFGenerateEngine
     assert resolve_engine("native", _model("qwen2")).cls is NativeKVSampler
     s3r = resolve_engine("s3r", _model("llama"))

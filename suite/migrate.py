@@ -1,0 +1,86 @@
+"""Reading older ``spec.json`` documents: one migration to the current schema (:data:`SCHEMA`).
+
+Run folders written before the run-id reset of issue 32 (no ``schema`` field: version 1) stay the
+records of their commit; the reports, the runner's folder check and ``spec_from_dict`` read them
+through :func:`migrate`, which returns the document as this version writes it:
+
+* keys that moved to a section by concern (:data:`rlsuite.suite.config.MOVED`: ``train.world_size``
+  → ``dist.world_size``, ``train.is_correction`` → ``loss.is_correction``, ``train.log`` →
+  ``log.trackers``, …) are moved; ``algo.clip_eps`` sets ``clip_eps_low`` and ``clip_eps_high``;
+* settings a version-1 document could lack (added after it was written) get the value the run
+  used, :data:`V1_VALUES`: the defaults of their time (``train.share_prefix`` and ``optim.fused``
+  were off, whatever ``auto`` resolves to now);
+* ``identity`` (the task version and the committed base's sha256) was not recorded: both are
+  ``None`` ("not recorded"), so two version-1 runs of one configuration still pool, and never
+  with a version-2 run.
+
+The migrated document's :func:`rlsuite.suite.config.identity_doc` is the identity of the old run
+as this version defines identities; the old folder name (its run id) is kept as ``run_id``.
+Pure dict → dict, stdlib only (the reports import it without the trainer).
+"""
+
+from __future__ import annotations
+
+import copy
+
+from rlsuite.suite.config import MOVED, SCHEMA
+from rlsuite.suite.errors import BadInput
+
+V1_VALUES: dict[str, dict] = {
+    "rollout": {"rng": "batch"},
+    "train": {"autocast": "none", "share_prefix": False, "compile": False, "bucket_by_length": False},
+    "loss": {"is_correction": "none", "is_low": 0.0, "is_high": 2.0, "empty_rows": "count"},
+    "dist": {"shard_precision": "fp32"},
+    "optim": {"fused": False},
+    "algo": {"kl_target": None, "kl_horizon": 10000},
+}
+"""Version 1: the value of each setting a document may lack, by section (the field did not exist
+yet when it was written, so the run used this)."""
+
+V1_TASK_VALUES: dict[str, dict] = {"arith": {"style": "bare"}}
+"""The same for task settings, by task name (``arith``'s prompt style came later)."""
+
+
+def schema_of(doc: dict) -> int:
+    """The document's schema version (1 when it has none)."""
+    v = doc.get("schema", 1)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise BadInput(f"spec.json: schema must be a positive integer, got {v!r}")
+    return v
+
+
+def migrate(doc: dict) -> dict:
+    """``doc`` as a version-:data:`SCHEMA` document (a copy; the caller's is left as it was).
+    BadInput for a document newer than this version."""
+    v = schema_of(doc)
+    if v > SCHEMA:
+        raise BadInput(f"spec.json has schema {v}, newer than this rlsuite's ({SCHEMA}): upgrade rlsuite to read it")
+    if v == 1:
+        doc = _v1_to_v2(doc)
+    return doc
+
+
+def _v1_to_v2(doc: dict) -> dict:
+    d = copy.deepcopy(doc)
+    for sec in ("train", "loss", "dist", "log", "algo"):
+        d[sec] = dict(d.get(sec) or {})
+    for old, new in MOVED.items():
+        sec, key = old.split(".")
+        if key not in d[sec]:
+            continue
+        value = d[sec].pop(key)
+        for target in new.split(" and "):
+            nsec, nkey = target.split(".")
+            d[nsec].setdefault(nkey, value)
+    for sec, values in V1_VALUES.items():
+        if sec == "algo" and not d.get("algo"):
+            continue
+        for k, v in values.items():
+            d.setdefault(sec, {}).setdefault(k, v)
+    task = d.get("task") if isinstance(d.get("task"), dict) else None
+    if task is not None:
+        for k, v in V1_TASK_VALUES.get(task.get("name"), {}).items():
+            task.setdefault(k, v)
+    d["identity"] = {"task_version": None, "base_sha256": None}
+    d["schema"] = SCHEMA
+    return d
