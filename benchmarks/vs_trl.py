@@ -17,14 +17,17 @@ fp32, the same thread count, and matched settings:
   does with num_iterations=1), the KV-cached sampler.
 
 It first checks that both sides compute the same loss for the same inputs (TRL's
-``_compute_loss`` vs rlsuite's aggregated GRPO loss on one fixed batch), then alternates
-blocks of steps of the two trainers, prints per-step times and ends with the median ratio
-``speedup: N.NNx``. A third side, rlsuite with the opt-in levers (all fp32): ``train.compile`` and
-``train.share_prefix`` (``benchmarks/levers.py``), ``optim.fused`` (the fused AdamW kernel, which is
-what TRL's side runs: HF Trainer's default ``adamw_torch_fused`` with torch ≥ 2.8 in
-transformers 5.24) and ``rollout.engine=native`` (the kv sampler's forward and token loop in
-C++), compiled and built before the timings, alternates with the other two and is reported on
-its own line (``--no-levers`` skips it). Results go to ``benchmarks/results/vs_trl.md``.
+``_compute_loss`` vs rlsuite's aggregated GRPO loss on one fixed batch), then runs blocks of steps
+of the sides, the order rotating every round through every permutation of the sides (Latin
+squares: with 3 sides, 6 rounds put each side in each position twice), so a drifting load or a
+first-block warm-up falls on all. It prints per-step times and, per round, TRL's median over each
+side's; the result is the median of the per-round ratios with a distribution-free 95% interval
+(order statistics; 6 rounds at least), the load average after each round, and the thread count.
+rlsuite's side runs its defaults, whose ``auto`` levers (prefix sharing, the fused AdamW, the
+engine) resolve by capability. A third side, rlsuite with the opt-in levers (all fp32):
+``train.compile`` and ``rollout.engine=native`` (the kv sampler's forward and token loop in C++),
+compiled and built before the timings, is reported on its own line (``--no-levers`` skips it;
+``--lever KEY=VALUE`` sets it by hand). Results go to ``benchmarks/results/vs_trl.md``.
 
 ``--model NAME_OR_FOLDER`` runs the same comparison on a real model instead (a pinned name such
 as ``smollm2-135m``, or a local ``save_pretrained`` folder; both sides load the same folder):
@@ -40,8 +43,8 @@ same wrappers on both sides where the call is shared: ``torch.autograd.backward`
 FLOP bound and, for decoding, its memory-bandwidth bound (both measured in the same process).
 Results go to ``benchmarks/results/vs_trl_real.md``.
 
-    pip install -e ".[bench]"; python benchmarks/vs_trl.py [--rounds 3] [--steps 6] [--threads 2]
-    python benchmarks/vs_trl.py --model smollm2-135m --threads 1 [--rounds 3] [--steps 4]
+    pip install -e ".[bench]"; python benchmarks/vs_trl.py [--rounds 6] [--steps 6] [--threads 2]
+    python benchmarks/vs_trl.py --model smollm2-135m --threads 1 [--rounds 6] [--steps 4]
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from __future__ import annotations
 from rlsuite.suite.runfolder import cpu_model
 import argparse
 import gc
+import json
 import os
 import platform
 import random
@@ -307,15 +311,17 @@ def trl_trainer(path: Path, out: Path, steps: int, seed: int, timer: StepTimer):
     return trainer
 
 
-LEVERS = [("train.compile", True), ("train.share_prefix", True), ("optim.fused", True), ("rollout.engine", "native")]
+LEVERS = [("train.compile", True), ("rollout.engine", "native")]
 """The opt-in levers of the third side: the update's (benchmarks/levers.py), TRL's own optimizer
 kernel (fused AdamW, HF Trainer's default) and the kv sampler in C++ (all fp32)."""
-REAL_LEVERS = [("train.share_prefix", True), ("optim.fused", True), ("rollout.engine", "onednn")]
-"""The levers on a real model: prefix sharing (with its length-grouped response pass), TRL's
-optimizer kernel, and the kv sampler with oneDNN matmuls on packed weights (a real model's
-decode step is bound by reading its weights: ``benchmarks/rollout.py --model`` has kv, native and
-onednn against HF generate). No ``train.compile``: compiling a 30-layer stack on a CPU takes
-minutes, more than a benchmark's steps."""
+REAL_LEVERS: list = []
+"""The opt-in levers on a real model: none left in fp32. Prefix sharing, the fused AdamW and the
+oneDNN engine (the kv sampler's matmuls on packed weights: a real model's decode step is bound
+by reading its weights) are the defaults now (``auto``, resolved by capability); ``train.compile``
+is not tried (compiling a 30-layer stack on a CPU takes minutes, more than a benchmark's steps).
+``--lever KEY=VALUE`` adds a third side by hand."""
+RESOLVED: dict = {}
+"""What the defaults side's ``auto`` levers resolved to (the trainer's record), for the report."""
 
 
 def lever_names(levers) -> str:
@@ -323,6 +329,57 @@ def lever_names(levers) -> str:
 
 
 LEVER_NAMES = lever_names(LEVERS)
+
+
+def latin_orders(sides: list[str], rounds: int) -> list[tuple[str, ...]]:
+    """The order of the sides in each round: every permutation in turn (2 sides: AB, BA; 3 sides:
+    the 6 orders), so over a multiple of ``len(sides)!`` rounds each side runs in each position
+    equally often and a drift of the machine's load (or a warm-up of the first side) falls on all."""
+    import itertools
+
+    perms = list(itertools.permutations(sides))
+    return [perms[r % len(perms)] for r in range(rounds)]
+
+
+def median_interval(xs: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """A distribution-free interval for the median of ``xs`` (order statistics of a sign test):
+    ``(low, high, coverage)`` with the highest coverage ≥ ``level`` that the sample allows, or
+    the full range and its coverage where ``len(xs)`` is too small (6 values: the range, 96.9%)."""
+    from math import comb
+
+    xs, n = sorted(xs), len(xs)
+    best = (xs[0], xs[-1], 1 - 2 * 0.5 ** n)
+    for k in range(1, n // 2 + 1):  # [x_(k), x_(n+1-k)] covers with 1 - 2 P(Bin(n, 1/2) < k)
+        cov = 1 - 2 * sum(comb(n, i) for i in range(k)) / 2 ** n
+        if cov < level:
+            break
+        best = (xs[k - 1], xs[n - k], cov)
+    return best
+
+
+def round_lines(rounds: list[dict], sides: list[tuple[str, str]], threads: int) -> list[str]:
+    """The per-round table (order, load, median s/step per side, TRL's median over each side's) and
+    the median ratio over rounds with its distribution-free interval."""
+    ours = [k for _, k in sides if k != "trl"]
+    label = dict((k, lab) for lab, k in sides)
+    lines = [f"Per round ({threads} thread(s) on every side; the order rotates through every permutation of the "
+             "sides; load = the 1-minute load average after the round):", "",
+             "| round | order | load | " + " | ".join(f"{label[k]} s/step" for _, k in sides) + " | "
+             + " | ".join(f"TRL ÷ {label[k]}" for k in ours) + " |", "|---" * (3 + len(sides) + len(ours)) + "|"]
+    ratios: dict[str, list[float]] = {k: [] for k in ours}
+    for i, r in enumerate(rounds):
+        med = {k: statistics.median(r["times"][k]) for _, k in sides}
+        for k in ours:
+            ratios[k].append(med["trl"] / med[k])
+        lines.append(f"| {i} | {' > '.join(label[x] for x in r['order'])} | {r['load']:.2f} | "
+                     + " | ".join(f"{med[k]:.4f}" for _, k in sides) + " | "
+                     + " | ".join(f"{ratios[k][-1]:.2f}" for k in ours) + " |")
+    lines.append("")
+    for k in ours:
+        lo, hi, cov = median_interval(ratios[k])
+        lines.append(f"**{label[k]}: {statistics.median(ratios[k]):.2f}× TRL** (median of the {len(rounds)} per-round "
+                     f"ratios; {cov:.1%} distribution-free interval for the median [{lo:.2f}, {hi:.2f}]).")
+    return lines + [""]
 
 
 def rlsuite_trainer(path: Path, out: Path, threads: int, extra: list = (), seed: int = 0):
@@ -509,7 +566,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=TINY, help="a pinned model name (smollm2-135m) or a local folder; "
                     "default: the 0.54M-parameter Llama built here")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=6, help="rounds; the sides' order rotates through every "
+                    "permutation (6 or a multiple of 6 balances 3 sides; at least 6 for a 95% interval)")
     ap.add_argument("--steps", type=int, default=None, help="steps per block (the first of each block is warm-up; "
                     "default 6, 4 with --model)")
     ap.add_argument("--threads", type=int, default=2)
@@ -517,6 +575,8 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=None, help="completions per prompt (default 8; 4 with --model)")
     ap.add_argument("--new-tokens", type=int, default=None, help="new tokens at most (default 32; 64 with --model)")
     ap.add_argument("--no-levers", action="store_true", help="skip the third side (rlsuite with the opt-in levers)")
+    ap.add_argument("--lever", action="append", default=None, metavar="KEY=VALUE",
+                    help="the third side's settings instead of the built-in levers (repeatable)")
     ap.add_argument("--note", default="", help="a sentence on the machine's load written into the results")
     ap.add_argument("--results", type=Path, default=None,
                     help="default benchmarks/results/vs_trl.md (vs_trl_real.md with --model)")
@@ -527,6 +587,8 @@ def main() -> None:
     steps = args.steps or (4 if REAL else 6)
     results = args.results or ROOT / "benchmarks" / "results" / ("vs_trl_real.md" if REAL else "vs_trl.md")
     levers = REAL_LEVERS if REAL else LEVERS
+    if args.lever:
+        levers = [tuple(kv.split("=", 1)) for kv in args.lever]
     torch.set_num_threads(args.threads)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     load_before = os.getloadavg()[0]
@@ -544,7 +606,7 @@ def main() -> None:
     if REAL:
         print(f"same prompt token ids on both sides: {same_ids}")
     PH.install()
-    if not args.no_levers and not REAL:  # compile / build before timing: the first step and the first new shape compile
+    if levers and not args.no_levers and not REAL:  # compile / build before timing: the first step and the first new shape compile
         warm = rlsuite_trainer(model_dir, tmp / "warm", args.threads, levers)
         warm.folder.path.mkdir(parents=True, exist_ok=True)
         for _ in range(3):
@@ -560,6 +622,8 @@ def main() -> None:
         ours.folder.path.mkdir(parents=True, exist_ok=True)
         stats: dict = {}
         instrument(ours, stats)
+        if name == "ours":
+            RESOLVED.update(ours.resolved)
         ts, before = [], 0.0
         for s in range(steps):
             PH.clear()
@@ -578,24 +642,31 @@ def main() -> None:
         gc.collect()
         return ts
 
-    for r in range(args.rounds):
-        timer = StepTimer()
-        trl = trl_trainer(model_dir, tmp / f"trl{r}", steps, r, timer)
-        trl.train()
-        del trl
-        gc.collect()  # the trainers hold reference cycles (the phase wrappers too): free each side's memory
-        trl_times += timer.times[1:]
-        parts.setdefault("trl", []).extend(timer.rollout[1:])
-        PH.rows["trl"] += PH.rows.pop("trl_all")[1:]
-        ts = ours_block("ours", [], r)
-        our_times += ts
-        line = f"round {r}: TRL " + " ".join(f"{t:.3f}" for t in timer.times[1:]) + " | rlsuite " + \
-            " ".join(f"{t:.3f}" for t in ts)
-        if not args.no_levers:
-            ts = ours_block("levers", levers, r)
-            lever_times += ts
-            line += " | rlsuite+levers " + " ".join(f"{t:.3f}" for t in ts)
-        print(line, flush=True)
+    names_of = {"trl": "TRL", "ours": "rlsuite", "levers": "rlsuite+levers"}
+    order_sides = ["trl", "ours"] + (["levers"] if levers and not args.no_levers else [])
+    rounds: list[dict] = []  # per round: its order, each side's step times, the load average after it
+    for r, order in enumerate(latin_orders(order_sides, args.rounds)):
+        rt: dict[str, list[float]] = {}
+        for side in order:
+            if side == "trl":
+                timer = StepTimer()
+                trl = trl_trainer(model_dir, tmp / f"trl{r}", steps, r, timer)
+                trl.train()
+                del trl
+                gc.collect()  # the trainers hold reference cycles (the phase wrappers too): free each side's memory
+                rt["trl"] = timer.times[1:]
+                parts.setdefault("trl", []).extend(timer.rollout[1:])
+                PH.rows["trl"] += PH.rows.pop("trl_all")[1:]
+            else:
+                rt[side] = ours_block(side, [] if side == "ours" else levers, r)
+        trl_times += rt["trl"]
+        our_times += rt["ours"]
+        lever_times += rt.get("levers", [])
+        rounds.append({"order": order, "times": rt, "load": os.getloadavg()[0]})
+        print(f"round {r} (order {' > '.join(names_of[x] for x in order)}; load {rounds[-1]['load']:.2f}): " + " | ".join(
+            f"{names_of[k]} " + " ".join(f"{t:.3f}" for t in rt[k]) for k in order_sides)
+            + " | ratios " + " ".join(f"{statistics.median(rt['trl']) / statistics.median(rt[k]):.2f}"
+                                      for k in order_sides[1:]), flush=True)
     load_after = os.getloadavg()[0]
     from rollout import matmul_peak, memory_bandwidth  # benchmarks/rollout.py
 
@@ -605,7 +676,8 @@ def main() -> None:
         for row in PH.rows.get(side, []):
             row["other"] = row["step"] - sum(row[k] for k in Phases.KEYS)
     med_trl, med_ours = statistics.median(trl_times), statistics.median(our_times)
-    speed = med_trl / med_ours
+    speed = statistics.median(statistics.median(r["times"]["trl"]) / statistics.median(r["times"]["ours"])
+                              for r in rounds)  # the median of the per-round ratios
     spread_trl, spread_ours = max(trl_times) / min(trl_times), max(our_times) / min(our_times)
     names = lever_names(levers)
     lever_rows, lever_lines = [], []
@@ -614,13 +686,16 @@ def main() -> None:
         spread_ours = max(spread_ours, max(lever_times) / min(lever_times))
         lever_rows = [f"| rlsuite, {names} | {len(lever_times)} | {med_lev:.4f} | "
                       f"{min(lever_times):.4f} | {max(lever_times):.4f} |"]
-        lever_lines = [f"speedup with {names} (opt-in{'' if REAL else '; compiled before timing'}): "
-                       f"{med_trl / med_lev:.2f}x", ""]
+        lever_speed = statistics.median(statistics.median(r["times"]["trl"]) / statistics.median(r["times"]["levers"])
+                                        for r in rounds)
+        lever_lines = [f"speedup with {names} (opt-in{'' if REAL else '; compiled before timing'}; median of the "
+                       f"per-round ratios): {lever_speed:.2f}x", ""]
     sides = [("TRL", "trl"), ("rlsuite", "ours")] + ([("rlsuite + levers", "levers")] if lever_times else [])
+    per_round = round_lines(rounds, sides, args.threads)
     if REAL:
         text = real_report(args, model_dir, load_before, load_after, ours_loss, trl_loss, same, same_ids,
                            trl_times, our_times, lever_times, lever_rows, lever_lines, parts, flops, sides, peak, bw,
-                           speed, names, steps)
+                           speed, names, steps, per_round)
     else:
         text = "\n".join([
             "# rlsuite trainer vs TRL GRPOTrainer (side by side, one process)", "",
@@ -629,13 +704,13 @@ def main() -> None:
             f"{__import__('transformers').__version__}. Command: `{' '.join(['python', 'benchmarks/vs_trl.py', *sys.argv[1:]])}`. "
             f"1-minute load average "
             f"{load_before:.2f} before, {load_after:.2f} after (other jobs share the cores: timings are noisy; "
-            "the two sides alternate, so both see the same load).", "",
+            "the sides' order rotates every round, so all see the same load).", "",
             "Settings (both sides): 0.54M-parameter Llama (hidden 128, 2 layers, 4 heads, vocab 100), fp32, "
             f"{P} prompts × {G} completions × ≤{NEW} new tokens, EOS ends a completion, temperature 1, no KL, "
             "GRPO loss with per-sequence token mean (TRL loss_type=grpo), one update per generation batch, "
             "π_old = detached current log-probs (TRL num_iterations=1; rlsuite rollout.old_logp=behaviour). "
-            "AdamW: TRL runs its default fused kernel (adamw_torch_fused), rlsuite its default per-parameter loop "
-            "(fused with optim.fused on the levers side). "
+            "AdamW: TRL runs its default fused kernel (adamw_torch_fused); rlsuite's defaults resolve "
+            f"(`auto`, by capability) to {json.dumps(RESOLVED, sort_keys=True)}. "
             "TRL generates with HF generate; rlsuite with its KV-cached sampler. TRL runs without gradient "
             "checkpointing (its default is on; rlsuite has none).", "",
             f"Same-loss check on one fixed batch: rlsuite {ours_loss:.8f}, TRL {trl_loss:.8f} "
@@ -643,7 +718,7 @@ def main() -> None:
             "| side | steps timed | median s/step | min | max |", "|---|---|---|---|---|",
             f"| TRL | {len(trl_times)} | {med_trl:.4f} | {min(trl_times):.4f} | {max(trl_times):.4f} |",
             f"| rlsuite | {len(our_times)} | {med_ours:.4f} | {min(our_times):.4f} | {max(our_times):.4f} |",
-            *lever_rows, "", *lever_lines,
+            *lever_rows, "", *per_round, *lever_lines,
             "Where the time goes (medians of the same timed steps): the rollout is generation, rewards and "
             "advantages (TRL: `_generate_and_score_completions`; rlsuite: `perf/rollout_time`, which also holds "
             "the scoring passes); the rest of the step is the update (forward, backward, optimizer) and bookkeeping.", "",
@@ -665,7 +740,8 @@ def main() -> None:
 
 
 def real_report(args, model_dir, load_before, load_after, ours_loss, trl_loss, same, same_ids, trl_times, our_times,
-                lever_times, lever_rows, lever_lines, parts, flops, sides, peak, bw, speed, names, steps) -> str:
+                lever_times, lever_rows, lever_lines, parts, flops, sides, peak, bw, speed, names, steps,
+                per_round) -> str:
     """The results file of a real-model comparison (``--model``)."""
     import json
 
@@ -694,7 +770,7 @@ def real_report(args, model_dir, load_before, load_after, ours_loss, trl_loss, s
         T = prompt_len + w  # the padded width of the update's batch
         if k == "trl":  # every row padded; the chunked LM head scores every position, recomputed in backward
             body, head, head_bwd = B * T, B * (T - 1), 3
-        elif k == "ours":  # every row padded; the LM head on the response positions
+        elif k == "ours" and not RESOLVED.get("train.share_prefix"):  # every row padded; the head on the responses
             body, head, head_bwd = B * T, B * w, 2
         else:  # one prompt pass per prompt (share_prefix), the response rows without their padding
             body, head, head_bwd = P * prompt_len + tok, tok, 2
@@ -712,7 +788,8 @@ def real_report(args, model_dir, load_before, load_after, ours_loss, trl_loss, s
         f"{__import__('trl').__version__}. Command: `{' '.join(['python', 'benchmarks/vs_trl.py', *sys.argv[1:]])}`. "
         f"1-minute load average {load_before:.2f} before, {load_after:.2f} after. "
         + (args.note + " " if args.note else "")
-        + "The sides alternate in one process (TRL, rlsuite, rlsuite + levers, per round), so all see the same load.",
+        + "The sides run in one process, their order rotating every round through every permutation, so all see "
+        "the same load.",
         "",
         f"Model: `{args.model}` ({n_all / 1e6:.1f}M parameters, {p_ne / 1e6:.1f}M in the layers; {L} layers, hidden {H}, "
         f"vocabulary {V:,}, tied embeddings), fp32, loaded by both sides from the same folder.", "",
@@ -724,16 +801,17 @@ def real_report(args, model_dir, load_before, load_after, ours_loss, trl_loss, s
         "`algo.aggregation=seq-mean-token-mean`), `beta=0` / `algo.kl_coef=0`, `num_iterations=1` / "
         "`rollout.old_logp=behaviour` (π_old = the behaviour log-probs, no scoring forward on either side), "
         "gradient checkpointing off, lr 1e-4, grad clip 1.0, one update per generation batch. TRL: HF `generate`, "
-        "its fused AdamW (`adamw_torch_fused`), its chunked fused lm-head log-probs. rlsuite defaults: the kv "
-        f"sampler, AdamW's per-parameter loop; levers: {names}. {steps} steps per block, the first a warm-up; "
+        "its fused AdamW (`adamw_torch_fused`), its chunked fused lm-head log-probs. rlsuite defaults (`auto`, "
+        f"resolved by capability): {json.dumps(RESOLVED, sort_keys=True)}"
+        + (f"; levers: {names}" if lever_times else "") + f". {steps} steps per block, the first a warm-up; "
         f"{args.rounds} rounds.", "",
         f"Same-loss check on one fixed batch: rlsuite {ours_loss:.8f}, TRL {trl_loss:.8f} "
         f"({'equal within 1e-5' if same else 'DIFFERENT'}).", "",
         "| side | steps timed | median s/step | min | max |", "|---|---|---|---|---|",
         f"| TRL | {len(trl_times)} | {med_trl:.4f} | {min(trl_times):.4f} | {max(trl_times):.4f} |",
         f"| rlsuite (defaults) | {len(our_times)} | {med_ours:.4f} | {min(our_times):.4f} | {max(our_times):.4f} |",
-        *lever_rows, "",
-        f"speedup (defaults): {speed:.2f}x", "", *lever_lines,
+        *lever_rows, "", *per_round,
+        f"speedup (defaults; median of the per-round ratios): {speed:.2f}x", "", *lever_lines,
         "## Per phase", "",
         "Seconds per step, medians over the timed steps (each phase's median on its own, so a column need not "
         "add up to its step). Generation is `_generate_single_turn` (TRL) / the engine's `generate` (rlsuite); "
@@ -757,18 +835,19 @@ def real_report(args, model_dir, load_before, load_after, ours_loss, trl_loss, s
         "AdamW's 4 reads and 3 writes per parameter; clipping: one read of the gradients. The step bound is the "
         "sum of those.", "",
     ]
-    if lever_times:  # the levers' update scales with the real tokens, TRL's with the padded width
-        tok = {k: statistics.mean(r["tokens"] for r in PH.rows[k]) for k in ("trl", "levers")}
-        scale = (P * prompt_len + tok["trl"]) / (P * prompt_len + tok["levers"])
-        upd = PH.median("levers", "forward") + PH.median("levers", "backward")
-        adj = statistics.median(lever_times) + (scale - 1) * upd
+    fast = "levers" if lever_times else "ours"
+    if fast == "levers" or RESOLVED.get("train.share_prefix"):  # its update scales with the real tokens, TRL's with
+        times = lever_times or our_times  # the padded width
+        tok = {k: statistics.mean(r["tokens"] for r in PH.rows[k]) for k in ("trl", fast)}
+        scale = (P * prompt_len + tok["trl"]) / (P * prompt_len + tok[fast])
+        upd = PH.median(fast, "forward") + PH.median(fast, "backward")
+        adj = statistics.median(times) + (scale - 1) * upd
         lines += [f"The sides sample their own completions (their own noise): {tok['trl']:.0f} new tokens a step on "
-                  f"average for TRL, {tok['levers']:.0f} for rlsuite (its two sides draw the same ones: the same seed "
-                  "and generator, and the two engines sample the same tokens). TRL's and the defaults' updates "
-                  "compute every row padded to the longest (64 here in nearly every step), the levers' only the real "
-                  f"tokens: at TRL's token count their forward + backward ({upd:.2f} s) would take {scale:.2f}× as "
+                  f"average for TRL, {tok[fast]:.0f} for rlsuite. TRL's update computes every row padded to the "
+                  "longest (64 here in nearly every step), rlsuite's shared-prefix update only the real "
+                  f"tokens: at TRL's token count its forward + backward ({upd:.2f} s) would take {scale:.2f}× as "
                   f"long, a step {adj:.2f} s, {statistics.median(trl_times) / adj:.2f}× TRL's.", ""]
-    target = 1.5
+    target = 2.0
     lines += target_lines(med_trl, parts, flops, lever_times or our_times, "levers" if lever_times else "ours", peak,
                           target=target, dropped=REAL_DROPPED)
     lines += ["Raw per-step phase rows (JSON, one per timed step):", "", "```"]
