@@ -87,7 +87,8 @@ def main() -> None:
     groups = {"matmuls (oneDNN inner product)": ("mkldnn::_linear_pointwise",),
               "attention (SDPA)": ("aten::_scaled_dot_product_flash_attention_for_cpu",),
               "sampling (Gumbel draw, log-softmax, argmax over the vocabulary)":
-                  ("aten::uniform_", "aten::log_", "aten::_log_softmax", "aten::argmax", "aten::sub", "aten::exponential_")}
+                  ("aten::uniform_", "aten::log_", "aten::_log_softmax", "aten::argmax", "aten::sub",
+                   "aten::exponential_")}
     self_us = {e.key: e.self_cpu_time_total for e in prof.key_averages()}
     total = sum(self_us.values())
     split = {k: sum(self_us.get(n, 0.0) for n in names) for k, names in groups.items()}
@@ -128,10 +129,12 @@ def main() -> None:
         f"({len(ids)} tokens), no stop token; best of {a.reps}. Rollout {1e3 * rollout:.0f} ms, prefill + first token "
         f"{1e3 * prefill:.0f} ms: **decode step {1e3 * step:.1f} ms**.", "",
         f"Bounds: the {wbytes / 1e6:.0f} MB of fp32 matmul weights (layers + LM head) at the measured read bandwidth "
-        f"{bw / 1e9:.1f} GB/s (a 512 MB `sum`) take **{1e3 * bound_bw:.1f} ms**; their {2 * ROWS * n_w / 1e9:.2f} GFLOP "
+        f"{bw / 1e9:.1f} GB/s (a 512 MB `sum`) take **{1e3 * bound_bw:.1f} ms**; "
+        f"their {2 * ROWS * n_w / 1e9:.2f} GFLOP "
         f"at the fp32 GEMM peak {peak / 1e9:.0f} GFLOP/s (2048² `torch.mm`) take **{1e3 * bound_fl:.1f} ms**. The step "
         f"is {step / max(bound_bw, bound_fl):.2f}× the larger bound (the goal: ≤ 1.5×).", "",
-        f"Split of one profiled rollout ({1e3 * prof_step:.1f} ms a token with the profiler's overhead), self CPU time:", "",
+        f"Split of one profiled rollout ({1e3 * prof_step:.1f} ms a token with the profiler's overhead), "
+        "self CPU time:", "",
         "| part | ms per token | share |", "|---|---|---|", *rows, "",
         f"Batch-{ROWS} matmuls on the model's shapes, µs per call (weight bytes ÷ time):", "",
         "| weight [out × in] | oneDNN packed (the engine) | ATen `linear` (MKL) |", "|---|---|---|", *kernels, "",

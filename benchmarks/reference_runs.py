@@ -32,6 +32,9 @@ from rlsuite.suite.warmstart import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 ALGOS = ("grpo", "ppo", "rloo", "dr_grpo")
+HEADER = ("| algorithm | rows | before | after (old values) | after (new defaults) | before vs after (old values) "
+          "| new defaults: same rewards and lengths | new defaults: keys differing (largest rel. diff†) | which "
+          "| new defaults resolved to |\n|---|---|---|---|---|---|---|---|---|---|\n")
 OLD_VALUES = ("train.share_prefix=false", "optim.fused=false", "rollout.engine=kv")
 PACKAGES = ("suite", "tasks", "algorithms", "sweeps", "reports")
 WALL = {"budget/wall_s", "time", "t", "wall_s", "timestamp"}
@@ -86,7 +89,8 @@ def compare(a: list[dict], b: list[dict]) -> tuple[list[str], float]:
                 continue
             for x, y in zip(a, b):
                 u, v = x.get(k), y.get(k)
-                if isinstance(u, (int, float)) and isinstance(v, (int, float)) and u != v and min(abs(u), abs(v)) >= 1e-6:
+                numeric = isinstance(u, (int, float)) and isinstance(v, (int, float))
+                if numeric and u != v and min(abs(u), abs(v)) >= 1e-6:
                     rel = max(rel, abs(u - v) / max(abs(u), abs(v)))
     return diff, rel
 
@@ -137,9 +141,7 @@ the committed base. Compared: every field of every `metrics.jsonl` row except `p
   last column, as `spec.json` records it).
 - The run ids differ in all three (the reset: a new identity document, schema 2).
 
-| algorithm | rows | before | after (old values) | after (new defaults) | before vs after (old values) | new defaults: same rewards and lengths | new defaults: keys differing (largest rel. diff†) | which | new defaults resolved to |
-|---|---|---|---|---|---|---|---|---|---|
-""" + "\n".join(lines) + """
+""" + HEADER + "\n".join(lines) + """
 
 † over the keys that are not `budget/flops*` or `mismatch/*` and at values ≥ 1e-6 in magnitude
 (a relative difference of a quantity near zero, such as `adv/mean` ~1e-9, means nothing).
