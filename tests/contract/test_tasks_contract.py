@@ -203,6 +203,10 @@ _PASSAGES = [{"id": "x1", "contents": '"Zeta"\nZeta is a made-up place for the c
 VALUES: dict[str, dict[str, Callable[[Probe], list]]] = {
     # task → field → non-default values to try (instead of the type-derived ones)
     "arith": {"ops": lambda p: ["+", "+-*"]},
+    "reasoning_gym": {"datasets": lambda p: [("leg_counting:max_animals=3",),
+                                             ("basic_arithmetic:min_terms=2,max_terms=2,max_digits=2,operators=[+,-]",
+                                              "leg_counting:max_animals=3")],
+                      "pool": lambda p: [2000]},  # the default's train is capped at n_train: a smaller pool binds
     "gsm8k": {"data_path": lambda p: [str(data_dir("gsm8k") / "train_sample.jsonl")]},
     "math": {"data_path": lambda p: [str(data_dir("math") / "train_sample.jsonl")]},
     "search": {"data_path": lambda p: [str(data_dir("search") / "nq_open_dev_sample.jsonl")],
@@ -237,6 +241,8 @@ def _mbpp_entry(ex: dict) -> Optional[str]:
 EXTRA_COMPLETIONS: dict[str, Callable[[Any, Any, Any], list[str]]] = {
     # task → (task, example, another example) → more probe completions for that example
     "gsm8k": lambda t, ex, other: [f"so \\boxed{{{t.gold(other)}}}"],
+    # the scorers' partial credit: an answer that contains the gold scores len(gold) / len(answer)
+    "reasoning_gym": lambda t, ex, other: [f"<answer>{t.gold(ex)} or so</answer>"],
     "search": lambda t, ex, other: [f"<answer> {t.gold(ex).split(' | ')[0]} and more words </answer>"],
     "humaneval": lambda t, ex, other: _code_probes(ex["prompt"] + ex["canonical_solution"], ex["entry_point"]),
     "mbpp": lambda t, ex, other: _code_probes(ex["code"], _mbpp_entry(ex)),

@@ -1,0 +1,311 @@
+"""``reasoning_gym``: procedural reasoning problems from `reasoning-gym` (Stojanovski et al. 2025,
+arXiv 2505.24760), one dataset or a mixture (the *battery*), graded by each dataset's own scorer.
+
+Data: ``reasoning_gym.create_dataset(name, seed=gen_seed, size=pool, **params)`` for each entry of
+``task.datasets`` (``"name"`` or ``"name:key=value,key=value"``, values parsed as YAML scalars or
+lists: ``"basic_arithmetic:min_terms=2,max_terms=2,max_digits=2"``). The package is pinned
+(``reasoning-gym==0.1.25``): generators change between versions, and the dataset, its parameters,
+``pool`` and ``gen_seed`` are fields of the run id, so a problem set is named by its configuration.
+
+Splits, per dataset: the generator draws item ``idx`` from ``Random(seed + idx)``, so two seeds'
+pools overlap and a seed split would leak; here the ``pool`` items are **deduplicated by their
+rendered question** (the first index wins) and split by a hash of that question: the ``n_test``
+questions first in ``sha256("test:" + question)`` order are test, the next ``n_val`` in
+``sha256("val:" + question)`` order among the rest are val, and train is the rest (at most
+``n_train`` of them, in index order), so the three are disjoint by construction and the same on
+every machine and in any order. A mixture concatenates the datasets' splits (every dataset the same
+test and val counts, so the split's accuracy is the macro average) and orders val and test by
+another hash of the question (salt ``order-test`` / ``order-val``), so the first ``eval.max_prompts`` mix every dataset. A dataset with fewer
+distinct questions than ``n_test + n_val + 1`` is refused (exit 2) with its count.
+
+:meth:`ReasoningGym.problem_space` reports, per dataset, how many distinct questions the pool held
+and an estimate of the space the generator draws from (the occupancy estimate from the number of
+repeats; a lower bound when none repeats), so a study can check that train + test use a small
+share of it (``benchmarks/rgym_battery.py`` prints it).
+
+Prompt: the user turn of a chat model, the dataset's question followed by ``instruction`` (default:
+give only the final answer inside ``<answer></answer>`` tags). Extraction (``extract``): ``tag`` =
+the content of the last complete ``<answer>…</answer>`` (none → nothing extractable, reward 0);
+``plain`` = the whole reply, stripped.
+
+Grading: the dataset's ``score_answer(answer, entry)``. **Correct means a score of exactly 1.0**;
+the scorers give partial credit (e.g. 0.01 or 0.05 for a wrong non-empty answer), so the reward is
+binary unless ``partial_credit`` is set (then the reward is the score, ``correct`` still means
+1.0). A scorer that raises is a grade error (``Grade.errored``: counted as ``reward/grade_errors``,
+never a 0).
+
+Eval metrics (a mixture): ``acc_<label>`` per dataset (label: the dataset's name, ``name_2`` for
+its second entry…), reported as ``greedy_acc_<label>`` / ``sampled_acc_<label>``. Aggregates
+across datasets of different difficulty should use the per-dataset gain over the base (or
+``(s − base) / (1 − base)``), not an IQM of raw accuracies, which is about the easy datasets.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Literal, Optional, Sequence
+
+from rlsuite.suite.errors import BadInput
+from rlsuite.tasks.base import Grade, Task, TaskConfig, register
+
+PINNED = "0.1.25"
+_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Item:
+    """One problem: its dataset entry's ``label`` in the battery, the generator index and the
+    rendered question and gold answer (None where the dataset's scorer accepts many answers)."""
+
+    label: str
+    idx: int
+    question: str
+    answer: Optional[str]
+
+
+def _hash(salt: str, text: str) -> bytes:
+    return hashlib.sha256(f"{salt}:{text}".encode()).digest()
+
+
+def parse_dataset_spec(spec: str) -> tuple[str, dict[str, Any]]:
+    """``"name:key=value,key=value"`` → ``(name, {key: value})``; values are YAML scalars or
+    flow lists (``ops=[+,-]`` is a list, ``max_terms=2`` an int). Splits on commas outside
+    brackets."""
+    import yaml
+
+    name, _, rest = spec.partition(":")
+    params: dict[str, Any] = {}
+    depth, cur, parts = 0, "", []
+    for ch in rest:
+        depth += 1 if ch in "[{" else -1 if ch in "]}" else 0
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur)
+    for p in parts:
+        k, eq, v = p.partition("=")
+        if not eq or not k.strip():
+            raise ValueError(f"dataset spec {spec!r}: {p!r} is not key=value")
+        try:
+            params[k.strip()] = yaml.safe_load(v.strip())
+        except yaml.YAMLError:
+            raise ValueError(f"dataset spec {spec!r}: cannot parse the value of {k.strip()!r}: {v!r}") from None
+    return name.strip(), params
+
+
+def space_estimate(n: int, distinct: int) -> tuple[float, bool]:
+    """The size of a uniform problem space from ``n`` draws with ``distinct`` distinct values:
+    the occupancy estimate solving ``distinct = N(1 − (1 − 1/N)^n)``; when no value repeats, the
+    95% lower bound ``n² / (2·ln 20)`` (the birthday bound). Returns ``(N, is_lower_bound)``."""
+    if distinct >= n:
+        return n * n / (2 * math.log(20)), True
+    if distinct <= 1:
+        return float(distinct), False
+
+    def filled(size: float) -> float:  # expected distinct values of n uniform draws from `size`
+        return size * -math.expm1(n * math.log1p(-1 / size)) if size > 1 else 1.0
+
+    lo, hi = float(distinct), 2.0 * distinct
+    while filled(hi) < distinct:
+        hi *= 2
+    for _ in range(100):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if filled(mid) < distinct else (lo, mid)
+    return hi, False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReasoningGymConfig(TaskConfig):
+    ranges = {"pool": "[2, inf)", "n_test": "[1, inf)", "n_val": "[1, inf)", "n_train": "[1, inf)",
+              "gen_seed": "[0, inf)"}
+    """Declared ranges of this class's numeric fields (see ``TaskConfig.ranges``)."""
+    datasets: tuple[str, ...] = ("basic_arithmetic:min_terms=2,max_terms=2,max_digits=2,operators=[+,-]",)
+    """The battery: reasoning-gym dataset names, each optionally with parameters
+    (``name:key=value,...``); two or more make a mixture that trains on all and evaluates each."""
+    pool: int = 10000
+    """Items generated per dataset (indices 0..pool-1) before deduplication."""
+    gen_seed: int = 0
+    """The generators' seed (``create_dataset(seed=...)``); the same seed gives the same pool everywhere."""
+    n_test: int = 300
+    """Test questions per dataset (hash-selected)."""
+    n_val: int = 100
+    """Val questions per dataset (hash-selected among the rest)."""
+    n_train: int = 5000
+    """At most this many train questions per dataset (the rest of the pool, in index order): a
+    mixture's datasets are drawn about equally when each has at least this many."""
+    extract: Literal["tag", "plain"] = "tag"
+    """Answer extraction: the last ``<answer>…</answer>`` (``tag``) or the whole reply (``plain``)."""
+    instruction: str = "Give only the final answer, inside <answer></answer> tags."
+    """Line after the question in every prompt; "" = none."""
+    partial_credit: bool = False
+    """Reward = the scorer's score (partial credit) instead of 1 for a score of 1.0 and 0 otherwise."""
+
+    def __post_init__(self) -> None:
+        if not self.datasets:
+            raise ValueError("datasets must name at least one reasoning-gym dataset")
+        for s in self.datasets:
+            parse_dataset_spec(s)
+
+
+@register
+class ReasoningGym(Task):
+    name = "reasoning_gym"
+    summary = "reasoning-gym procedural datasets (one or a battery); hash splits; score == 1.0 is correct."
+    version = "1"
+    citation = "Stojanovski et al. 2025, Reasoning Gym: Reasoning Environments for RL, arXiv:2505.24760"
+    Config = ReasoningGymConfig
+    cfg: ReasoningGymConfig
+    presets = {
+        # tiny model: mechanics only (a character-level model cannot read these questions)
+        "embedded": {"task": {"instruction": "", "extract": "plain", "pool": 2000, "n_test": 50, "n_val": 20},
+                     "rollout": {"group_size": 4, "prompts_per_step": 4, "max_new_tokens": 16},
+                     "budget": {"samples": 64}, "eval": {"max_prompts": 16}},
+        "hf": {"rollout": {"group_size": 8, "prompts_per_step": 16, "max_new_tokens": 48, "temperature": 1.0},
+               "optim": {"lr": 2e-6}, "budget": {"samples": 4096}, "eval": {"max_prompts": 0}},
+    }
+
+    def __init__(self, cfg: ReasoningGymConfig) -> None:
+        super().__init__(cfg)
+        self._splits: Optional[dict[str, list[Item]]] = None
+        self._ds: dict[str, Any] = {}
+        self._space: dict[str, dict[str, Any]] = {}
+        names = [parse_dataset_spec(s)[0] for s in cfg.datasets]
+        self.labels = [n if names[:i].count(n) == 0 else f"{n}_{names[:i].count(n) + 1}" for i, n in enumerate(names)]
+
+    # -- data ------------------------------------------------------------------------------
+    def _dataset(self, label: str):
+        if label not in self._ds:
+            rg = _import_rg()
+            from reasoning_gym.factory import DATASETS
+
+            name, params = parse_dataset_spec(self.cfg.datasets[self.labels.index(label)])
+            if name not in DATASETS:
+                raise BadInput(f"reasoning_gym: unknown dataset {name!r}; valid: {', '.join(sorted(DATASETS))}")
+            try:
+                self._ds[label] = rg.create_dataset(name, seed=self.cfg.gen_seed, size=self.cfg.pool, **params)
+            except (TypeError, ValueError, AssertionError) as e:
+                raise BadInput(f"reasoning_gym: dataset {name!r} refuses parameters {params}: {e}") from None
+        return self._ds[label]
+
+    def splits(self) -> dict[str, list[Item]]:
+        if self._splits is None:
+            c = self.cfg
+            out: dict[str, list[Item]] = {"train": [], "val": [], "test": []}
+            for label in self.labels:
+                ds = self._dataset(label)
+                seen: dict[str, Item] = {}
+                for i in range(c.pool):
+                    e = ds[i]
+                    q = e["question"]
+                    if q not in seen:
+                        a = e.get("answer")
+                        seen[q] = Item(label, i, q, None if a is None else str(a))
+                distinct = list(seen.values())
+                est, lower = space_estimate(c.pool, len(distinct))
+                self._space[label] = {"dataset": c.datasets[self.labels.index(label)], "generated": c.pool,
+                                      "distinct": len(distinct), "space_estimate": est, "space_is_lower_bound": lower}
+                if len(distinct) < c.n_test + c.n_val + 1:
+                    raise BadInput(f"reasoning_gym: dataset {c.datasets[self.labels.index(label)]!r} has only "
+                                   f"{len(distinct)} distinct questions in a pool of {c.pool}; test + val need "
+                                   f"{c.n_test + c.n_val} and train at least 1 (lower task.n_test / task.n_val, "
+                                   f"raise task.pool or make the problems harder)")
+                test = sorted(distinct, key=lambda it: _hash("test", it.question))[:c.n_test]
+                held = {it.question for it in test}
+                rest = [it for it in distinct if it.question not in held]
+                val = sorted(rest, key=lambda it: _hash("val", it.question))[:c.n_val]
+                held |= {it.question for it in val}
+                out["test"] += test
+                out["val"] += val
+                out["train"] += [it for it in rest if it.question not in held][:c.n_train]
+            for k in ("val", "test"):  # a salt of its own: the selection's salt would put big pools first
+                out[k].sort(key=lambda it: _hash(f"order-{k}", it.question))
+            self._splits = out
+        return self._splits
+
+    def problem_space(self) -> list[dict[str, Any]]:
+        """Per dataset: the spec, items generated, distinct questions, the estimated size of the
+        space they are drawn from (and whether it is a lower bound) and the share of it that the
+        splits use (train + val + test)."""
+        s = self.splits()
+        used = {lab: sum(it.label == lab for k in s for it in s[k]) for lab in self.labels}
+        return [{**self._space[lab], "label": lab, "used": used[lab],
+                 "used_share": used[lab] / self._space[lab]["space_estimate"]} for lab in self.labels]
+
+    # -- prompts and grades ------------------------------------------------------------------
+    def prompt(self, example: Item) -> list[dict[str, str]]:
+        text = example.question.rstrip()
+        if self.cfg.instruction:
+            text = f"{text}\n{self.cfg.instruction}"
+        return [{"role": "user", "content": text}]
+
+    def gold(self, example: Item) -> Optional[str]:
+        return example.answer
+
+    def reference_completion(self, example: Item) -> str:
+        a = example.answer if example.answer is not None else ""
+        return f"<answer>{a}</answer>" if self.cfg.extract == "tag" else a
+
+    def extract(self, completion: str) -> Optional[str]:
+        """The answer a completion gives (None: nothing extractable)."""
+        if self.cfg.extract == "tag":
+            found = _TAG.findall(completion)
+            return found[-1].strip() if found else None
+        text = completion.strip()
+        return text or None
+
+    def grade(self, example: Item, completion: str) -> Grade:
+        parsed = self.extract(completion)
+        if parsed is None:
+            return Grade(reward=0.0, correct=False, parsed=None)
+        ds = self._dataset(example.label)
+        try:
+            score = float(ds.score_answer(parsed, ds[example.idx]))
+        except Exception as e:  # noqa: BLE001 - a scorer failure is a grade error, never a 0
+            return Grade.errored(f"reasoning_gym {example.label} scorer raised {type(e).__name__}: {e}")
+        if not math.isfinite(score) or not 0.0 <= score <= 1.0:
+            return Grade.errored(f"reasoning_gym {example.label} scorer returned {score!r} (not in [0, 1])")
+        correct = score == 1.0
+        return Grade(reward=score if self.cfg.partial_credit else float(correct), correct=correct, parsed=parsed)
+
+    def eval_metrics(self, examples: Sequence[Item], grades: Sequence[Grade]) -> dict[str, float]:
+        """``acc_<label>`` per dataset of a mixture (none for a single dataset: it is greedy_acc)."""
+        if len(self.labels) < 2:
+            return {}
+        by: dict[str, list[bool]] = {}
+        for e, g in zip(examples, grades):
+            by.setdefault(e.label, []).append(g.correct)
+        return {f"acc_{lab}": sum(v) / len(v) for lab, v in by.items()}
+
+    def feedback(self, example: Item, completion: str, grade: Grade, detail: str = "full") -> str:
+        if detail == "binary" or grade.correct:
+            return super().feedback(example, completion, grade, detail)
+        if grade.parsed is None:
+            return "No final answer found: put only the final answer inside <answer></answer> tags."
+        return f"Your answer {grade.parsed} is incorrect."
+
+    @classmethod
+    def describe(cls) -> dict[str, Any]:
+        d = super().describe()
+        d["needs"] = [f"reasoning-gym=={PINNED}"]
+        return d
+
+
+def _import_rg():
+    try:
+        import reasoning_gym
+    except ImportError:
+        raise BadInput(f"reasoning_gym: the reasoning-gym package is not installed (pip install "
+                       f"reasoning-gym=={PINNED}; it needs Python >= 3.11)") from None
+    from importlib.metadata import version
+
+    v = version("reasoning-gym")
+    if v != PINNED:
+        raise BadInput(f"reasoning_gym: reasoning-gym {v} is installed; this task is pinned to {PINNED} "
+                       f"(generators change between versions): pip install reasoning-gym=={PINNED}")
+    return reasoning_gym

@@ -1,0 +1,158 @@
+"""``reasoning_gym``: the adapter's splits (deduplicated, hash-selected, no overlap, independent of
+the pool's order), binary grading on score == 1.0 with partial credit as a switch, a scorer that
+raises as a grade error, the battery's per-dataset metrics, the space estimate by hand, and the
+errors a user meets (unknown dataset, bad parameters, too few distinct problems, wrong version)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rlsuite.suite.errors import BadInput
+from rlsuite.suite.spec import resolve
+from rlsuite.tasks import reasoning_gym as rgt
+from rlsuite.tasks.reasoning_gym import Item, ReasoningGym, ReasoningGymConfig, parse_dataset_spec, space_estimate
+
+# sums of two numbers 0..10: 121 problems
+ARITH = "basic_arithmetic:min_terms=2,max_terms=2,max_digits=1,operators=[+],allow_parentheses=false,allow_negation=false"
+LEGS = "leg_counting:max_animals=3"
+
+
+def task(**kw) -> ReasoningGym:
+    kw.setdefault("pool", 2000)
+    kw.setdefault("n_test", 30)
+    kw.setdefault("n_val", 10)
+    return ReasoningGym(ReasoningGymConfig(name="reasoning_gym", **kw))
+
+
+def test_dataset_spec_parses_scalars_and_lists():
+    assert parse_dataset_spec("gcd") == ("gcd", {})
+    assert parse_dataset_spec("basic_arithmetic:min_terms=2,operators=[+,-],allow_parentheses=false") == (
+        "basic_arithmetic", {"min_terms": 2, "operators": ["+", "-"], "allow_parentheses": False})
+    with pytest.raises(ValueError, match="not key=value"):
+        parse_dataset_spec("gcd:max_value")
+
+
+def test_splits_are_deduplicated_disjoint_and_hash_selected():
+    t = task(datasets=(ARITH,))
+    s = t.splits()
+    qs = {k: [it.question for it in v] for k, v in s.items()}
+    # the sums hold 121 distinct questions (0 + 0 .. 10 + 10); a pool of 2000 repeats each ~16 times
+    space = t.problem_space()[0]
+    assert space["distinct"] == 121 and space["generated"] == 2000
+    assert len(qs["test"]) == 30 and len(qs["val"]) == 10
+    assert len(qs["train"]) == space["distinct"] - 40
+    for k, v in qs.items():
+        assert len(v) == len(set(v)), f"{k} holds a question twice"
+    assert not set(qs["train"]) & set(qs["test"]) and not set(qs["train"]) & set(qs["val"])
+    assert not set(qs["val"]) & set(qs["test"])
+    # test is the 30 distinct questions first in sha256("test:" + q) order: recomputed by hand
+    everything = sorted(set(qs["train"]) | set(qs["val"]) | set(qs["test"]), key=lambda q: rgt._hash("test", q))
+    assert set(qs["test"]) == set(everything[:30])
+
+
+def test_splits_do_not_depend_on_the_pool_size_beyond_the_questions_it_holds():
+    # a pool of 2000 and one of 3000 hold the same 121 sums: the same splits (selection is by question, not index)
+    a, b = task(datasets=(ARITH,)).splits(), task(datasets=(ARITH,), pool=3000).splits()
+    for k in ("val", "test"):
+        assert [it.question for it in a[k]] == [it.question for it in b[k]]
+    assert sorted(it.question for it in a["train"]) == sorted(it.question for it in b["train"])
+
+
+def test_too_few_distinct_problems_is_refused_with_the_count():
+    with pytest.raises(BadInput, match=r"only \d+ distinct questions in a pool of 2000"):
+        task(datasets=(ARITH,), n_test=100, n_val=30).splits()
+
+
+def test_unknown_dataset_and_bad_parameters_are_clear_errors():
+    with pytest.raises(BadInput, match="unknown dataset 'no_such'.*valid: .*basic_arithmetic"):
+        task(datasets=("no_such",)).splits()
+    with pytest.raises(BadInput, match="refuses parameters"):
+        task(datasets=("basic_arithmetic:min_terms=5,max_terms=2",)).splits()
+
+
+def test_a_wrong_package_version_is_refused(monkeypatch):
+    monkeypatch.setattr(rgt, "PINNED", "0.0.1")
+    with pytest.raises(BadInput, match="pinned to 0.0.1"):
+        task(datasets=(ARITH,)).splits()
+
+
+def test_correct_means_a_score_of_one_and_partial_credit_is_a_switch():
+    t = task(datasets=(ARITH,))
+    ex = t.splits()["test"][0]
+    right = t.grade(ex, f"I think <answer>{ex.answer}</answer>")
+    assert right.correct and right.reward == 1.0 and right.parsed == ex.answer
+    # the scorer's partial credit for an answer that contains the gold: len(gold) / len(answer)
+    hedge = f"{ex.answer} or so"
+    partial = t.grade(ex, f"<answer>{hedge}</answer>")
+    assert not partial.correct and partial.reward == 0.0 and partial.parsed == hedge
+    t2 = task(datasets=(ARITH,), partial_credit=True)
+    g = t2.grade(ex, f"<answer>{hedge}</answer>")
+    assert not g.correct and g.reward == pytest.approx(len(ex.answer) / len(hedge))
+    # no tag: nothing extractable, no vote
+    none = t.grade(ex, ex.answer)
+    assert none.parsed is None and none.reward == 0.0 and none.error is None
+    # the last complete tag wins; extract=plain grades the whole reply
+    assert t.grade(ex, f"<answer>0</answer> no, <answer>{ex.answer}</answer>").correct
+    assert task(datasets=(ARITH,), extract="plain").grade(ex, f"  {ex.answer}\n").correct
+
+
+def test_a_scorer_that_raises_is_a_grade_error_not_a_zero(monkeypatch):
+    t = task(datasets=(ARITH,))
+    ex = t.splits()["test"][0]
+    ds = t._dataset(ex.label)
+
+    def boom(answer, entry):
+        raise KeyError("metadata")
+
+    monkeypatch.setattr(ds, "score_answer", boom)
+    g = t.grade(ex, f"<answer>{ex.answer}</answer>")
+    assert g.error is not None and "KeyError" in g.error and not g.correct and g.parsed is None
+    monkeypatch.setattr(ds, "score_answer", lambda a, e: float("nan"))
+    assert t.grade(ex, f"<answer>{ex.answer}</answer>").error is not None
+
+
+def test_a_battery_trains_on_every_dataset_and_scores_each():
+    t = task(datasets=(ARITH, LEGS, ARITH.replace("operators=[+]", "operators=[-]")))
+    assert t.labels == ["basic_arithmetic", "leg_counting", "basic_arithmetic_2"]
+    s = t.splits()
+    for k, n in (("test", 30), ("val", 10)):
+        assert sorted({it.label for it in s[k]}) == sorted(t.labels)
+        assert all(sum(it.label == lab for it in s[k]) == n for lab in t.labels)
+    # val and test are ordered by a hash of the question, so their first prompts mix the datasets
+    assert len({it.label for it in s["test"][:20]}) == 3
+    exs = s["test"][:60]
+    grades = [t.grade(e, t.reference_completion(e) if e.label == "leg_counting" else "<answer>x</answer>")
+              for e in exs]
+    m = t.eval_metrics(exs, grades)
+    assert m["acc_leg_counting"] == 1.0 and m["acc_basic_arithmetic"] == 0.0 and m["acc_basic_arithmetic_2"] == 0.0
+    assert task(datasets=(ARITH,)).eval_metrics(exs[:3], grades[:3]) == {}
+
+
+def test_space_estimate_by_hand():
+    # 3 draws, 2 distinct: N(1 - (1 - 1/N)^3) = 2  ->  N^2 - 3N + 1 = 0 ... solved: N = (3 + sqrt 5) / 2
+    n, lower = space_estimate(3, 2)
+    assert not lower and n == pytest.approx((3 + math.sqrt(5)) / 2, rel=1e-9)
+    # no repeat in 100 draws: the birthday bound 100^2 / (2 ln 20)
+    n, lower = space_estimate(100, 100)
+    assert lower and n == pytest.approx(1e4 / (2 * math.log(20)))
+    assert space_estimate(50, 1) == (1.0, False)
+
+
+def test_the_pool_reports_the_space_it_draws_from():
+    t = task(datasets=(ARITH,))
+    sp = t.problem_space()[0]
+    assert sp["label"] == "basic_arithmetic" and not sp["space_is_lower_bound"]
+    assert 115 <= sp["space_estimate"] <= 127 and sp["used"] == sp["distinct"]
+
+
+def test_presets_resolve_and_the_prompt_is_a_chat_turn():
+    for model in ("tiny", "org/some-model"):
+        spec = resolve("reasoning_gym", "grpo", model, 0)
+        assert spec.task.datasets
+    t = task(datasets=(LEGS,))
+    ex = t.splits()["test"][0]
+    p = t.prompt(ex)
+    assert p[0]["role"] == "user" and p[0]["content"].endswith("inside <answer></answer> tags.")
+    assert isinstance(ex, Item) and ex.answer == t.gold(ex)
