@@ -7,7 +7,8 @@ so that, under a normal fit of the per-seed gains, P(gain < margin) ≤ 1% (marg
 
 Runs every arm × seed through the real CLI (`rlsuite run`), two at a time with one torch thread
 each, prints the table and rewrites the `chain` section of `benchmarks/results/learning.md`
-(the `arith` section, written by `benchmarks/learning.py`, is kept).
+(the `arith` section, written by `benchmarks/learning.py`, is kept, and so is anything after the
+`END` marker: the hand-written reading of the numbers).
 
     python benchmarks/learning_chain.py [--arms dapo:mb4 grpo:lr3e-4@100,101 ...] [--seeds 0 1 ... 9] [--workers 2]
 
@@ -27,11 +28,13 @@ from pathlib import Path
 
 from _run import run_cli
 
+from rlsuite.suite.runfolder import read_jsonl
 from rlsuite.suite.warmstart import cpu_model
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results" / "learning.md"
 MARK = "<!-- chain section: benchmarks/learning_chain.py -->"
+END = "<!-- end of the generated chain section; what follows is kept -->"
 Z99 = 2.326  # the one-sided 99% normal quantile
 
 ARMS = {  # label -> (algorithm, overrides); the effects sweep's arms of the same labels
@@ -51,7 +54,9 @@ def one(arm: str, seed: int, out: Path) -> dict:
     r = run_cli(args, f"{arm} seed {seed}")
     val = r["val"]
     test = r["test"]
-    return {"arm": arm, "seed": seed, "before": val[0]["eval/chain/greedy_acc"],
+    # how far the policy moved: mean |k1 KL(π_old, π)| over the run's update steps (0 without updates)
+    kl = [abs(m["stats/approx_kl"]) for m in read_jsonl(r["run_dir"] / "metrics.jsonl") if "stats/approx_kl" in m]
+    return {"arm": arm, "seed": seed, "before": val[0]["eval/chain/greedy_acc"], "kl": sum(kl) / max(len(kl), 1),
             "after": val[-1]["eval/chain/greedy_acc"], "n": val[0]["n_prompts"],
             "test_gain": test[-1]["eval/chain/greedy_acc"] - test[0]["eval/chain/greedy_acc"],
             "train_wall_s": r["status"]["budget"]["wall_s"], "steps": r["status"]["step"],
@@ -74,11 +79,12 @@ def render(rows: list[dict], workers: int) -> str:
              f"(seeds as listed). Every run starts from the "
              f"committed base (sha256 {rows[0]['base_sha']}…) with `rollout.engine=native`; Δ = final greedy val "
              f"accuracy − the base's (step 0, the first {rows[0]['n']} val prompts).", "",
-             "| arm | overrides | seed | val before | after | Δ val | Δ test | train wall s | steps |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| arm | overrides | seed | val before | after | Δ val | Δ test | mean abs approx_kl | train wall s "
+             "| steps |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['arm']} | {' '.join(ARMS[r['arm']][1]) or '—'} | {r['seed']} | {r['before']:.3f} | "
-                     f"{r['after']:.3f} | {r['after'] - r['before']:+.3f} | {r['test_gain']:+.3f} | "
+                     f"{r['after']:.3f} | {r['after'] - r['before']:+.3f} | {r['test_gain']:+.3f} | {r['kl']:.2e} | "
                      f"{r['train_wall_s']:.1f} | {r['steps']} |")
     lines += ["", "Normal fit of the per-seed gains; `margin (P fail ≤ 1%)` = mean − 2.326·sd, the largest margin a "
               "one-seed test may assert so that a fresh seed (or the same seed on another CPU) falls below it "
@@ -94,7 +100,7 @@ def render(rows: list[dict], workers: int) -> str:
         lines.append(f"| {a} | {len(d)} | {f['mean']:+.3f} | {f['sd']:.3f} | {f['min']:+.3f} | {f['max']:+.3f} | "
                      f"{f['margin_1pct']:+.3f} | {f['p_le_0']:.2g} | {statistics.mean(t):+.3f} | "
                      f"{statistics.stdev(t):.3f} | {statistics.mean(w):.1f} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n\n" + END + "\n"
 
 
 def main() -> None:
@@ -119,7 +125,8 @@ def main() -> None:
     print(text)
     old = args.results.read_text() if args.results.exists() else ""
     keep = old.split(MARK)[0].rstrip() + "\n\n" if old.strip() else ""
-    args.results.write_text(keep + text)
+    tail = old.split(END, 1)[1] if END in old else ""
+    args.results.write_text(keep + text + tail)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,9 @@ questions first in ``sha256("test:" + question)`` order are test, the next ``n_v
 ``n_train`` of them, in index order), so the three are disjoint by construction and the same on
 every machine and in any order. A mixture concatenates the datasets' splits (every dataset the same
 test and val counts, so the split's accuracy is the macro average) and orders val and test by
-another hash of the question (salt ``order-test`` / ``order-val``), so the first ``eval.max_prompts`` mix every dataset. A dataset with fewer
-distinct questions than ``n_test + n_val + 1`` is refused (exit 2) with its count.
+another hash of the question (salt ``order-test`` / ``order-val``), so the first
+``eval.max_prompts`` mix every dataset. A dataset with fewer distinct questions than
+``n_test + n_val + 1`` is refused (exit 2) with its count.
 
 :meth:`ReasoningGym.problem_space` reports, per dataset, how many distinct questions the pool held
 and an estimate of the space the generator draws from (the occupancy estimate from the number of

@@ -55,15 +55,16 @@ def test_default_budget_improves_greedy_accuracy(algo, tmp_path, capsys):
 
 # The embedded reasoning task: DAPO with 4 minibatch updates per rollout batch (the `dapo:mb4` arm
 # of sweeps/effects.yaml) at the `chain` preset, from the committed base. Its per-seed gains of greedy
-# val accuracy (200 prompts, base 0.460), 10 seeds on AMD EPYC without AVX-512
-# (benchmarks/results/learning.md, `benchmarks/learning_chain.py`): mean +0.047, sd 0.026, min +0.000;
-# an Intel Xeon's seed 0 lost 0.015. No one-seed gain margin holds with P(fail) <= 1% (mean - 2.326 sd
-# = -0.015), and the same runs' greedy *test* accuracy does not move (+0.002 on average): at today's
-# preset the chain policy barely moves. So this is a regression test of the preset, not a learning
-# claim (the arith tests above are those): the run starts from the committed base, updates the policy
-# and does not degrade by more than CHAIN_FLOOR, P(fail) ~ 0.15% under the normal fit.
-CHAIN_MEAN_GAIN, CHAIN_SD_GAIN = 0.047, 0.026
-CHAIN_FLOOR = -0.03
+# val accuracy (200 prompts, base 0.460), 10 seeds on each of two CPUs (AMD EPYC with AVX2 only, AMD
+# EPYC with AVX-512; benchmarks/results/learning.md, `benchmarks/learning_chain.py`): pooled mean
+# +0.045, sd 0.0315, min -0.015 (the same seed gained +0.070 on the other CPU). No one-seed gain margin
+# holds with P(fail) <= 1% (mean - 2.326 sd = -0.028), and the same runs' greedy *test* accuracy does
+# not move (+0.002 on average): at today's preset the chain policy barely moves. So this is a
+# regression test of the preset, not a learning claim (the arith tests above are those): the run
+# starts from the committed base, updates the policy and does not degrade by more than CHAIN_FLOOR,
+# P(fail) ~ 0.35% under the pooled fit (0.7% under the worse CPU's own fit: mean +0.039, sd 0.032).
+CHAIN_MEAN_GAIN, CHAIN_SD_GAIN = 0.045, 0.0315
+CHAIN_FLOOR = -0.04
 assert (CHAIN_MEAN_GAIN - CHAIN_FLOOR) / CHAIN_SD_GAIN >= 2.326  # P(gain < floor) <= 1% under the fit
 
 
@@ -84,7 +85,7 @@ def test_chain_preset_runs_from_the_committed_base_and_does_not_degrade(tmp_path
     assert start == pytest.approx(man["measured"]["val/greedy_acc"], abs=0.01), "the committed base"
     rows = [r for r in read_jsonl(f"{run_dir}/metrics.jsonl") if "stats/approx_kl" in r]
     # the policy is updated: |k1 KL(π_old, π)| over a step's 4 minibatches is 0 without an update; its mean
-    # over a run was 3.0e-4 to 4.9e-4 on the 10 seeds of learning.md
+    # over a run was 3.0e-4 to 4.5e-4 on the 10 seeds of learning.md that record it
     moved = sum(abs(r["stats/approx_kl"]) for r in rows) / max(len(rows), 1)
     assert len(rows) >= 20 and moved > 5e-5, (len(rows), moved)
     assert end - start >= CHAIN_FLOOR, (start, end)

@@ -15,7 +15,8 @@ from rlsuite.tasks import reasoning_gym as rgt
 from rlsuite.tasks.reasoning_gym import Item, ReasoningGym, ReasoningGymConfig, parse_dataset_spec, space_estimate
 
 # sums of two numbers 0..10: 121 problems
-ARITH = "basic_arithmetic:min_terms=2,max_terms=2,max_digits=1,operators=[+],allow_parentheses=false,allow_negation=false"
+ARITH = ("basic_arithmetic:min_terms=2,max_terms=2,max_digits=1,operators=[+],"
+         "allow_parentheses=false,allow_negation=false")
 LEGS = "leg_counting:max_animals=3"
 
 
