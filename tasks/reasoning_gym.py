@@ -25,9 +25,13 @@ repeats; a lower bound when none repeats), so a study can check that train + tes
 share of it (``benchmarks/rgym_battery.py`` prints it).
 
 Prompt: the user turn of a chat model, the dataset's question followed by ``instruction`` (default:
-give only the final answer inside ``<answer></answer>`` tags). Extraction (``extract``): ``tag`` =
-the content of the last complete ``<answer>…</answer>`` (none → nothing extractable, reward 0);
-``plain`` = the whole reply, stripped.
+give only the final answer inside ``<answer></answer>`` tags). Extraction (``extract``, a field
+of the run id): ``tag`` = the content of the last complete ``<answer>…</answer>`` (none → nothing
+extractable, reward 0); ``plain`` = the whole reply, stripped; ``auto`` = the last tag if there is
+one, else, for a problem whose gold is a number, the last number of the reply (``2 + 9 = 11`` →
+``11``), else the text after the last ``answer is`` / ``answer:`` (quotes, ``**`` and a trailing
+period removed: ``The answer is "dunt".`` → ``dunt``), else the reply's last non-empty line. Small
+chat models (SmolLM2-135M) do not use tags; ``auto`` is what lets their answers be read at all.
 
 Grading: the dataset's ``score_answer(answer, entry)``. **Correct means a score of exactly 1.0**;
 the scorers give partial credit (e.g. 0.01 or 0.05 for a wrong non-empty answer), so the reward is
@@ -140,8 +144,10 @@ class ReasoningGymConfig(TaskConfig):
     n_train: int = 5000
     """At most this many train questions per dataset (the rest of the pool, in index order): a
     mixture's datasets are drawn about equally when each has at least this many."""
-    extract: Literal["tag", "plain"] = "tag"
-    """Answer extraction: the last ``<answer>…</answer>`` (``tag``) or the whole reply (``plain``)."""
+    extract: Literal["tag", "plain", "auto"] = "tag"
+    """Answer extraction: the last ``<answer>…</answer>`` (``tag``), the whole reply (``plain``) or
+    ``auto`` (a tag, else the last number for numeric golds, else the text after the last
+    "answer is", else the last line; see the module docstring)."""
     instruction: str = "Give only the final answer, inside <answer></answer> tags."
     """Line after the question in every prompt; "" = none."""
     partial_credit: bool = False
@@ -254,14 +260,16 @@ class ReasoningGym(Task):
 
     def extract(self, completion: str) -> Optional[str]:
         """The answer a completion gives (None: nothing extractable)."""
-        if self.cfg.extract == "tag":
-            found = _TAG.findall(completion)
-            return found[-1].strip() if found else None
-        text = completion.strip()
-        return text or None
+        return extract_answer(completion, self.cfg.extract)
+
+    def grade_item(self, example: Item, completion: str) -> Optional[str]:
+        """The extracted answer of ``completion`` for ``example`` (``auto`` reads numbers for numeric golds)."""
+        if self.cfg.extract == "auto":
+            return extract_answer(completion, "auto", numeric=_is_number(example.answer))
+        return self.extract(completion)
 
     def grade(self, example: Item, completion: str) -> Grade:
-        parsed = self.extract(completion)
+        parsed = self.grade_item(example, completion)
         if parsed is None:
             return Grade(reward=0.0, correct=False, parsed=None)
         ds = self._dataset(example.label)
@@ -295,6 +303,33 @@ class ReasoningGym(Task):
         d = super().describe()
         d["needs"] = [f"reasoning-gym=={PINNED}"]
         return d
+
+
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_ANSWER_IS = re.compile(r"answer(?:\s+is)?\s*[:=]?\s*", re.IGNORECASE)
+
+
+def _is_number(text: Optional[str]) -> bool:
+    return text is not None and re.fullmatch(r"\s*-?\d+(?:\.\d+)?\s*", text) is not None
+
+
+def extract_answer(completion: str, mode: str, numeric: bool = False) -> Optional[str]:
+    """The answer in ``completion`` under extraction ``mode`` (``tag`` / ``plain`` / ``auto``; the
+    rules are the module docstring's); None when nothing is extractable."""
+    found = _TAG.findall(completion)
+    if mode == "tag" or (mode == "auto" and found):
+        return found[-1].strip() if found else None
+    text = completion.strip()
+    if mode == "plain" or not text:
+        return text or None
+    if numeric:
+        nums = _NUMBER.findall(text.replace(",", ""))
+        return nums[-1] if nums else None
+    hits = list(_ANSWER_IS.finditer(text))
+    tail = text[hits[-1].end():] if hits and text[hits[-1].end():].strip() else text.splitlines()[-1]
+    tail = tail.strip().splitlines()[0] if tail.strip() else ""
+    tail = tail.strip(" \t*`'\".")
+    return tail or None
 
 
 def _import_rg():

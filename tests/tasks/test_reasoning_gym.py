@@ -157,3 +157,25 @@ def test_presets_resolve_and_the_prompt_is_a_chat_turn():
     p = t.prompt(ex)
     assert p[0]["role"] == "user" and p[0]["content"].endswith("inside <answer></answer> tags.")
     assert isinstance(ex, Item) and ex.answer == t.gold(ex)
+
+
+@pytest.mark.parametrize("reply, numeric, want", [
+    ("2 + 9 = 11", True, "11"),  # a numeric gold: the last number
+    ("The answer is 4.", True, "4"),
+    ("1,000 apples", True, "1000"),
+    ("no digits here", True, None),
+    ('The answer is "dunt".', False, "dunt"),  # text: after the last "answer is", quotes and period removed
+    ("The final answer is: **ratti**", False, "ratti"),
+    ("let me think\nnials", False, "nials"),  # else the last line
+    ("<answer>x</answer> then 5", True, "x"),  # a tag always wins
+    ("   ", False, None),
+])
+def test_auto_extraction_reads_what_a_small_chat_model_writes(reply, numeric, want):
+    assert rgt.extract_answer(reply, "auto", numeric=numeric) == want
+
+
+def test_auto_extraction_grades_numbers_by_the_gold():
+    t = task(datasets=(ARITH,), extract="auto")
+    ex = t.splits()["test"][0]
+    assert t.grade(ex, f"So the sum is {ex.answer}.").correct
+    assert not t.grade(ex, f"{ex.answer} + 1 = {int(ex.answer) + 1}").correct
