@@ -20,6 +20,16 @@ Keys (see ``sweeps/example.yaml`` for a complete commented spec):
                 the lr the run would have without the rule); other arms keep lr₀ (no retuning)
 ``tuning``      options of ``rlsuite sweep tune`` (:mod:`rlsuite.sweeps.tune`): ``lr``, ``seeds``, ``knobs``,
                 ``metric`` (and the ``record`` a tuned spec carries)
+``comparisons`` the planned (confirmatory) comparisons, fixed before any pilot: a list of
+                ``{a, b, direction, smallest_effect}`` (:class:`Comparison`): arm labels as reports
+                show them (``name`` or ``name:variant``; ``b`` may be ``base``, the step-0 eval),
+                ``direction`` ``greater`` (a > b), ``less`` or ``two-sided`` (default), and the
+                smallest effect of interest in score units (0.03 = 3 points of accuracy). The
+                report's Holm family is this list (× tasks); the all-pairs table is exploratory
+``checks``      manipulation checks, fixed before the confirmatory runs: a list of
+                ``{arm, signal, agg, op, value, seeds, after}`` (:class:`Check`): does the mechanism an
+                effect is about engage? A check that fails in the pilot makes the effect "not
+                testable at this preset"; one that fails later is reported beside the verdict
 ``allow_identical_arms``  ``true`` to run arms that resolve to the same settings under different
                 ``variant`` labels (refused by default: usually a typo in an arm's ``set``)
 
@@ -42,7 +52,12 @@ from rlsuite.suite.errors import BadInput
 from rlsuite.suite.registry import suggest
 
 SPEC_KEYS = ("name", "tasks", "algorithms", "seeds", "budget", "model", "base", "factors", "set", "resources",
-             "description", "tuning", "lr_scaling", "allow_identical_arms")
+             "description", "tuning", "lr_scaling", "allow_identical_arms", "comparisons", "checks")
+COMPARISON_KEYS = ("a", "b", "direction", "smallest_effect")
+DIRECTIONS = ("greater", "less", "two-sided")
+CHECK_KEYS = ("arm", "signal", "agg", "op", "value", "seeds", "after")
+CHECK_AGGS = ("mean", "final", "change", "rel_change")
+CHECK_OPS = (">=", "<=")
 TUNING_KEYS = ("lr", "seeds", "knobs", "metric", "record")
 BUNDLED = Path(__file__).resolve().parent
 
@@ -96,6 +111,54 @@ class Arm:
 
 
 @dataclass(frozen=True)
+class Comparison:
+    """One planned comparison ``a − b`` (see the module docstring's ``comparisons``)."""
+
+    a: str
+    """Arm label (``name`` or ``name:variant``)."""
+    b: str
+    """Arm label, or ``base`` (the step-0 eval of the same seeds)."""
+    direction: str = "two-sided"
+    """``greater`` (H1: a > b), ``less`` (H1: a < b) or ``two-sided``."""
+    smallest_effect: float = 0.0
+    """The smallest difference of interest in score units (the plan's and the power's target)."""
+
+    @property
+    def label(self) -> str:
+        op = {"greater": ">", "less": "<", "two-sided": "≠"}[self.direction]
+        return f"{self.a} {op} {self.b}"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One manipulation check: per run, ``agg`` of metric ``signal`` (a ``metrics.jsonl`` key such
+    as ``stats/clip_frac``) over the steps after the first ``after`` share of the run, compared
+    with ``value`` by ``op``; the check passes when at least ``seeds`` (a share, e.g. 0.8 = 4 of 5)
+    of the arm's runs pass."""
+
+    arm: str
+    """Arm label the check is about, or ``all``."""
+    signal: str
+    """The ``metrics.jsonl`` key."""
+    agg: str = "mean"
+    """``mean`` over the steps, ``final`` (last step), ``change`` (last − first) or ``rel_change``
+    ((last − first) / |first|)."""
+    op: str = ">="
+    """``>=`` or ``<=``."""
+    value: float = 0.0
+    """The threshold, in the signal's units."""
+    seeds: float = 0.8
+    """Share of the arm's runs that must pass."""
+    after: float = 0.0
+    """Share of each run's steps left out at the start (warm-up) before aggregating."""
+
+    @property
+    def label(self) -> str:
+        tail = f" after {self.after:.0%}" if self.after else ""
+        return f"{self.arm}: {self.agg} {self.signal}{tail} {self.op} {self.value:g} in ≥ {self.seeds:.0%} of runs"
+
+
+@dataclass(frozen=True)
 class SweepSpec:
     name: str
     tasks: tuple[tuple[str, dict], ...]
@@ -110,6 +173,8 @@ class SweepSpec:
     tuning: dict = field(default_factory=dict)
     lr_scaling: dict = field(default_factory=dict)
     allow_identical_arms: bool = False
+    comparisons: tuple[Comparison, ...] = ()
+    checks: tuple[Check, ...] = ()
     source: str = ""
 
 
@@ -236,12 +301,91 @@ def parse(raw: dict, source: str = "<spec>") -> SweepSpec:
                        or not _finite(lr_scaling.get("power")) or not isinstance(lr_scaling.get("variants"), list)):
         errors.append(f"{source}: 'lr_scaling' needs factor (one of the factors), base (a number > 0), power (a "
                       f"number) and variants (a list of arm variants)")
+    labels = {a.name if a.variant is None else f"{a.name}:{a.variant}" for a in arms}
+    comparisons = _comparisons(raw.get("comparisons"), labels, bool(factors), source, errors)
+    checks = _checks(raw.get("checks"), labels, bool(factors), source, errors)
     if errors:
         raise BadInput(errors)
     return SweepSpec(lr_scaling=dict(lr_scaling), name=name, tasks=tuple(tasks), algorithms=tuple(arms), seeds=seeds, budget=dict(budget),
                      model=str(raw.get("model", "tiny")), base=base, factors=dict(factors), set=raw.get("set") or {},
                      resources=resources or Resources(), tuning=tuning, allow_identical_arms=allow_identical,
-                     source=source)
+                     comparisons=comparisons, checks=checks, source=source)
+
+
+def _known_label(label: Any, labels: set[str], factors: bool) -> bool:
+    """An arm label of the sweep (with factors, arms carry factor levels after the variant: any
+    label that starts with an arm's label is accepted)."""
+    return isinstance(label, str) and (label in labels or (factors and any(
+        label.startswith(f"{x}:") or label.startswith(f"{x.split(':')[0]}:") for x in labels)))
+
+
+def _comparisons(raw: Any, labels: set[str], factors: bool, source: str, errors: list[str]) -> tuple[Comparison, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        errors.append(f"{source}: 'comparisons' must be a list of {{a, b, direction, smallest_effect}}, got {raw!r}")
+        return ()
+    out = []
+    for i, c in enumerate(raw):
+        where = f"{source}: comparisons[{i}]"
+        if not isinstance(c, dict) or not {"a", "b"} <= set(c) or set(c) - set(COMPARISON_KEYS):
+            errors.append(f"{where}: expected a mapping with keys a, b and optionally direction, smallest_effect; "
+                          f"got {c!r}")
+            continue
+        bad = [k for k in ("a", "b") if not (_known_label(c[k], labels, factors) or (k == "b" and c[k] == "base"))]
+        for k in bad:
+            errors.append(f"{where}.{k}: {c[k]!r} is not an arm of this sweep; {suggest(str(c[k]), sorted(labels))}"
+                          f"valid: {', '.join(sorted(labels))}{' or base' if k == 'b' else ''}")
+        d = c.get("direction", "two-sided")
+        if d not in DIRECTIONS:
+            errors.append(f"{where}.direction: {d!r}; valid: {', '.join(DIRECTIONS)}")
+        e = c.get("smallest_effect", 0.0)
+        if not _finite(e) or e < 0:
+            errors.append(f"{where}.smallest_effect: must be a number ≥ 0 in score units (0.03 = 3 points), got {e!r}")
+        if c.get("a") == c.get("b"):
+            errors.append(f"{where}: a and b are the same arm ({c.get('a')!r})")
+        if not bad and d in DIRECTIONS and _finite(e) and e >= 0 and c["a"] != c["b"]:
+            out.append(Comparison(c["a"], c["b"], d, float(e)))
+    keys = [(c.a, c.b) for c in out]
+    for k in sorted({k for k in keys if keys.count(k) > 1}):
+        errors.append(f"{source}: comparisons: {k[0]} vs {k[1]} is listed twice")
+    return tuple(out)
+
+
+def _checks(raw: Any, labels: set[str], factors: bool, source: str, errors: list[str]) -> tuple[Check, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        errors.append(f"{source}: 'checks' must be a list of {{{', '.join(CHECK_KEYS)}}}, got {raw!r}")
+        return ()
+    out = []
+    for i, c in enumerate(raw):
+        where = f"{source}: checks[{i}]"
+        if not isinstance(c, dict) or not {"arm", "signal", "value"} <= set(c) or set(c) - set(CHECK_KEYS):
+            errors.append(f"{where}: expected a mapping with keys arm, signal, value and optionally agg, op, seeds, "
+                          f"after; got {c!r}")
+            continue
+        problems = []
+        if not (c["arm"] == "all" or _known_label(c["arm"], labels, factors)):
+            problems.append(f"{where}.arm: {c['arm']!r} is not an arm of this sweep; valid: {', '.join(sorted(labels))} "
+                            f"or all")
+        if not isinstance(c["signal"], str) or not c["signal"]:
+            problems.append(f"{where}.signal: a metrics.jsonl key such as stats/clip_frac, got {c['signal']!r}")
+        if c.get("agg", "mean") not in CHECK_AGGS:
+            problems.append(f"{where}.agg: {c.get('agg')!r}; valid: {', '.join(CHECK_AGGS)}")
+        if c.get("op", ">=") not in CHECK_OPS:
+            problems.append(f"{where}.op: {c.get('op')!r}; valid: {', '.join(CHECK_OPS)}")
+        if not _finite(c["value"]):
+            problems.append(f"{where}.value: a finite number, got {c['value']!r}")
+        for k, lo_open in (("seeds", True), ("after", False)):
+            v = c.get(k, 0.8 if k == "seeds" else 0.0)
+            if not _finite(v) or not ((0 < v <= 1) if lo_open else (0 <= v < 1)):
+                problems.append(f"{where}.{k}: a share in {'(0, 1]' if lo_open else '[0, 1)'}, got {v!r}")
+        errors += problems
+        if not problems:
+            out.append(Check(c["arm"], c["signal"], c.get("agg", "mean"), c.get("op", ">="), float(c["value"]),
+                             float(c.get("seeds", 0.8)), float(c.get("after", 0.0))))
+    return tuple(out)
 
 
 def safe_name(name: Any) -> bool:

@@ -1,0 +1,163 @@
+"""Calibrate a reasoning-gym battery for SmolLM2-135M-Instruct (issue 34 §1), in stages.
+
+``screen`` (100 test problems) and ``confirm`` (≥ 300): per candidate dataset configuration, the
+base model's greedy accuracy and, at the sampling temperature of the ``hf`` preset (1.0), avg@4 and
+pass@4 over 4 samples a problem, with the standard error of avg@4 over problems, the problem space
+(distinct questions in the pool and the estimated space size) and the CPU seconds the stage took.
+A candidate is kept when 0.15 ≤ avg@4 ≤ 0.60, greedy < 0.80 and the estimated space is ≥ 10× the
+problems a run uses (test + val + the train prompts of a 4,096-sample budget at group 8).
+
+    python benchmarks/rgym_battery.py screen [--only LABEL ...] [--workers 2]
+    python benchmarks/rgym_battery.py confirm --only LABEL ... [--n-test 300]
+
+Each stage appends its table to ``benchmarks/results/rgym_battery.md`` (with the command, the
+CPU model and the date). Evaluation uses the suite's own code path (``rlsuite eval``: the task's
+prompt through the chat template, ``extract=auto``, the instruction below), one torch thread a
+worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import datetime as dt
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results" / "rgym_battery.md"
+MODEL = "smollm2-135m"
+INSTRUCTION = "Reply with only the answer."
+SAMPLES, KS = 4, (1, 4)
+BUDGET_SAMPLES, GROUP = 4096, 8  # the hf preset's budget: prompts a run draws = samples / group
+
+CANDIDATES = {  # label -> (kind, dataset spec)
+    "chain_sum_2x2d": ("arithmetic", "chain_sum:min_terms=2,max_terms=2,min_digits=1,max_digits=2"),
+    "add_sub_2d": ("arithmetic", "basic_arithmetic:min_terms=2,max_terms=2,max_digits=2,operators=[+,-],"
+                                 "allow_parentheses=false,allow_negation=false"),
+    "products_1x2d": ("arithmetic", "products:min_terms=2,max_terms=2,min_digits=1,max_digits=2"),
+    "gcd_50": ("arithmetic", "gcd:max_value=50"),
+    "legs_1": ("counting", "leg_counting:min_animals=1,max_animals=1,max_instances=5"),
+    "legs_2": ("counting", "leg_counting:min_animals=1,max_animals=2,max_instances=3"),
+    "letters_2w": ("counting", "letter_counting:min_words=1,max_words=2"),
+    "bits_63": ("counting", "count_bits:max_n=63"),
+    "spell_back_4": ("string", "spell_backward:min_word_len=3,max_word_len=4"),
+    "word_rev_3": ("string", "word_sequence_reversal:min_words=2,max_words=3"),
+    "syllogism_50": ("logic", "syllogism:invalid_ratio=0.5"),
+    "sort_words_3": ("ordering", "word_sorting:min_words=2,max_words=3"),
+    "sort_numbers_3": ("ordering", "number_sorting:min_numbers=3,max_numbers=3,max_decimals=0"),
+}
+
+
+def sets_for(spec: str, n_test: int) -> list[str]:
+    return [f"task.datasets={json.dumps([spec])}", f"task.n_test={n_test}", "task.n_val=50",
+            "task.extract=auto", f"task.instruction={INSTRUCTION}", "eval.max_prompts=0",
+            f"eval.n_samples={SAMPLES}", f"eval.ks={json.dumps(list(KS))}"]
+
+
+def evaluate(label: str, n_test: int) -> dict:
+    """The base model on ``n_test`` test problems of ``label`` (one ``rlsuite eval`` process)."""
+    kind, spec = CANDIDATES[label]
+    code = ("import json, sys, time\n"
+            "from rlsuite.suite.cli import main\n"
+            "from rlsuite import tasks\n"
+            "from rlsuite.tasks.base import TASKS\n"
+            "from rlsuite.suite.spec import resolve\n"
+            "from rlsuite.suite.cli import parse_assignment\n"
+            "sets = [parse_assignment(s, '--set') for s in json.loads(sys.argv[1])]\n"
+            "spec = resolve('reasoning_gym', None, 'smollm2-135m', 0, [], sets, need_algo=False)\n"
+            "t = TASKS.get('reasoning_gym')(spec.task)\n"
+            "print('SPACE ' + json.dumps(t.problem_space()[0]), flush=True)\n"
+            "args = ['eval', '--task', 'reasoning_gym', '--model', 'smollm2-135m', '--split', 'test', '--json']\n"
+            "for s in json.loads(sys.argv[1]): args += ['--set', s]\n"
+            "sys.exit(main(args))\n")
+    t0, c0 = time.time(), os.times()
+    res = subprocess.run([sys.executable, "-c", code, json.dumps(sets_for(spec, n_test))], capture_output=True,
+                         text=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    c1 = os.times()
+    if res.returncode != 0:
+        raise RuntimeError(f"{label}: eval failed (exit {res.returncode}):\n{res.stderr[-3000:]}")
+    lines = res.stdout.strip().splitlines()
+    space = json.loads(next(x for x in lines if x.startswith("SPACE "))[6:])
+    m = json.loads(lines[-1])
+    g = lambda k: m[f"eval/reasoning_gym/{k}"]  # noqa: E731
+    avg, n = g(f"avg@{SAMPLES}"), m["n_prompts"]
+    cpu = (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
+    return {"label": label, "kind": kind, "spec": spec, "n": n, "greedy": g("greedy_acc"), "avg4": avg,
+            "pass4": g(f"pass@{SAMPLES}"), "se_avg4": math.sqrt(max(avg * (1 - avg), 1e-12) / n),
+            "distinct": space["distinct"], "space": space["space_estimate"],
+            "space_lower": space["space_is_lower_bound"], "wall_s": time.time() - t0, "cpu_s": cpu}
+
+
+def kept(r: dict, n_test: int) -> tuple[bool, str]:
+    used = n_test + 50 + BUDGET_SAMPLES // GROUP
+    why = []
+    if not 0.15 <= r["avg4"] <= 0.60:
+        why.append(f"avg@4 {r['avg4']:.2f} outside [0.15, 0.60]")
+    if r["greedy"] >= 0.80:
+        why.append(f"greedy {r['greedy']:.2f} ≥ 0.80")
+    if r["space"] < 10 * used:
+        why.append(f"space {r['space']:.0f} < 10 × {used}")
+    return not why, "; ".join(why) or "kept"
+
+
+def render(stage: str, rows: list[dict], n_test: int, argv: list[str], workers: int) -> str:
+    lines = [f"## {stage} at {n_test} test problems ({dt.date.today().isoformat()})", "",
+             f"`python benchmarks/rgym_battery.py {' '.join(argv)}`; machine: {_cpu()} ({platform.machine()}), "
+             f"{os.cpu_count()} cores, {workers} evals at a time, 1 torch thread each. Model {MODEL} (base, no RL); "
+             f"prompt = the question + `{INSTRUCTION}` as the user turn; `extract=auto`; greedy, then {SAMPLES} "
+             f"samples a problem at temperature 1.0, at most 48 new tokens (the hf preset).", "",
+             "| label | kind | dataset spec | n | greedy | avg@4 | ± SE | pass@4 | distinct in pool | space est. "
+             "| verdict | CPU s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ok, why = kept(r, n_test)
+        space = f"≥ {r['space']:.3g}" if r["space_lower"] else f"{r['space']:.3g}"
+        lines.append(f"| {r['label']} | {r['kind']} | `{r['spec']}` | {r['n']} | {r['greedy']:.3f} | {r['avg4']:.3f} | "
+                     f"{r['se_avg4']:.3f} | {r['pass4']:.3f} | {r['distinct']} | {space} | "
+                     f"{'**kept**' if ok else why} | {r['cpu_s']:.0f} |")
+    cpu_h = sum(r["cpu_s"] for r in rows) / 3600
+    kinds = sorted({r["kind"] for r in rows if kept(r, n_test)[0]})
+    lines += ["", f"Kept {sum(kept(r, n_test)[0] for r in rows)} of {len(rows)} ({len(kinds)} kinds: "
+              f"{', '.join(kinds) or 'none'}); {cpu_h:.2f} CPU-hours for this stage.", ""]
+    return "\n".join(lines)
+
+
+def _cpu() -> str:
+    from rlsuite.suite.warmstart import cpu_model
+
+    return cpu_model()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("stage", choices=["screen", "confirm"])
+    ap.add_argument("--only", nargs="+", default=None, help=f"labels ({', '.join(CANDIDATES)})")
+    ap.add_argument("--n-test", type=int, default=None, help="test problems (screen 100, confirm 300)")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--results", type=Path, default=RESULTS)
+    a = ap.parse_args()
+    labels = a.only or list(CANDIDATES)
+    bad = [x for x in labels if x not in CANDIDATES]
+    if bad:
+        ap.error(f"unknown label(s) {', '.join(bad)}; valid: {', '.join(CANDIDATES)}")
+    n_test = a.n_test or (100 if a.stage == "screen" else 300)
+    with cf.ThreadPoolExecutor(a.workers) as pool:
+        rows = []
+        for r in pool.map(lambda lab: evaluate(lab, n_test), labels):
+            print(json.dumps(r), flush=True)
+            rows.append(r)
+    text = render(a.stage, rows, n_test, sys.argv[1:], a.workers)
+    print(text)
+    head = "# A reasoning-gym battery for SmolLM2-135M-Instruct (issue 34 §1)\n\n"
+    old = a.results.read_text() if a.results.exists() else head
+    a.results.write_text(old.rstrip() + "\n\n" + text)
+
+
+if __name__ == "__main__":
+    main()
