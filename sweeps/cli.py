@@ -1,8 +1,9 @@
-"""``rlsuite sweep run|tune|status``, ``rlsuite quickstart``: :func:`add_arguments` and
+"""``rlsuite sweep run|tune|status|register|verify``, ``rlsuite quickstart``: :func:`add_arguments` and
 :data:`COMMANDS`, registered explicitly by :mod:`rlsuite.suite.cli` (this module never imports it).
 
 ``--out`` is the root for every sweep command: results go to ``<root>/<sweep name>/<run_id>/``
 (default root ``results/``); the quickstart report to ``<root>/quickstart/report/``.
+``register`` and ``verify`` (and ``run --study``) are the study protocol of :mod:`rlsuite.sweeps.study`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ def add_arguments(sub) -> None:
     sw = sub.add_parser("sweep", help="expand and launch sweeps (submitit: SLURM job arrays or local)")
     ssub = sw.add_subparsers(dest="sweep_cmd", required=True)
     run = ssub.add_parser("run", help="run every missing run of a sweep spec")
-    run.add_argument("spec", help="bundled spec name (quickstart, leaderboard, batch_size, ...) or a YAML path")
+    run.add_argument("spec", nargs="?", default=None,
+                     help="bundled spec name (quickstart, leaderboard, batch_size, ...) or a YAML path (with --study: "
+                          "default the registered spec)")
     run.add_argument("--out", type=Path, default=Path("results"), help="root folder (default results/)")
     run.add_argument("--cluster", choices=["auto", "slurm", "local", "debug"], default="local")
     run.add_argument("--workers", type=int, default=2, help="local runs at a time (1 torch thread each)")
@@ -39,6 +42,31 @@ def add_arguments(sub) -> None:
     run.add_argument("--log", action="append", default=[], metavar="NAME",
                      help=f"every run also logs to this experiment tracker: {', '.join(TRACKERS)} (the spec's "
                           f"set: {{log.trackers: [NAME]}}; repeatable; not in the run ids)")
+    run.add_argument("--study", type=Path, default=None, metavar="STUDY_DIR",
+                     help="a registered study folder (rlsuite sweep register): each finished run's compact copy "
+                          "goes to STUDY_DIR/runs/<sweep>/<run_id>/ as it finishes; run ids already copied there "
+                          "are skipped; refused when the run code differs from the registered commit")
+    run.add_argument("--allow-code-change", action="store_true",
+                     help="with --study: run although suite/, algorithms/, tasks/ or sweeps/*.py differ from the "
+                          "registered commit (each copy records the commit it ran at; check with sweep verify)")
+    rg = ssub.add_parser("register", help="pre-register a study at the current commit: STUDY_DIR/study.json")
+    rg.add_argument("spec", help="bundled spec name or a YAML path (commit it with the study)")
+    rg.add_argument("--out", type=Path, required=True, metavar="STUDY_DIR",
+                    help="the study folder, inside the repository (e.g. benchmarks/results/<study>)")
+    rg.add_argument("--keep-prefix", action="append", default=[], metavar="PREFIX",
+                    help="the compact copies also keep the metrics starting with PREFIX (repeatable; budget/, the "
+                         "usual curves and the checks' signals always)")
+    vf = ssub.add_parser("verify", help="path identity: a short reference run at the registered commit vs this code")
+    vf.add_argument("study", type=Path, metavar="STUDY_DIR")
+    vf.add_argument("--run-id", default=None, help="the reference run (default: the study's first run id)")
+    vf.add_argument("--updates", type=int, default=2, help="steps of the reference runs (budget.updates; default 2)")
+    vf.add_argument("--against", default="current", metavar="REV",
+                    help="compare the registered commit with this commit (a second worktree) instead of the "
+                         "current code (default: current)")
+    vf.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                    help="an override for both sides (e.g. eval.max_prompts=8); repeatable")
+    vf.add_argument("--out", type=Path, default=None, help="keep the two reference runs here (default: a temp folder)")
+    vf.add_argument("--json", action="store_true")
     tu = ssub.add_parser("tune", help="equal-budget grid (LR x the entry's knob) on val; writes the final spec")
     tu.add_argument("spec")
     tu.add_argument("--out", type=Path, default=Path("results"))
@@ -62,6 +90,27 @@ def cmd_sweep(args) -> int:
         path = tune(args.spec, args.out, args.cluster, args.workers)
         print(f"tuned spec: {path.resolve()}")
         return 0
+    if args.sweep_cmd == "register":
+        from rlsuite.sweeps.study import load_study, register
+
+        path = register(args.spec, args.out, tuple(args.keep_prefix))
+        doc = load_study(args.out)
+        print(f"registered {doc['name']} at commit {doc['commit'][:12]}: {len(doc['runs'])} runs, "
+              f"{len(doc['comparisons'])} comparisons, {len(doc['checks'])} checks -> {path}\n"
+              f"commit it now; then: rlsuite sweep run --study {args.out} [--cluster ...] [--out ROOT]")
+        return 0
+    if args.sweep_cmd == "verify":
+        from rlsuite.suite.config import parse_assignment
+        from rlsuite.sweeps.study import describe_verify, verify
+
+        sets = [parse_assignment(s, "--set") for s in args.set]
+        try:
+            res = verify(args.study, args.run_id, args.updates, args.against, sets, args.out)
+        except RuntimeError as e:  # a reference run failed (not bad input)
+            print(f"rlsuite sweep verify: {e}", file=sys.stderr)
+            return 1
+        print(json.dumps(res, indent=1, default=str) if args.json else describe_verify(res))
+        return 0 if res["identical"] else 1
     if args.sweep_cmd == "status":
         if not args.folder.is_dir():
             raise BadInput(f"{args.folder} is not a sweep folder (expected <root>/<sweep name>)")
@@ -89,7 +138,8 @@ def cmd_sweep(args) -> int:
         cost["prompt_tokens"] = args.prompt_tokens
     logs = list(dict.fromkeys(n.strip() for v in args.log for n in v.split(",") if n.strip()))
     root, st = run_sweep(args.spec, args.out, args.cluster, args.workers, args.dry_run, args.retry_failed,
-                         wait=not args.no_wait, cost=cost, log=logs)
+                         wait=not args.no_wait, cost=cost, log=logs, study=args.study,
+                         allow_code_change=args.allow_code_change)
     if st:
         print(f"{root}: " + " ".join(f"{k}={v}" for k, v in st["counts"].items()))
     bad = {k: v for k, v in st.get("counts", {}).items() if k in ("failed",)}

@@ -15,6 +15,10 @@ an exit code. Preemption: SLURM sends ``SIGUSR2`` ``signal_delay_s`` before the 
 trainer checkpoints at the step boundary (state ``preempted``), then the job hands over to
 submitit, which requeues it (``checkpoint()`` returns the same job); the requeued job resumes
 from the checkpoint. ``scancel`` (SIGTERM) leaves the run ``cancelled``.
+
+A study (``--study``, :mod:`rlsuite.sweeps.study`): each job writes its run's compact copy into the
+study folder the moment the run finishes (``completed`` or ``diverged``), so an interrupted study
+keeps every finished run; a re-run skips the run ids whose copy is there.
 """
 
 from __future__ import annotations
@@ -41,8 +45,8 @@ class SweepJob:
     from the run's own checkpoint.
     """
 
-    def __init__(self, spec_dict: dict, root: str) -> None:
-        self.spec_dict, self.root = spec_dict, root
+    def __init__(self, spec_dict: dict, root: str, study: Optional[dict] = None) -> None:
+        self.spec_dict, self.root, self.study = spec_dict, root, study
 
     def __call__(self) -> dict:
         import torch
@@ -64,6 +68,7 @@ class SweepJob:
             if spec.dist.world_size > 1:  # one data-parallel rank per task of this job
                 distributed.init_from_submitit(spec.dist.world_size, spec.train.device)
             code, run_dir = execute(spec, Path(self.root))
+            copy_error = self._copy_to_study(run_dir) if self.study and distributed.world().main else None
         except FolderLocked as e:  # another process (a second sweep, a manual run) trains it
             return {"code": 2, "locked": str(e), "run_id": submitted}
         except BadInput as e:
@@ -74,7 +79,18 @@ class SweepJob:
             distributed.shutdown()
         if code == 130:
             self._hand_over_to_submitit()
-        return {"code": code, "run_dir": str(run_dir)}
+        return {"code": code, "run_dir": str(run_dir), **({"copy_error": copy_error} if copy_error else {})}
+
+    def _copy_to_study(self, run_dir: Path) -> Optional[str]:
+        """The finished run's compact copy into the study folder, now (its failure never fails the
+        run: the launcher copies what is missing when the sweep ends, and the next ``sweep run``)."""
+        from rlsuite.sweeps.study import copy_finished_run
+
+        try:
+            copy_finished_run(self.study, run_dir)
+        except Exception as e:  # noqa: BLE001
+            return f"compact copy of {Path(run_dir).name} into {self.study['dest']} failed: {type(e).__name__}: {e}"
+        return None
 
     def _hand_over_to_submitit(self) -> None:
         """After a clean preemption, let submitit's own handler checkpoint and requeue."""
@@ -86,7 +102,7 @@ class SweepJob:
     def checkpoint(self, *args, **kwargs):
         import submitit
 
-        return submitit.helpers.DelayedSubmission(SweepJob(self.spec_dict, self.root))
+        return submitit.helpers.DelayedSubmission(SweepJob(self.spec_dict, self.root, self.study))
 
 
 def locked_by(root: Path, run_id: str) -> Optional[str]:
@@ -167,13 +183,14 @@ def make_executor(cluster: str, root: Path, res: Resources):
 
 
 def launch(runs: list[RunSpec], root: Path, cluster: str, res: Resources, workers: int = 2, wait: bool = True,
-           progress: Optional[Callable[[int, int], None]] = None) -> list[dict]:
-    """Submit ``runs`` and (locally, or with ``wait``) wait for them. Returns job results."""
+           progress: Optional[Callable[[int, int], None]] = None, study: Optional[dict] = None) -> list[dict]:
+    """Submit ``runs`` and (locally, or with ``wait``) wait for them. Returns job results.
+    ``study``: :meth:`rlsuite.sweeps.study.StudyRun.job_info` (each job copies its finished run)."""
     import submitit  # noqa: F401  (fails early, before any job, without the slurm extra)
 
     if not runs:
         return []
-    jobs_fns = [SweepJob({**r.to_dict(), "run_id": r.run_id}, str(root)) for r in runs]
+    jobs_fns = [SweepJob({**r.to_dict(), "run_id": r.run_id}, str(root), study) for r in runs]
     ex = make_executor(cluster, root, res)
     if ex.cluster == "slurm":
         with ex.batch():
@@ -292,32 +309,54 @@ def _progress_bar(total: int):
     return bar, update
 
 
-def run_sweep(spec_ref: str, out: Path, cluster: str, workers: int, dry_run: bool = False,
+def run_sweep(spec_ref: Optional[str], out: Path, cluster: str, workers: int, dry_run: bool = False,
               retry_failed: bool = False, wait: bool = True, progress: bool = True,
-              cost: Optional[dict] = None, log: Sequence[str] = ()) -> tuple[Path, dict]:
+              cost: Optional[dict] = None, log: Sequence[str] = (), study: Optional[Path] = None,
+              allow_code_change: bool = False) -> tuple[Path, dict]:
     """``log``: experiment trackers for every run (``--log``): the spec's ``set: {log.trackers: [...]}``,
-    which it replaces (not in the run ids)."""
+    which it replaces (not in the run ids). ``study``: a registered study folder
+    (:func:`rlsuite.sweeps.study.prepare_run`; ``spec_ref`` None = its registered spec)."""
     import dataclasses
 
+    from rlsuite.suite.errors import BadInput
     from rlsuite.sweeps.spec import load
 
+    plan = None
+    if study is not None:
+        from rlsuite.sweeps.study import prepare_run
+
+        plan = prepare_run(study, spec_ref, allow_code_change)
+        spec_ref = str(plan.spec_path)
+    elif allow_code_change:
+        raise BadInput("--allow-code-change needs --study STUDY_DIR (it allows a study's runs at code other than "
+                       "its registered commit)")
+    elif not spec_ref:
+        raise BadInput("give SPEC (a bundled spec name or a YAML path), or --study STUDY_DIR to run a registered study")
     sweep = load(spec_ref)
     if log:
         sweep = dataclasses.replace(sweep, set={**sweep.set, "log.trackers": list(log)})
-    return run_sweep_spec(sweep, out, cluster, workers, dry_run, retry_failed, wait, progress, cost)
+    return run_sweep_spec(sweep, out, cluster, workers, dry_run, retry_failed, wait, progress, cost, study=plan)
 
 
 def run_sweep_spec(sweep, out: Path, cluster: str, workers: int, dry_run: bool = False,
                    retry_failed: bool = False, wait: bool = True, progress: bool = True,
-                   cost: Optional[dict] = None) -> tuple[Path, dict]:
+                   cost: Optional[dict] = None, study=None) -> tuple[Path, dict]:
     """Expand (validating everything first), skip what is done, launch the rest, wait.
 
     ``dry_run``: print the runs with their planned cost (:func:`rlsuite.sweeps.cost.dry_run_lines`;
-    ``cost``: its ``throughput`` / ``prompt_tokens``) and submit nothing."""
+    ``cost``: its ``throughput`` / ``prompt_tokens``) and submit nothing. ``study``: a
+    :class:`rlsuite.sweeps.study.StudyRun`: the run ids with a compact copy in the study folder are
+    skipped, each job copies its run there as it finishes, the launcher copies what is missing."""
     from rlsuite.sweeps.spec import expand
 
     runs = expand(sweep)
     root = out / sweep.name
+    every = runs
+    if study is not None:
+        study.check_runs(runs)
+        runs, have = study.split(runs)
+        print(f"study {study.dir}: {len(have)} of {len(every)} runs already in {study.dest} (skipped), "
+              f"{len(runs)} remain", file=sys.stderr)
     if dry_run:
         from rlsuite.sweeps.cost import dry_run_lines
 
@@ -334,14 +373,21 @@ def run_sweep_spec(sweep, out: Path, cluster: str, workers: int, dry_run: bool =
     problem = out_dir_problem(root)
     if problem:
         raise BadInput(problem)
-    write_manifest(sweep, runs, root)
+    write_manifest(sweep, every, root)
+    if study is not None:
+        study.check_found(root, runs)
+        n = study.copy_finished(root, runs, launched=set())
+        if n:
+            print(f"copied {n} run(s) already finished in {root} into {study.dest}", file=sys.stderr)
+        runs, _ = study.split(runs)
     todo, skipped = to_submit(runs, root, retry_failed)
     for why, ids in skipped.items():
         print(f"skipping {len(ids)} {why} run(s)", file=sys.stderr)
     print(f"{sweep.name}: {len(runs)} runs, {len(todo)} to run", file=sys.stderr)
     bar, update = _progress_bar(len(todo)) if progress and todo and cluster != "slurm" else (None, None)
     try:
-        results = launch(todo, root, cluster, sweep.resources, workers=workers, wait=wait, progress=update)
+        results = launch(todo, root, cluster, sweep.resources, workers=workers, wait=wait, progress=update,
+                         study=study.job_info() if study is not None else None)
     finally:
         if bar is not None:
             bar.close()
@@ -350,6 +396,29 @@ def run_sweep_spec(sweep, out: Path, cluster: str, workers: int, dry_run: bool =
             print(f"skipped {res.get('run_id') or 'a run'}: {res['locked'].strip().splitlines()[-1]}", file=sys.stderr)
         elif isinstance(res, dict) and res.get("error"):
             print(f"job error (exit {res.get('code')}): {res['error'].strip().splitlines()[-1]}", file=sys.stderr)
+        if isinstance(res, dict) and res.get("copy_error"):
+            print(res["copy_error"], file=sys.stderr)
     if cluster != "slurm" or wait:
         wait_for_live(runs, root)
-    return root, status(root)
+        if study is not None:
+            n = study.copy_finished(root, runs, launched={r.run_id for r in todo})
+            have = len(study.split(every)[1])
+            print(f"study {study.dir}: {have} of {len(every)} runs in {study.dest}"
+                  + (f" ({n} copied at the end: their jobs had not)" if n else ""), file=sys.stderr)
+    st = status(root)
+    return root, (_with_study(st, study) if study is not None else st)
+
+
+def _with_study(st: dict, study) -> dict:
+    """Runs without a folder in this root (``pending``) whose compact copy is in the study folder
+    (done on another machine or in another ``--out``) count as ``in_study``, not as never started."""
+    from rlsuite.sweeps.study import copied
+
+    have = copied(study.dest)
+    runs = {k: list(v) for k, v in st["runs"].items()}
+    moved = [r for r in runs.get("pending", []) if r["run_id"] in have]
+    if moved:
+        runs["pending"] = [r for r in runs["pending"] if r["run_id"] not in have]
+        runs["in_study"] = moved
+        runs = {k: v for k, v in runs.items() if v}
+    return {**st, "runs": runs, "counts": {k: len(v) for k, v in sorted(runs.items())}}
