@@ -24,7 +24,8 @@ from rlsuite.reports.config import ReportConfig
 from rlsuite.reports.errors import ReportError
 from rlsuite.reports.figures import Figure, build_figures, hex_palette, profile_frame
 from rlsuite.reports.load import RunSet, load_roots
-from rlsuite.reports.render import Block, render_html, render_markdown, summary_lines, verdict_footer, write_table
+from rlsuite.reports.render import (Block, render_html, render_markdown, section_first, summary_lines, verdict_footer,
+                                    write_table)
 from rlsuite.reports.scores import Scored, config_fingerprint, score_runs
 from rlsuite.reports.tables import Table
 
@@ -362,7 +363,9 @@ def build_report(root: Path | Sequence[Path], out: Path, config: ReportConfig | 
     names = [lab for lab, _ in runset.roots] or [root_name(roots[0])]
     title = f"rlsuite report: {' vs '.join(names)}"
     atomic_write_text(out / "report.md", render_markdown(title, blocks))
-    return atomic_write_text(out / "report.html", render_html(title, blocks, js))
+    # report.html opens on its figures (each task's learning curves beside its verdicts, above the
+    # fold), then the summary and the tables; report.md keeps the summary first
+    return atomic_write_text(out / "report.html", render_html(title, section_first(blocks, FIGURES), js))
 
 
 def root_name(root: Path) -> str:
@@ -378,11 +381,29 @@ def interactive_plots(ctx: Context, sections: dict[str, list[Table]], profile: p
         ctx.runset, ctx.scored, ctx.cfg, ctx.percent, agg=ctx.aggregate_intervals,
         poi=by_name.get("prob_improvement"), profile=profile, abl=by_name.get("ablation"),
         inter=by_name.get("interactions"), stab=by_name.get("stability_counts"),
-        flags=tables.stability_counts(ctx.scored), colors=colors)
+        flags=tables.stability_counts(ctx.scored), colors=colors, verdicts=by_name.get("verdicts"))
 
 
 EMPTY_TEXT = {"stability_runs": "No flagged runs: every scored run is stable."}
 """What the report prints instead of an empty table (the .csv/.md/.tex files are still written)."""
+
+
+FIGURES = "Figures"
+"""The section report.html opens on (`render.section_first`)."""
+
+
+def _plot_blocks(plots: list[interactive.Plot]) -> list[Block]:
+    """Each plot under its heading; consecutive plots of one `group` side by side (a `row`)."""
+    out: list[Block] = []
+    i = 0
+    while i < len(plots):
+        j = i + 1
+        while plots[i].group and j < len(plots) and plots[j].group == plots[i].group:
+            j += 1
+        cols = [[Block("h3", p.title), Block("plot", p)] for p in plots[i:j]]
+        out += [Block("row", cols)] if len(cols) > 1 else cols[0]
+        i = j
+    return out
 
 
 def _tables(tabs: list[Table]) -> list[Block]:
@@ -393,9 +414,10 @@ def _tables(tabs: list[Table]) -> list[Block]:
 
 def compose(ctx: Context, sections: dict[str, list[Table]], figs: list[Figure], written: list[str],
             plots: list[interactive.Plot] | None = None, plotly_missing: bool = False) -> list[Block]:
-    """The report's blocks, in reading order: summary, provenance, leaderboard, then each
-    section's tables (empty sections skipped), figures (report.html: the interactive ones, then
-    the static ones collapsed), runs, unreadable input, files."""
+    """The report's blocks, in report.md's reading order: summary, provenance, leaderboard, then each
+    section's tables (empty sections skipped), figures (report.html: the interactive ones, each
+    task's curves beside its verdicts, then the static ones collapsed), runs, unreadable input,
+    files. report.html moves the figures to the front (`build_report`)."""
     score_tabs = sections["Leaderboard and comparisons"]
     lb = score_tabs[0]
     inter = next((t.frame for t in sections["Ablations"] if t.name == "interactions"), None)
@@ -417,16 +439,17 @@ def compose(ctx: Context, sections: dict[str, list[Table]], figs: list[Figure], 
             blocks += [Block("h2", name)] + _tables(sections[name])
     static = [b for f in figs for b in (Block("h3", f.title), Block("figure", f))]
     if plots:
-        blocks += [Block("h2", "Figures"),
+        blocks += [Block("h2", FIGURES),
                    Block("html_only", [Block("p", "Interactive figures (hover for values, drag to zoom, click the "
                                                   "legend to hide or show an algorithm; the static PNG/SVG figures "
-                                                  "for papers follow, collapsed).")]
-                         + [b for p in plots for b in (Block("h3", p.title), Block("plot", p))])]
+                                                  "for papers follow, collapsed). The summary and the tables "
+                                                  "follow the figures.")]
+                         + _plot_blocks(plots))]
         if static:
             blocks.append(Block("details", ("Static figures (PNG and SVG files under figures/, as in report.md)",
                                             static)))
     elif figs or plotly_missing:
-        blocks.append(Block("h2", "Figures"))
+        blocks.append(Block("h2", FIGURES))
         if plotly_missing:
             blocks.append(Block("html_only", [Block("notice", "No interactive figures: the `plotly` package is not "
                                                     f"installed ({interactive.PLOTLY_HINT}); the static figures "

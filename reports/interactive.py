@@ -11,6 +11,10 @@ static PNG figures and says so (`plotly_js()` returns None). Figures (reports/ME
   and every logged `budget/*` counter) and y (the val score and the training signals of
   `figures.TRAIN_KEYS`), per-seed traces on demand, and one legend entry per algorithm that
   shows or hides its mean, band and seeds together;
+- beside each task's curves, its verdicts as a forest plot: every comparison with the base and
+  the pairs of algorithms (all of them up to `MAX_PAIR_ROWS`, else the distinguishable ones), the
+  difference with its Holm-adjusted interval (the verdict's) and its unadjusted one
+  (`tables.verdict_table`);
 - interval estimates of the mean, median, IQM and optimality gap per algorithm (the
   aggregate table's stratified intervals, `tables.aggregate_table(..., intervals=True)`);
 - probability of improvement with its CI (`tables.poi_table`);
@@ -37,6 +41,7 @@ from rlsuite.reports.config import X_AXES, ReportConfig
 from rlsuite.reports.figures import GRID_POINTS, MAX_BAND_REPS, PROFILE_CAPTION, TRAIN_KEYS, grid_runs, mean_band
 from rlsuite.reports.load import RunSet
 from rlsuite.reports.scores import BASE_LABEL, Scored
+from rlsuite.reports.tables import NOT_DISTINGUISHABLE, UNTESTABLE
 
 PLOTLY_HINT = 'pip install -e ".[report]"  (or: pip install plotly)'
 """How to get the interactive figures (the `report` extra includes plotly)."""
@@ -52,13 +57,16 @@ BASE_COLOR = "#7f7f7f"
 class Plot:
     """One interactive figure: element id, heading, caption, and what the page script draws:
     `figure` = a plotly figure (`spec` = {data, layout}); `curves` = the learning-curve model
-    of `curve_model` (the page builds the traces and the controls)."""
+    of `curve_model` (the page builds the traces and the controls); `group`: see below."""
 
     name: str
     title: str
     caption: str
     kind: Literal["figure", "curves"]
     spec: dict
+    group: str = ""
+    """Consecutive plots with the same non-empty group are drawn side by side (a task's curves and
+    its verdicts)."""
 
 
 def plotly_js() -> str | None:
@@ -293,6 +301,112 @@ def interval_figure(agg: pd.DataFrame, colors: dict[str, str], percent: bool, co
                 "entry to hide an algorithm.", "figure", {"data": data, "layout": layout})
 
 
+# --- verdicts: a forest plot per task -------------------------------------------------
+
+MAX_PAIR_ROWS = 15
+"""A task's pairs of algorithms are all drawn up to this many; above it only the distinguishable
+ones (smallest p first, at most this many; without a base, the pairs with the smallest p)."""
+VERDICT_COLORS = {"above": "#2ca02c", "below": "#d62728", "same": BASE_COLOR}
+
+
+def _verdict_rows(v: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+    """The comparisons drawn for one task's verdicts: (with the base, the pairs shown, which pairs
+    those are, in words)."""
+    v = v[np.isfinite(pd.to_numeric(v["diff"], errors="coerce").to_numpy(dtype=float))]
+    vb, vp = v[v["algorithm_y"] == BASE_LABEL], v[v["algorithm_y"] != BASE_LABEL]
+    n = len(vp)
+    if n <= MAX_PAIR_ROWS:
+        return vb, vp, f"all {n} pairs of algorithms" if n else ""
+    ranked = vp.sort_values(["p_holm", "p_value"], kind="stable", na_position="last")
+    decided = ranked[~ranked["verdict"].isin([NOT_DISTINGUISHABLE, UNTESTABLE])]
+    if len(decided):
+        shown = decided.head(MAX_PAIR_ROWS)
+        what = (f"the {len(shown)} distinguishable pair(s) of the {n} pairs of algorithms" if len(shown) == len(decided)
+                else f"{len(shown)} of the {len(decided)} distinguishable pairs of the {n} pairs of algorithms "
+                     "(smallest p first)")
+    elif len(vb):
+        shown, what = decided, f"no pair of algorithms (none of the {n} is distinguishable)"
+    else:
+        shown = ranked.head(MAX_PAIR_ROWS)
+        what = f"the {len(shown)} of the {n} pairs of algorithms with the smallest p (none is distinguishable)"
+    return vb, shown.sort_index(), what
+
+
+def verdict_figure(verdicts: pd.DataFrame | None, task: str, percent: bool, confidence: float) -> Plot | None:
+    """One task's verdicts (`tables.verdict_table`) as a forest plot: one row per comparison (every
+    algorithm minus the base, then the pairs of `_verdict_rows`), the difference with its
+    Holm-adjusted interval (thin, coloured by the verdict: it excludes 0 exactly when the verdict is
+    a difference) over its unadjusted interval (thick, grey). The x-axis spans the unadjusted
+    intervals (and the Holm ones up to as far again beyond them; differences of scores in [0, 1] stay
+    in [-1, 1]): a Holm interval that runs off the axis is cut at its edge, its numbers on hover."""
+    if verdicts is None or verdicts.empty:
+        return None
+    vb, vp, shown = _verdict_rows(verdicts[verdicts["task"] == task])
+    rows = pd.concat([vb, vp])
+    if rows.empty:
+        return None
+    label = [f"{r.algorithm_x} − {'base' if r.algorithm_y == BASE_LABEL else r.algorithm_y}"
+             for r in rows.itertuples(index=False)]
+    rows = rows.assign(label=label)
+    fmt = "+.1%" if percent else "+.4g"
+    decided = ~rows["verdict"].isin([NOT_DISTINGUISHABLE, UNTESTABLE])
+    diff = rows["diff"].to_numpy(dtype=float)
+    cls = np.where(decided & (diff > 0), "above", np.where(decided & (diff < 0), "below", "same"))
+    names = {"above": "x > y (Holm)", "below": "x < y (Holm)", "same": "not distinguishable"}
+    data = [{"type": "scatter", "mode": "markers", "name": f"unadjusted {confidence:.0%} interval",
+             "x": nums(rows["diff"]), "y": label,
+             "marker": {"symbol": "line-ew-open", "size": 12, "color": "rgba(127,127,127,0.35)",
+                        "line": {"width": 9, "color": "rgba(127,127,127,0.35)"}},
+             "error_x": {"type": "data", "symmetric": False,
+                         "array": [_errors(r.diff, r.ci_low, r.ci_high)[0] for r in rows.itertuples()],
+                         "arrayminus": [_errors(r.diff, r.ci_low, r.ci_high)[1] for r in rows.itertuples()],
+                         "thickness": 9, "width": 0, "color": "rgba(127,127,127,0.35)"},
+             "hoverinfo": "skip"}]
+    for key in ("below", "same", "above"):
+        g = rows[cls == key]
+        if g.empty:
+            continue
+        err = [_errors(r.diff, r.holm_ci_low, r.holm_ci_high) for r in g.itertuples()]
+        data.append({"type": "scatter", "mode": "markers", "name": names[key], "x": nums(g["diff"]),
+                     "y": g["label"].tolist(), "marker": {"color": VERDICT_COLORS[key], "size": 8},
+                     "error_x": {"type": "data", "symmetric": False, "array": [e[0] for e in err],
+                                 "arrayminus": [e[1] for e in err], "thickness": 2, "width": 3,
+                                 "color": VERDICT_COLORS[key]},
+                     "customdata": [[_num(r.holm_ci_low), _num(r.holm_ci_high), _num(r.p_holm), _num(r.ci_low),
+                                     _num(r.ci_high), str(r.verdict), str(r.pairing)] for r in g.itertuples()],
+                     "hovertemplate": f"<b>%{{y}}</b><br>difference %{{x:{fmt}}}<br>Holm interval "
+                                      f"[%{{customdata[0]:{fmt}}}, %{{customdata[1]:{fmt}}}], Holm p "
+                                      f"%{{customdata[2]:.3g}}<br>unadjusted {confidence:.0%} interval "
+                                      f"[%{{customdata[3]:{fmt}}}, %{{customdata[4]:{fmt}}}]<br>%{{customdata[5]}}"
+                                      "; %{customdata[6]}<extra></extra>"})
+    inner = pd.concat([rows["diff"], rows["ci_low"], rows["ci_high"], pd.Series([0.0])]).to_numpy(dtype=float)
+    inner = inner[np.isfinite(inner)]
+    lo, hi = float(inner.min()), float(inner.max())
+    outer = pd.concat([rows["holm_ci_low"], rows["holm_ci_high"]]).to_numpy(dtype=float)
+    outer = np.clip(outer[np.isfinite(outer)], lo - (hi - lo), hi + (hi - lo))
+    lo, hi = min([lo, *outer]), max([hi, *outer])
+    if percent:
+        lo, hi = max(lo, -1.0), min(hi, 1.0)
+    pad = 0.04 * (hi - lo) or 0.05
+    layout = {"height": _row_height(len(rows), 22, 150), "margin": {"l": 10, "r": 10, "t": 30, "b": 100},
+              "hovermode": "closest", "showlegend": True,
+              "legend": {"orientation": "h", "x": 0, "xref": "container", "y": 0, "yref": "container",
+                         "yanchor": "bottom"},
+              "xaxis": {"range": [lo - pad, hi + pad], "zeroline": False, **_axis_title("difference x − y"),
+                        **({"tickformat": "+.0%"} if percent else {})},
+              "yaxis": {"type": "category", "autorange": "reversed", "automargin": True,
+                        "categoryorder": "array", "categoryarray": label},
+              "shapes": [_ref_line(0)]}
+    what = "; ".join(t for t in ("every algorithm minus the base (step 0)" if len(vb) else
+                                 "no step-0 eval, so no comparison with the base", shown) if t)
+    return Plot(f"verdicts_{_slug(task)}_plot", f"{task}: verdicts (differences with intervals)",
+                f"Rows: {what}; every comparison is in table `verdicts`. Dot: the difference x − y (paired over "
+                f"shared seeds); thin bar: the Holm-adjusted interval, the verdict's (coloured: it excludes 0, a "
+                f"difference at family-wise alpha = {1 - confidence:.2g}; grey: not distinguishable), cut at the "
+                f"axis where it runs off (hover for its numbers); thick grey bar: the unadjusted {confidence:.0%} "
+                "t interval. Dotted line: no difference.", "figure", {"data": data, "layout": layout}, group=task)
+
+
 def _ref_line(x: float, xref: str = "x") -> dict:
     return {"type": "line", "x0": x, "x1": x, "xref": xref, "y0": 0, "y1": 1, "yref": "paper",
             "line": {"color": "#888", "dash": "dot", "width": 1}}
@@ -459,14 +573,16 @@ def stability_figure(summary: pd.DataFrame | None, counts: pd.DataFrame | None,
 def build_plots(runset: RunSet, scored: Scored, cfg: ReportConfig, percent: bool, *, agg: pd.DataFrame | None,
                 poi: pd.DataFrame | None, profile: pd.DataFrame | None, abl: pd.DataFrame | None,
                 inter: pd.DataFrame | None, stab: pd.DataFrame | None, flags: pd.DataFrame | None,
-                colors: dict[str, str]) -> list[Plot]:
-    """Every interactive figure of report.html, in reading order (None-free)."""
+                colors: dict[str, str], verdicts: pd.DataFrame | None = None) -> list[Plot]:
+    """Every interactive figure of report.html, in reading order (None-free): per task its learning
+    curves and its verdicts (one `group`, drawn side by side), then the figures across tasks."""
     out: list[Plot | None] = []
     for task in sorted(scored.scores["task"].unique()):
         model = curve_model(task, runset, scored, colors, cfg, percent)
         if model is not None:
             out.append(Plot(f"curves_{_slug(task)}_plot", f"{task}: learning curves", curves_caption(cfg),
-                            "curves", model))
+                            "curves", model, group=task))
+        out.append(verdict_figure(verdicts, task, percent, cfg.confidence))
     out += [interval_figure(agg, colors, percent, cfg.confidence), poi_figure(poi, colors, cfg.confidence),
             profile_plot(profile, colors, percent), ablation_figure(abl, inter, percent, cfg.confidence),
             stability_figure(stab, flags, colors)]
@@ -576,7 +692,8 @@ PLOTS_JS = r"""
       });
       out.forEach(function (t, i) { t.visible = visible(i); });
       return {data: out, layout: {
-        title: {text: m.task + ": " + y.label + " vs " + xa + note, font: {size: 14}},
+        title: {text: m.task + ": " + y.label + " vs " + xa + note, font: {size: 14}, x: 0, xref: "paper",
+                xanchor: "left"},
         height: m.height || 480, margin: {l: 60, r: 10, t: 40, b: 50}, hovermode: "closest",
         xaxis: {title: {text: xa}}, yaxis: {title: {text: y.label}, tickformat: y.percent ? ".0%" : ""},
         legend: {title: {text: "algorithm"}}, uirevision: st.x + "|" + st.y}};

@@ -24,7 +24,7 @@ from rlsuite.reports.scores import BASE_LABEL
 from rlsuite.reports.tables import NOT_DISTINGUISHABLE, UNTESTABLE, Table
 
 BlockKind = Literal["h2", "h3", "p", "note", "list", "table", "figure", "pre", "plot", "html_only", "details",
-                    "notice"]
+                    "notice", "row"]
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,9 @@ class Block:
     """One piece of a report: a heading, paragraph, footer-style note, bullet list, table, figure,
     preformatted text, or, for report.html: an interactive figure (`plot`: a
     `rlsuite.reports.interactive.Plot`), blocks shown only there (`html_only`: a list of blocks; report.md
-    skips them) or a collapsed section (`details`: (summary, blocks); report.md shows the blocks)."""
+    skips them), a collapsed section (`details`: (summary, blocks); report.md shows the blocks) or
+    columns side by side (`row`: a list of block lists, stacked on a narrow page; report.md shows
+    them one after the other)."""
 
     kind: BlockKind
     content: Any
@@ -131,9 +133,23 @@ def _sort_key(value: Any) -> str | None:
     return "" if math.isnan(v) else repr(v) if math.isfinite(v) else ("1e999" if v > 0 else "-1e999")
 
 
+LONG_CELL = 40
+"""Characters above which a cell's text is clipped to `CSS`'s few lines (`div.clip`: it scrolls, and
+the full text is the cell's `title`), so that no row of report.html is more than a few lines tall."""
+
+
+def _cell(text: str) -> tuple[str, str]:
+    """(extra attributes, inner HTML) of one cell's text."""
+    if len(text) <= LONG_CELL:
+        return "", html.escape(text)
+    return f" title='{html.escape(text)}'", f"<div class='clip'>{html.escape(text)}</div>"
+
+
 def to_html_table(table: Table) -> str:
     """A sortable HTML <table> (escaped; numeric cells carry their raw value in `data-v`, marked
-    cells the class `best`), the meaning of the marks, and the footer."""
+    cells the class `best`; text over `LONG_CELL` characters is clipped, in full in the cell's
+    `title`) in its own horizontally scrolling box (`div.tbl-scroll`), the meaning of the marks, and
+    the footer."""
     d = display(table)
     if not len(d):
         body = "<p class='empty'>(no rows)</p>"
@@ -148,10 +164,11 @@ def to_html_table(table: Table) -> str:
                 attrs = "" if key is None else f" data-v='{key}'"
                 if (i, col) in table.marked:
                     attrs += " class='best'"
-                cells.append(f"<td{attrs}>{html.escape(str(text))}</td>")
+                extra, inner = _cell(str(text))
+                cells.append(f"<td{attrs}{extra}>{inner}</td>")
             rows.append("<tr>" + "".join(cells) + "</tr>")
-        body = (f"<table class='tbl sortable'><thead><tr>{head}</tr></thead><tbody>" + "".join(rows)
-                + "</tbody></table>")
+        body = (f"<div class='tbl-scroll'><table class='tbl sortable'><thead><tr>{head}</tr></thead><tbody>"
+                + "".join(rows) + "</tbody></table></div>")
         if table.marked and table.mark_note:
             body += f"<p class='marks'><span class='best'>bold</span>: {_inline(table.mark_note)}</p>"
     return body + (f"<p class='footer'>{html.escape(table.footer)}</p>" if table.footer else "")
@@ -311,11 +328,13 @@ def render_markdown(title: str, blocks: list[Block]) -> str:
 
 
 def _flatten_md(blocks: list[Block]) -> list[Block]:
-    """report.md's blocks: `html_only` and `plot` dropped, `details` opened."""
+    """report.md's blocks: `html_only` and `plot` dropped, `details` and `row` opened."""
     out = []
     for b in blocks:
         if b.kind == "details":
             out += _flatten_md(b.content[1])
+        elif b.kind == "row":
+            out += [c for col in b.content for c in _flatten_md(col)]
         elif b.kind not in ("html_only", "plot"):
             out.append(b)
     return out
@@ -331,7 +350,13 @@ table.tbl th{background:#f0f0f0}table.tbl td:first-child,table.tbl td:nth-child(
 p.footer{font-size:12px;color:#555;font-style:italic}figure{margin:1em 0}
 figure img{max-width:100%;border:1px solid #ddd}figcaption{font-size:12px;color:#555}
 pre{background:#f7f7f7;padding:.7em;overflow-x:auto;font-size:12px}.empty{color:#777}
-section.table{overflow-x:auto}
+section.table{overflow-x:auto}div.tbl-scroll{overflow-x:auto;max-width:100%}
+table.tbl th,table.tbl td{white-space:nowrap}
+table.tbl td div.clip{max-height:4.4em;max-width:32em;min-width:12em;overflow-y:auto;white-space:normal;text-align:left}
+p.footer,section.table>p{overflow-wrap:anywhere}
+div.row{display:flex;flex-wrap:wrap;gap:0 24px;align-items:flex-start}
+div.row>div.col{flex:2 1 420px;min-width:0}div.row>div.col:first-child{flex:3 1 560px}
+div.row>div.col>h3{margin-top:.6em}
 table.sortable th{cursor:pointer;user-select:none}table.sortable th:hover{background:#e2e2e2}
 table.sortable th[data-sort=asc]::after{content:" \\25B2"}table.sortable th[data-sort=desc]::after{content:" \\25BC"}
 td.best,span.best{font-weight:700;background:#eef5ff}p.marks{font-size:12px;color:#333;margin:.2em 0}
@@ -409,6 +434,9 @@ def _html_block(b: Block) -> str:
         summary, inner = b.content
         return (f"<details><summary>{html.escape(summary)}</summary>\n"
                 + "\n".join(_html_block(c) for c in inner) + "\n</details>")
+    if b.kind == "row":
+        return ("<div class='row'>" + "".join("<div class='col'>" + "\n".join(_html_block(c) for c in col)
+                                              + "</div>" for col in b.content) + "</div>")
     return f"<pre>{html.escape(b.content)}</pre>"
 
 
@@ -421,6 +449,8 @@ def _plots(blocks: list[Block]) -> list[Plot]:
             out += _plots(b.content)
         elif b.kind == "details":
             out += _plots(b.content[1])
+        elif b.kind == "row":
+            out += [p for col in b.content for p in _plots(col)]
     return out
 
 
@@ -430,10 +460,21 @@ def _inline(text: str) -> str:
     return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
 
 
+def section_first(blocks: list[Block], title: str) -> list[Block]:
+    """`blocks` with the h2 section `title` (its heading up to the next h2) moved to the front;
+    unchanged without one."""
+    start = next((i for i, b in enumerate(blocks) if b.kind == "h2" and b.content == title), None)
+    if start is None:
+        return list(blocks)
+    end = next((i for i in range(start + 1, len(blocks)) if blocks[i].kind == "h2"), len(blocks))
+    return blocks[start:end] + blocks[:start] + blocks[end:]
+
+
 def render_html(title: str, blocks: list[Block], plotly_js: str | None = None) -> str:
     """report.html: one file, inline CSS, figures embedded as base64 PNG, sortable tables and,
     when `plotly_js` is given, the interactive figures (the library once, then every figure's
-    JSON in one element and the script that draws them)."""
+    JSON in one element and the script that draws them). Blocks render in the order given (the
+    report puts its figures first: `section_first`)."""
     body = "\n".join(_html_block(b) for b in blocks)
     toc = " · ".join(f"<a href='#{section_id(b.content)}'>{html.escape(b.content)}</a>" for b in blocks
                      if b.kind == "h2")

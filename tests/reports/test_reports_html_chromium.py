@@ -1,7 +1,11 @@
 """report.html renders in headless Chromium: every table is present and every embedded image
 decodes, with no load or script errors; the interactive figures draw (every plot has an SVG),
 a legend click hides an algorithm, the per-seed and x-axis controls work, the tables sort, and
-the page requests nothing (Chromium runs with every host name unresolvable).
+the page requests nothing (Chromium runs with every host name unresolvable). At a 1280 px wide
+window the page opens on its figures (the first one's top above 800 px, the learning curves
+beside the verdicts, every figure before the summary and the first wide table), no table row is
+taller than 120 px, and a wide table scrolls inside its own box while the page keeps the
+window's width.
 
 Needs Debian's `chromium` (apt-get install -y chromium). Skipped when it is absent, unless
 RLSUITE_REQUIRE_CHROMIUM=1, which turns the skip into a failure. Screenshots go to the test's
@@ -123,6 +127,48 @@ PROBE_INTERACTIVE = r"""<script>(function () {
 })();</script>"""
 
 
+# The layout probe (in <head>): once the figures are drawn (and plotly has resized them to their
+# boxes), measures in page coordinates (px from the top of the page) every figure shown (not the
+# static ones collapsed under <details>), the summary's heading and every table: its top, width,
+# its parent box (clientWidth, scrollWidth, overflow-x, how many elements it holds) and its tallest
+# row; and the window's and the page's widths. Written as JSON into <pre id="layout">.
+PROBE_LAYOUT = r"""<script>(function () {
+  function top(e) { return e.getBoundingClientRect().top + window.scrollY; }
+  function shown(e) {
+    var r = e.getBoundingClientRect();
+    return r.width > 0 && r.height > 0 && !e.closest("details:not([open])");
+  }
+  function measure() {
+    var out = {inner_width: window.innerWidth, inner_height: window.innerHeight,
+               page_width: document.documentElement.scrollWidth,
+               body_width: document.body.getBoundingClientRect().width};
+    out.figures = [].filter.call(document.querySelectorAll("figure"), shown).map(function (f) {
+      return {id: f.id, top: top(f), left: f.getBoundingClientRect().left}; });
+    var s = document.getElementById("sec-summary");
+    out.summary_top = s ? top(s) : null;
+    out.tables = [].map.call(document.querySelectorAll("table.tbl"), function (t) {
+      var box = t.parentElement, rows = [].slice.call(t.rows);
+      var tall = rows.reduce(function (a, r) { var h = r.getBoundingClientRect().height; return h > a.h ? {h: h,
+        text: r.textContent.slice(0, 120)} : a; }, {h: 0, text: ""});
+      return {id: (t.closest("section") || {}).id || "", top: top(t), width: t.getBoundingClientRect().width,
+              box_client: box.clientWidth, box_scroll: box.scrollWidth, box_overflow: getComputedStyle(box).overflowX,
+              box_children: box.children.length, max_row: tall.h, max_row_text: tall.text};
+    });
+    [].forEach.call(document.querySelectorAll("script"), function (e) { e.remove(); });
+    var p = document.createElement("pre"); p.id = "layout"; p.textContent = JSON.stringify(out);
+    document.body.appendChild(p);
+  }
+  window.addEventListener("load", function () {
+    Promise.resolve(window.rlsuiteReady).then(function () { return new Promise(function (r) { setTimeout(r, 500); }); })
+      .then(measure, measure);
+  });
+})();</script>"""
+FOLD_PX = 800
+"""The fold of a 1280x800 screen: the first figure starts above it."""
+MAX_ROW_PX = 120
+"""The tallest a table row may be (about five lines of a table's 13 px text)."""
+
+
 def chromium() -> str | None:
     for name in ("chromium", "chromium-browser", "google-chrome"):
         if shutil.which(name):
@@ -140,9 +186,9 @@ def browser():
     return exe
 
 
-def dump_dom(browser: str, page: Path, profile: Path, budget_ms: int = 10000) -> str:
+def dump_dom(browser: str, page: Path, profile: Path, budget_ms: int = 10000, window: str | None = None) -> str:
     cmd = [browser, *FLAGS, f"--user-data-dir={profile}", f"--virtual-time-budget={budget_ms}", "--dump-dom",
-           page.as_uri()]
+           *([f"--window-size={window}"] if window else []), page.as_uri()]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
     assert res.returncode == 0, res.stderr[-2000:]
     return res.stdout
@@ -204,19 +250,36 @@ def _roots(kind: str, synthetic_root_ro: Path, tmp_path: Path) -> list[Path]:
     return [real]
 
 
+@pytest.fixture(scope="module")
+def report_of(synthetic_root_ro, tmp_path_factory):
+    """kind -> the path of its report.html, built once per module (`_roots` has the kinds)."""
+    built: dict[str, Path] = {}
+
+    def build(kind: str) -> Path:
+        if kind not in built:
+            base = tmp_path_factory.mktemp(f"report_{kind}")
+            roots = _roots(kind, synthetic_root_ro, base)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # the committed runs' fits warn (overflow in exp)
+                built[kind] = build_report(roots if len(roots) > 1 else roots[0], base / "report",
+                                           ReportConfig(reps=100, scaling_reps=3))
+        return built[kind]
+    return build
+
+
+KINDS = ["single", "compare", "real", "quickstart"]
+"""`real`: the committed compact runs of a suite sweep (benchmarks/results/effects: the chain task,
+60 runs of 5 seeds), as `rlsuite sweep run` writes them; `quickstart`: the 12 runs of
+`rlsuite quickstart` (benchmarks/results/quickstart/runs, compact copies), so the page tested is
+the quickstart's report.html."""
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(plotly_js() is None, reason="the interactive figures need plotly (pip install -e '.[report]')")
-@pytest.mark.parametrize("kind", ["single", "compare", "real", "quickstart"])
-def test_interactive_report_in_browser(kind, browser, synthetic_root_ro, tmp_path):
-    """`real`: the committed compact runs of a suite sweep (benchmarks/results/effects: the chain task,
-    60 runs of 5 seeds), as `rlsuite sweep run` writes them; `quickstart`: the 12 runs of
-    `rlsuite quickstart` (benchmarks/results/quickstart/runs, compact copies), so the page tested
-    is the quickstart's report.html."""
-    roots = _roots(kind, synthetic_root_ro, tmp_path)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the committed runs' fits warn (overflow in exp)
-        html = build_report(roots if len(roots) > 1 else roots[0], tmp_path / "report",
-                            ReportConfig(reps=100, scaling_reps=3))
+@pytest.mark.parametrize("kind", KINDS)
+def test_interactive_report_in_browser(kind, browser, report_of, tmp_path):
+    """The figures draw and respond, the tables sort, nothing is fetched (`KINDS` has the pages)."""
+    html = report_of(kind)
     text = html.read_text()
     assert not re.search(r"<(script|link|img)\b[^>]*\b(src|href)\s*=\s*['\"]?https?:", text, re.I)
     probe = tmp_path / "probe.html"
@@ -239,3 +302,44 @@ def test_interactive_report_in_browser(kind, browser, synthetic_root_ro, tmp_pat
         assert "grpo [a/sweep]" in text and "ppo:lowlr [b/sweep]" in text and "ablation_plot" in ids
     shot = screenshot(browser, html, tmp_path, kind)
     assert shot.stat().st_size > 20_000
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(plotly_js() is None, reason="the interactive figures need plotly (pip install -e '.[report]')")
+@pytest.mark.parametrize("kind", KINDS)
+def test_report_layout_in_browser(kind, browser, report_of, tmp_path):
+    """At a 1280x800 window: (1) the page opens on its figures: the first one's top is above the fold
+    (800 px), a task's verdicts sit beside its learning curves (also above the fold), and every figure
+    comes before the summary and the first wide table; (2) no table row is taller than 120 px;
+    (3) a wide table scrolls inside its own box (the table alone in a box with overflow-x auto, whose
+    scrollWidth exceeds its clientWidth) while the page stays as wide as the window."""
+    html = report_of(kind)
+    probe = tmp_path / "layout.html"
+    probe.write_text(html.read_text().replace("<head>", "<head>" + PROBE_LAYOUT, 1))
+    out = dump_dom(browser, probe, tmp_path / "profile", budget_ms=30000, window="1280,800")
+    m = re.search(r'<pre id="layout">(.*?)</pre>', out, re.S)
+    assert m, "the layout probe never finished: " + out[-800:]
+    r = json.loads(htmllib.unescape(m.group(1)))
+    assert r["inner_width"] == 1280, r["inner_width"]
+    figs, tabs = r["figures"], r["tables"]
+    assert figs and tabs
+    # (1) figures first, above the fold
+    first = figs[0]
+    assert first["top"] < FOLD_PX, f"the first figure ({first['id']}) starts at {first['top']:.0f} px"
+    assert first["id"].startswith("curves_"), first["id"]
+    verdicts = [f for f in figs if f["id"].startswith("verdicts_")]
+    assert verdicts and verdicts[0]["top"] < FOLD_PX and verdicts[0]["left"] > first["left"], verdicts[:1]
+    wide = [t for t in tabs if t["width"] > t["box_client"] + 1]
+    assert wide, "no table is wider than its box on this page: nothing to check for (3)"
+    last_fig = max(f["top"] for f in figs)
+    assert last_fig < wide[0]["top"], f"figure at {last_fig:.0f} px after the wide table {wide[0]['id']}"
+    assert r["summary_top"] is not None and last_fig < r["summary_top"], (last_fig, r["summary_top"])
+    assert last_fig < min(t["top"] for t in tabs)
+    # (2) every row a few lines at most
+    tall = [(t["id"], round(t["max_row"]), t["max_row_text"]) for t in tabs if t["max_row"] > MAX_ROW_PX]
+    assert not tall, tall
+    # (3) wide tables scroll in their own box; the page does not scroll sideways
+    for t in wide:
+        assert t["box_children"] == 1 and t["box_overflow"] in ("auto", "scroll"), t
+        assert t["box_scroll"] > t["box_client"], t
+    assert r["page_width"] <= r["inner_width"] and r["body_width"] <= r["inner_width"], r

@@ -60,8 +60,9 @@ def test_plotly_embedded_once_and_nothing_external(page):
 def test_figures_json(page, synthetic_root_ro):
     _, text = page
     specs = plots_json(text)
-    assert set(specs) == {"curves_arith_plot", "curves_gsm_plot", "interval_estimates", "prob_improvement_plot",
-                          "performance_profile_plot", "ablation_plot", "stability_plot"}
+    assert list(specs) == ["curves_arith_plot", "verdicts_arith_plot", "curves_gsm_plot", "verdicts_gsm_plot",
+                           "interval_estimates", "prob_improvement_plot", "performance_profile_plot", "ablation_plot",
+                           "stability_plot"]
     for name, s in specs.items():
         assert f"id='{name}'" in text and s["kind"] in ("curves", "figure")
     m = specs["curves_arith_plot"]["spec"]
@@ -97,6 +98,30 @@ def test_figures_json(page, synthetic_root_ro):
     abl = specs["ablation_plot"]["spec"]["data"]
     assert [t["name"] for t in abl] == ["difference from the base arm", "P(arm > base)", "2x2 interaction"]
     assert "arith · abl · dapo:clip+filter" in abl[0]["y"]
+    # verdicts: the forest plot's rows and numbers are table `verdicts`' (every comparison with the
+    # base; of gsm's 36 pairs only the distinguishable one)
+    v = pd.read_csv(page[0] / "verdicts.csv")
+    for task in ("arith", "gsm"):
+        data = specs[f"verdicts_{task}_plot"]["spec"]["data"]
+        vt = v[v["task"] == task]
+        vb = vt[vt["algorithm_y"] == "base (step 0)"]
+        pairs = vt[(vt["algorithm_y"] != "base (step 0)") & (vt["verdict"] != "not distinguishable")]
+        want = [f"{r.algorithm_x} − base" for r in vb.itertuples()] + [
+            f"{r.algorithm_x} − {r.algorithm_y}" for r in pairs.itertuples()]
+        assert data[0]["y"] == want and data[0]["name"] == "unadjusted 95% interval"
+        row = {(r.algorithm_x, r.algorithm_y): r for r in vt.itertuples()}
+        for t in data[1:]:
+            for y, x, e_hi, e_lo, cd in zip(t["y"], t["x"], t["error_x"]["array"], t["error_x"]["arrayminus"],
+                                            t["customdata"], strict=True):
+                a, b = y.split(" − ")
+                r = row[(a, "base (step 0)" if b == "base" else b)]
+                assert x == pytest.approx(r.diff, rel=1e-4) and cd[5] == r.verdict
+                assert x + e_hi == pytest.approx(r.holm_ci_high, rel=1e-3, abs=1e-6)
+                assert x - e_lo == pytest.approx(r.holm_ci_low, rel=1e-3, abs=1e-6)
+                assert t["name"] == ("not distinguishable" if r.verdict == "not distinguishable" else
+                                     "x > y (Holm)" if r.diff > 0 else "x < y (Holm)")
+    assert [t["y"] for t in specs["verdicts_gsm_plot"]["spec"]["data"] if t["name"] == "x > y (Holm)"][0][-1] == \
+        "grpo:b16 − ppo"
     stab = specs["stability_plot"]["spec"]["data"]
     assert stab[0]["name"] == "stable runs" and any(t["name"] == "flag: nonfinite" for t in stab)
     assert dict(zip(stab[1]["x"], stab[1]["y"], strict=True))["ppo"] == 6  # every ppo run diverges
@@ -245,3 +270,64 @@ def test_report_without_plotly(tmp_path, monkeypatch):
     assert "rlsuite-plots" not in text and "plotly.js" not in text
     assert text.count("data:image/png;base64,") >= 3 and "table.sortable" in text
     assert "## Figures" in (tmp_path / "out" / "report.md").read_text()
+
+
+@needs_plotly
+def test_html_opens_on_figures_md_keeps_its_order(page):
+    """report.html: the Figures section first (each task's curves beside its verdicts), then the
+    summary and the tables; report.md keeps the summary first; every section and anchor stays."""
+    out, text = page
+    md = (out / "report.md").read_text()
+    heads = re.findall(r"<h2 id='([^']+)'>", text)
+    assert heads[0] == "sec-figures" and heads[1] == "sec-summary"
+    assert sorted(heads) == sorted("sec-" + "".join(c if c.isalnum() else "-" for c in h.lower()).strip("-")
+                                   for h in re.findall(r"^## (.+)$", md, re.M))
+    assert md.index("## Summary") < md.index("## Leaderboard") < md.index("## Figures")
+    toc = re.search(r"<nav class='toc'>(.*?)</nav>", text).group(1)
+    assert re.findall(r"href='#([^']+)'", toc) == heads
+    row = text[text.index("<div class='row'>"):]
+    assert row.index("id='curves_arith_plot'") < row.index("id='verdicts_arith_plot'") < row.index("</div></div>")
+    assert text.index("id='verdicts_gsm_plot'") < text.index("id='sec-summary'") < text.index("id='leaderboard'")
+    assert "verdicts_arith_plot" not in md and "Verdicts: which differences" in md
+
+
+def test_long_cells_clipped_and_tables_in_their_own_box():
+    from rlsuite.reports.render import LONG_CELL, to_html_table
+    from rlsuite.reports.tables import Table
+
+    long = "no reliable fit: " + "x" * 80 + " & <more>"
+    t = Table("fits", "Fits", pd.DataFrame({"algorithm": ["grpo", "ppo"], "status": [long, "ok"]}), "")
+    text = to_html_table(t)
+    assert text.startswith("<div class='tbl-scroll'><table class='tbl sortable'>") and "</table></div>" in text
+    esc = long.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    assert f"<td title='{esc}'><div class='clip'>{esc}</div></td>" in text
+    assert "<td>ok</td>" in text and len("ok") <= LONG_CELL
+
+
+def test_verdict_rows():
+    from rlsuite.reports.interactive import MAX_PAIR_ROWS, _verdict_rows, verdict_figure
+
+    def table(n_algs: int, base: bool, decided: set[int]) -> pd.DataFrame:
+        algs = [f"a{i}" for i in range(n_algs)]
+        rows = [(x, y) for i, x in enumerate(algs) for y in algs[i + 1:]] + ([(a, "base (step 0)") for a in algs]
+                                                                             if base else [])
+        return pd.DataFrame({"task": "t", "algorithm_x": [x for x, _ in rows], "algorithm_y": [y for _, y in rows],
+                             "diff": [0.01 * (i + 1) for i in range(len(rows))], "ci_low": 0.0, "ci_high": 0.1,
+                             "p_value": [1 / (i + 2) for i in range(len(rows))],
+                             "p_holm": [0.001 if i in decided else 1.0 for i in range(len(rows))],
+                             "holm_ci_low": -0.1, "holm_ci_high": 0.2,
+                             "verdict": [f"{x} > {y}" if i in decided else "not distinguishable"
+                                         for i, (x, y) in enumerate(rows)], "pairing": "paired over 3 seed(s)"})
+    vb, vp, what = _verdict_rows(table(6, True, set()))  # 15 pairs: all drawn
+    assert len(vb) == 6 and len(vp) == 15 == MAX_PAIR_ROWS and what == "all 15 pairs of algorithms"
+    vb, vp, what = _verdict_rows(table(7, True, {3, 20}))  # 21 pairs: the distinguishable ones
+    assert len(vb) == 7 and list(vp.index) == [3, 20] and what.startswith("the 2 distinguishable pair(s) of the 21")
+    vb, vp, what = _verdict_rows(table(7, True, set()))
+    assert vp.empty and what == "no pair of algorithms (none of the 21 is distinguishable)"
+    vb, vp, what = _verdict_rows(table(7, False, set()))  # no base: the pairs with the smallest p
+    assert vb.empty and list(vp.index) == list(range(6, 21)) and "smallest p" in what  # p falls with the index
+    plot = verdict_figure(table(7, True, {3}), "t", True, 0.95)
+    assert plot.group == "t" and plot.name == "verdicts_t_plot"
+    assert plot.spec["layout"]["yaxis"]["categoryarray"][-1] == "a0 − a4" and len(plot.spec["data"][0]["y"]) == 8
+    assert plot.spec["layout"]["xaxis"]["range"][0] >= -1.05 and plot.spec["layout"]["xaxis"]["range"][1] <= 1.05
+    assert verdict_figure(table(3, True, set()), "other", True, 0.95) is None
