@@ -4,6 +4,7 @@
 base model's greedy accuracy and, at the sampling temperature of the ``hf`` preset (1.0), avg@4 and
 pass@4 over 4 samples a problem, with the standard error of avg@4 over problems, the problem space
 (distinct questions in the pool and the estimated space size) and the CPU seconds the stage took.
+(``--temperature``: another sampling temperature for the same stage.)
 A candidate is kept when 0.15 ≤ avg@4 ≤ 0.60, greedy < 0.80 and the estimated space is ≥ 10× the
 problems a run uses (test + val + the train prompts of a 4,096-sample budget at group 8).
 
@@ -46,7 +47,7 @@ CANDIDATES = {  # label -> (kind, dataset spec)
     "legs_1": ("counting", "leg_counting:min_animals=1,max_animals=1,max_instances=5"),
     "legs_2": ("counting", "leg_counting:min_animals=1,max_animals=2,max_instances=3"),
     "letters_2w": ("counting", "letter_counting:min_words=1,max_words=2"),
-    "bits_63": ("counting", "count_bits:max_n=63"),
+    "bits_63": ("counting", "count_bits:max_n=63"),  # 63 problems: refused (kept to show the refusal)
     "spell_back_4": ("string", "spell_backward:min_word_len=3,max_word_len=4"),
     "word_rev_3": ("string", "word_sequence_reversal:min_words=2,max_words=3"),
     "syllogism_50": ("logic", "syllogism:invalid_ratio=0.5"),
@@ -55,13 +56,13 @@ CANDIDATES = {  # label -> (kind, dataset spec)
 }
 
 
-def sets_for(spec: str, n_test: int) -> list[str]:
+def sets_for(spec: str, n_test: int, temperature: float) -> list[str]:
     return [f"task.datasets={json.dumps([spec])}", f"task.n_test={n_test}", "task.n_val=50",
             "task.extract=auto", f"task.instruction={INSTRUCTION}", "eval.max_prompts=0",
-            f"eval.n_samples={SAMPLES}", f"eval.ks={json.dumps(list(KS))}"]
+            f"eval.n_samples={SAMPLES}", f"eval.ks={json.dumps(list(KS))}", f"eval.temperature={temperature}"]
 
 
-def evaluate(label: str, n_test: int) -> dict:
+def evaluate(label: str, n_test: int, temperature: float) -> dict:
     """The base model on ``n_test`` test problems of ``label`` (one ``rlsuite eval`` process)."""
     kind, spec = CANDIDATES[label]
     code = ("import json, sys, time\n"
@@ -78,11 +79,16 @@ def evaluate(label: str, n_test: int) -> dict:
             "for s in json.loads(sys.argv[1]): args += ['--set', s]\n"
             "sys.exit(main(args))\n")
     t0, c0 = time.time(), os.times()
-    res = subprocess.run([sys.executable, "-c", code, json.dumps(sets_for(spec, n_test))], capture_output=True,
-                         text=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    sets = json.dumps(sets_for(spec, n_test, temperature))
+    res = subprocess.run([sys.executable, "-c", code, sets], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
     c1 = os.times()
-    if res.returncode != 0:
-        raise RuntimeError(f"{label}: eval failed (exit {res.returncode}):\n{res.stderr[-3000:]}")
+    if res.returncode != 0:  # bad input (too few distinct problems, ...) is a row with its reason
+        why = (res.stderr.strip().splitlines() or ["?"])[-1]
+        if "BadInput" not in why and res.returncode != 2:
+            raise RuntimeError(f"{label}: eval failed (exit {res.returncode}):\n{res.stderr[-3000:]}")
+        return {"label": label, "kind": kind, "spec": spec, "error": why.split("BadInput: ")[-1],
+                "cpu_s": (os.times().children_user - c0.children_user)}
     lines = res.stdout.strip().splitlines()
     space = json.loads(next(x for x in lines if x.startswith("SPACE "))[6:])
     m = json.loads(lines[-1])
@@ -96,6 +102,8 @@ def evaluate(label: str, n_test: int) -> dict:
 
 
 def kept(r: dict, n_test: int) -> tuple[bool, str]:
+    if "error" in r:
+        return False, f"refused: {r['error']}"
     used = n_test + 50 + BUDGET_SAMPLES // GROUP
     why = []
     if not 0.15 <= r["avg4"] <= 0.60:
@@ -107,16 +115,20 @@ def kept(r: dict, n_test: int) -> tuple[bool, str]:
     return not why, "; ".join(why) or "kept"
 
 
-def render(stage: str, rows: list[dict], n_test: int, argv: list[str], workers: int) -> str:
-    lines = [f"## {stage} at {n_test} test problems ({dt.date.today().isoformat()})", "",
+def render(stage: str, rows: list[dict], n_test: int, argv: list[str], workers: int, temperature: float) -> str:
+    lines = [f"## {stage} at {n_test} test problems, temperature {temperature} ({dt.date.today().isoformat()})", "",
              f"`python benchmarks/rgym_battery.py {' '.join(argv)}`; machine: {_cpu()} ({platform.machine()}), "
              f"{os.cpu_count()} cores, {workers} evals at a time, 1 torch thread each. Model {MODEL} (base, no RL); "
              f"prompt = the question + `{INSTRUCTION}` as the user turn; `extract=auto`; greedy, then {SAMPLES} "
-             f"samples a problem at temperature 1.0, at most 48 new tokens (the hf preset).", "",
+             f"samples a problem at temperature {temperature}, at most 48 new tokens (the hf preset).", "",
              "| label | kind | dataset spec | n | greedy | avg@4 | ± SE | pass@4 | distinct in pool | space est. "
              "| verdict | CPU s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ok, why = kept(r, n_test)
+        if "error" in r:
+            lines.append(f"| {r['label']} | {r['kind']} | `{r['spec']}` | — | — | — | — | — | — | — | {why} | "
+                         f"{r['cpu_s']:.0f} |")
+            continue
         space = f"≥ {r['space']:.3g}" if r["space_lower"] else f"{r['space']:.3g}"
         lines.append(f"| {r['label']} | {r['kind']} | `{r['spec']}` | {r['n']} | {r['greedy']:.3f} | {r['avg4']:.3f} | "
                      f"{r['se_avg4']:.3f} | {r['pass4']:.3f} | {r['distinct']} | {space} | "
@@ -140,6 +152,7 @@ def main() -> None:
     ap.add_argument("--only", nargs="+", default=None, help=f"labels ({', '.join(CANDIDATES)})")
     ap.add_argument("--n-test", type=int, default=None, help="test problems (screen 100, confirm 300)")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of avg@4 / pass@4")
     ap.add_argument("--results", type=Path, default=RESULTS)
     a = ap.parse_args()
     labels = a.only or list(CANDIDATES)
@@ -149,10 +162,10 @@ def main() -> None:
     n_test = a.n_test or (100 if a.stage == "screen" else 300)
     with cf.ThreadPoolExecutor(a.workers) as pool:
         rows = []
-        for r in pool.map(lambda lab: evaluate(lab, n_test), labels):
+        for r in pool.map(lambda lab: evaluate(lab, n_test, a.temperature), labels):
             print(json.dumps(r), flush=True)
             rows.append(r)
-    text = render(a.stage, rows, n_test, sys.argv[1:], a.workers)
+    text = render(a.stage, rows, n_test, sys.argv[1:], a.workers, a.temperature)
     print(text)
     head = "# A reasoning-gym battery for SmolLM2-135M-Instruct (issue 34 §1)\n\n"
     old = a.results.read_text() if a.results.exists() else head

@@ -114,6 +114,8 @@ class Context:
         if kind == "aggregate":
             return stats.aggregate_coverage_note(cfg.ci, self.agg_ns if ns is None else ns, self.n_tasks,
                                                  cfg.confidence)
+        if kind == "randomization":
+            return RANDOMIZATION_NOTE
         return stats.UNDER_COVERAGE_NOTE
 
     def ci_label(self) -> str:
@@ -140,7 +142,7 @@ def score_tables(ctx: Context) -> tuple[list[Table], str | None]:
     out = [
         Table("leaderboard", "Leaderboard", lb, ctx.footer(f"{ctx.ci_label()} over seeds", coverage="cell"),
               f"Score: eval metric `{cfg.metric}`, " + _score_rule(cfg) + ".",
-              ctx.pct("mean", "ci_low", "ci_high", "iqm"), tables.LEADERBOARD_EXPLAINED,
+              ctx.pct("mean", "ci_low", "ci_high", "iqm", "resolution_floor"), tables.LEADERBOARD_EXPLAINED,
               tables.not_separated(lb, "mean", "ci_low", "ci_high", group="task"), MARK_LEADERBOARD),
         Table("aggregate", "Aggregates across tasks", agg, ctx.footer(f"{ctx.ci_label()}, stratified (runs "
               "resampled within each task)", coverage="aggregate"), "Mean (tasks weighted equally), IQM (middle "
@@ -161,17 +163,36 @@ def score_tables(ctx: Context) -> tuple[list[Table], str | None]:
               "t distribution, paired by seed where the runs are); `seeds_needed`: seeds per arm (and task) at "
               "which the observed difference would be detectable.",
               ctx.pct("diff", "ci_low", "ci_high", "mdd")),
-        Table("verdicts", "Verdicts: which differences are distinguishable", tables.verdict_table(sc, cfg),
-              ctx.footer("t intervals (unadjusted and Holm-adjusted)", coverage="t"),
-              "Per task, every pair of algorithms and every algorithm vs the base (step 0): paired t-tests over "
-              "shared seeds (Welch where fewer than 2 are shared), Holm-adjusted over the task's comparisons at "
+        Table("verdicts", ("Exploratory: every pair" if cfg.comparisons else
+                           "Verdicts: which differences are distinguishable"), tables.verdict_table(sc, cfg),
+              ctx.footer("randomization-test intervals (unadjusted and at the Holm level)", coverage="randomization"),
+              ("Exploratory (the spec plans its confirmatory comparisons: table `planned`). " if cfg.comparisons
+               else "") +
+              "Per task, every pair of algorithms and every algorithm vs the base (step 0): randomization tests "
+              "(sign flips of the per-seed differences over shared seeds, relabellings where fewer than 2 are "
+              "shared: one rule at every n), Holm-adjusted over the task's comparisons at "
               f"family-wise alpha = {1 - cfg.confidence:.2g}. The summary's verdicts come from this table. "
               + "; ".join(f"`{k}`: {v}" for k, v in tables.VERDICT_EXPLAINED.items()) + ".",
               ctx.pct("diff", "ci_low", "ci_high", "holm_ci_low", "holm_ci_high", "mdd")),
     ]
+    if cfg.comparisons:
+        planned = tables.planned_table(sc, cfg)
+        listed = "; ".join(f"{a} {({'greater': '>', 'less': '<'}).get(d, '≠')} {b} (smallest effect {e:g})"
+                           for a, b, d, e in cfg.comparisons)
+        out.insert(0, Table(
+            "planned", "Planned comparisons (confirmatory)", planned,
+            ctx.footer("randomization-test intervals at the Holm level", coverage="randomization"),
+            f"The comparisons the spec fixed before any run: {listed}. One Holm family over all of them (× tasks) "
+            f"at family-wise alpha = {1 - cfg.confidence:.2g}; a planned comparison missing here had an arm "
+            "without scored runs. " + "; ".join(f"`{k}`: {v}" for k, v in tables.PLANNED_EXPLAINED.items()) + ".",
+            ctx.pct("smallest_effect", "diff", "holm_ci_low", "holm_ci_high", "mdd", "a_gain_low", "b_gain_low")))
     return out, ref
 
 
+RANDOMIZATION_NOTE = ("The tests are exact randomization tests (sign flips of the per-seed differences, or "
+                      "relabellings), and each interval is the set of shifts its test does not reject, so its level "
+                      "holds at every n without a normality assumption; with few seeds it is wide, or unbounded "
+                      "(-inf, inf) where no shift can be rejected: n paired seeds reach at best p = 2 / 2^n.")
 MARK_LEADERBOARD = ("the mean's interval overlaps the interval of the best mean of its task (the best included): "
                     "these intervals do not separate it from the best. An overlap check, not a test (the "
                     "Holm-adjusted verdicts are in table `verdicts`); cells without an interval (one seed) and the "

@@ -55,6 +55,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                              "(default: ScaleRL's 1.5k of ~100k GPU-hours)")
     parser.add_argument("--examples", type=int, default=d.examples_per_algorithm, help="completions per algorithm")
     parser.add_argument("--no-figures", action="store_true", help="tables only")
+    parser.add_argument("--comparisons", type=Path, default=None, metavar="FILE",
+                        help="the planned comparisons: a sweep spec (YAML, its `comparisons:`) or a study's "
+                             "study.json; default: ROOT/study.json or ROOT/../study.json when there is one")
     parser.add_argument("--stability", action="append", default=[], metavar="FIELD=VALUE",
                         help=f"stability threshold override ('none' disables); fields: {', '.join(STABILITY_FIELDS)}")
     return parser
@@ -79,9 +82,45 @@ def parse_stability(items: list[str]) -> StabilityThresholds:
         raise ReportError(str(exc)) from None
 
 
+def planned_comparisons(path: Path | None, roots: list[Path]) -> tuple[tuple[str, str, str, float], ...]:
+    """The comparisons of a sweep spec (YAML) or a study.json; with no path, a study.json in or above
+    the first root (a study folder's ``runs/<sweep>/`` is two levels down)."""
+    import json
+
+    if path is None:
+        for cand in (roots[0] / "study.json", roots[0].parent / "study.json", roots[0].parent.parent / "study.json"):
+            if cand.is_file():
+                path = cand
+                break
+        else:
+            return ()
+    if not Path(path).is_file():
+        raise ReportError(f"--comparisons {path}: no such file (give a sweep spec YAML or a study.json)")
+    if Path(path).suffix == ".json":
+        try:
+            raw = json.loads(Path(path).read_text()).get("comparisons") or []
+        except (json.JSONDecodeError, AttributeError) as exc:
+            raise ReportError(f"--comparisons {path}: not a study.json ({exc})") from None
+    else:
+        from rlsuite.suite.errors import BadInput
+        from rlsuite.sweeps.spec import load
+
+        try:
+            raw = [dataclasses.asdict(c) for c in load(str(path)).comparisons]
+        except BadInput as exc:
+            raise ReportError(f"--comparisons {path}: {exc}") from None
+    try:
+        return tuple((c["a"], c["b"], c.get("direction", "two-sided"), float(c.get("smallest_effect", 0.0)))
+                     for c in raw)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ReportError(f"--comparisons {path}: each comparison needs a and b ({exc})") from None
+
+
 def config_from_args(args: argparse.Namespace) -> ReportConfig:
     """ReportConfig from parsed arguments (validation errors become ReportError)."""
+    roots = [Path(r) for r in (args.root if isinstance(args.root, (list, tuple)) else [args.root])]
     return ReportConfig(
+        comparisons=planned_comparisons(getattr(args, "comparisons", None), roots),
         score=args.score, k=args.k, metric=args.metric, target=args.target, reps=args.reps, ci=args.ci,
         confidence=args.confidence, seed=args.seed, x=args.x, smooth=args.smooth, reference=args.reference,
         include_partial=args.include_partial, scaling_x=args.scaling_x, scaling_reps=args.scaling_reps,

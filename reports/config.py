@@ -79,6 +79,10 @@ class ReportConfig:
     """File formats written for each figure; PNG is embedded in report.html."""
     stability: StabilityThresholds = field(default_factory=StabilityThresholds)
     """Thresholds of the stability classification."""
+    comparisons: tuple[tuple[str, str, str, float], ...] = ()
+    """The planned comparisons ``(a, b, direction, smallest_effect)`` (a sweep spec's or study's
+    ``comparisons``; ``rlsuite report --comparisons FILE``): their Holm family is the report's
+    confirmatory one, printed first (`tables.planned_table`); the all-pairs verdicts are exploratory."""
 
     def __post_init__(self) -> None:
         if self.score not in ("final", "last-k"):
@@ -99,6 +103,10 @@ class ReportConfig:
             raise ReportError(f"smooth must be >= 1 eval, got {self.smooth}")
         if not 0 <= self.scaling_skip_frac < 1:
             raise ReportError(f"scaling_skip_frac must be in [0, 1), got {self.scaling_skip_frac}")
+        for c in self.comparisons:
+            if len(c) != 4 or c[2] not in ("greater", "less", "two-sided") or not c[3] >= 0:
+                raise ReportError(f"bad planned comparison {c!r}; expected (a, b, direction, smallest_effect) with "
+                                  f"direction one of greater, less, two-sided and smallest_effect >= 0")
         bad = set(self.figure_formats) - {"png", "svg", "pdf"}
         if bad:
             raise ReportError(f"unknown figure formats {sorted(bad)}; valid: png, svg, pdf")

@@ -353,20 +353,34 @@ def verdict_figure(verdicts: pd.DataFrame | None, task: str, percent: bool, conf
     diff = rows["diff"].to_numpy(dtype=float)
     cls = np.where(decided & (diff > 0), "above", np.where(decided & (diff < 0), "below", "same"))
     names = {"above": "x > y (Holm)", "below": "x < y (Holm)", "same": "not distinguishable"}
+    inner = pd.concat([rows["diff"], rows["ci_low"], rows["ci_high"], pd.Series([0.0])]).to_numpy(dtype=float)
+    inner = inner[np.isfinite(inner)]
+    lo, hi = float(inner.min()), float(inner.max())
+    outer = pd.concat([rows["holm_ci_low"], rows["holm_ci_high"]]).to_numpy(dtype=float)
+    outer = np.clip(outer[np.isfinite(outer)], lo - (hi - lo), hi + (hi - lo))
+    lo, hi = min([lo, *outer]), max([hi, *outer])
+    if percent:
+        lo, hi = max(lo, -1.0), min(hi, 1.0)
+    pad = 0.04 * (hi - lo) or 0.05
+    edge = (lo - pad, hi + pad)  # an interval beyond the axis (or unbounded: too few seeds) is cut at its edge
+
+    def cut(v: float) -> float:
+        return float(np.clip(v, *edge)) if not pd.isna(v) else v
+
     data = [{"type": "scatter", "mode": "markers", "name": f"unadjusted {confidence:.0%} interval",
              "x": nums(rows["diff"]), "y": label,
              "marker": {"symbol": "line-ew-open", "size": 12, "color": "rgba(127,127,127,0.35)",
                         "line": {"width": 9, "color": "rgba(127,127,127,0.35)"}},
              "error_x": {"type": "data", "symmetric": False,
-                         "array": [_errors(r.diff, r.ci_low, r.ci_high)[0] for r in rows.itertuples()],
-                         "arrayminus": [_errors(r.diff, r.ci_low, r.ci_high)[1] for r in rows.itertuples()],
+                         "array": [_errors(r.diff, cut(r.ci_low), cut(r.ci_high))[0] for r in rows.itertuples()],
+                         "arrayminus": [_errors(r.diff, cut(r.ci_low), cut(r.ci_high))[1] for r in rows.itertuples()],
                          "thickness": 9, "width": 0, "color": "rgba(127,127,127,0.35)"},
              "hoverinfo": "skip"}]
     for key in ("below", "same", "above"):
         g = rows[cls == key]
         if g.empty:
             continue
-        err = [_errors(r.diff, r.holm_ci_low, r.holm_ci_high) for r in g.itertuples()]
+        err = [_errors(r.diff, cut(r.holm_ci_low), cut(r.holm_ci_high)) for r in g.itertuples()]
         data.append({"type": "scatter", "mode": "markers", "name": names[key], "x": nums(g["diff"]),
                      "y": g["label"].tolist(), "marker": {"color": VERDICT_COLORS[key], "size": 8},
                      "error_x": {"type": "data", "symmetric": False, "array": [e[0] for e in err],
@@ -379,20 +393,11 @@ def verdict_figure(verdicts: pd.DataFrame | None, task: str, percent: bool, conf
                                       f"%{{customdata[2]:.3g}}<br>unadjusted {confidence:.0%} interval "
                                       f"[%{{customdata[3]:{fmt}}}, %{{customdata[4]:{fmt}}}]<br>%{{customdata[5]}}"
                                       "; %{customdata[6]}<extra></extra>"})
-    inner = pd.concat([rows["diff"], rows["ci_low"], rows["ci_high"], pd.Series([0.0])]).to_numpy(dtype=float)
-    inner = inner[np.isfinite(inner)]
-    lo, hi = float(inner.min()), float(inner.max())
-    outer = pd.concat([rows["holm_ci_low"], rows["holm_ci_high"]]).to_numpy(dtype=float)
-    outer = np.clip(outer[np.isfinite(outer)], lo - (hi - lo), hi + (hi - lo))
-    lo, hi = min([lo, *outer]), max([hi, *outer])
-    if percent:
-        lo, hi = max(lo, -1.0), min(hi, 1.0)
-    pad = 0.04 * (hi - lo) or 0.05
     layout = {"height": _row_height(len(rows), 22, 150), "margin": {"l": 10, "r": 10, "t": 30, "b": 100},
               "hovermode": "closest", "showlegend": True,
               "legend": {"orientation": "h", "x": 0, "xref": "container", "y": 0, "yref": "container",
                          "yanchor": "bottom"},
-              "xaxis": {"range": [lo - pad, hi + pad], "zeroline": False, **_axis_title("difference x − y"),
+              "xaxis": {"range": list(edge), "zeroline": False, **_axis_title("difference x − y"),
                         **({"tickformat": "+.0%"} if percent else {})},
               "yaxis": {"type": "category", "autorange": "reversed", "automargin": True,
                         "categoryorder": "array", "categoryarray": label},

@@ -13,12 +13,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from rlsuite.reports import stats
+from rlsuite.reports import smallsample, stats
 from rlsuite.reports.config import ReportConfig
 from rlsuite.reports.errors import ReportError
 from rlsuite.reports.scores import BASE_LABEL, Scored, score_matrix
 
-LEADERBOARD_COLUMNS = ("task", "algorithm", "n_seeds", "mean", "ci_low", "ci_high", "iqm",
+LEADERBOARD_COLUMNS = ("task", "algorithm", "n_seeds", "mean", "ci_low", "ci_high", "iqm", "resolution_floor",
                        "stable_k", "stable_n", "budget_unit", "budget")
 
 LEADERBOARD_EXPLAINED = {
@@ -32,6 +32,11 @@ LEADERBOARD_EXPLAINED = {
               "method per n and its measured coverage; n/a for a single seed)",
     "ci_high": "upper end of that interval",
     "iqm": "interquartile mean over seeds (25% trimmed from each end; equals the mean for n < 4)",
+    "resolution_floor": "the smallest gain over the base this cell's seeds could detect: the MDD of its "
+                        "comparison with the base (paired sign-flip test, 80% power) at the family's adjusted "
+                        "level alpha / m (m = the task's algorithms); inf while n is below the test's floor "
+                        "(2 / 2^n > alpha / m: 3 seeds can resolve nothing); a gap smaller than this is not "
+                        "resolvable at this n",
     "stable_k": "runs with no stability flag (NaN/Inf, reward collapse, entropy collapse, "
                 "KL blow-up, length pinned at the cap)",
     "stable_n": "runs classified (= n_seeds); unstable runs stay in the mean",
@@ -77,6 +82,10 @@ def leaderboard(scored: Scored, cfg: ReportConfig) -> pd.DataFrame:
     for task in sorted(set(scored.scores["task"]) | set(scored.base["task"])):
         cells = scored.scores[scored.scores["task"] == task].groupby("algorithm", sort=True)
         task_rows = [_cell_row(task, alg, g, cfg) for alg, g in cells]
+        base = scored.base[scored.base["task"] == task]
+        alpha = (1 - cfg.confidence) / max(1, len(task_rows))
+        for r, (_, g) in zip(task_rows, cells, strict=True):
+            r["resolution_floor"] = pair_data(_by_seed(g), _by_seed(base)).mdd(alpha) if len(base) else float("nan")
         units = sorted({r["budget_unit"] for r in task_rows if r["budget_unit"]})
         rows += _base_row(scored.base, task, cfg, ";".join(units))
         rows += sorted(task_rows, key=lambda r: -np.nan_to_num(r["mean"], nan=-np.inf))
@@ -95,7 +104,8 @@ def _cell_row(task: str, alg: str, g: pd.DataFrame, cfg: ReportConfig) -> dict:
     fin = vals[np.isfinite(vals)]
     return {"task": task, "algorithm": alg, "n_seeds": len(g), "mean": ci.point, "ci_low": ci.low,
             "ci_high": ci.high, "iqm": float(stats.iqm(fin)) if fin.size else float("nan"),
-            "stable_k": int(g["stable"].sum()), "stable_n": len(g), "budget_unit": unit, "budget": budget}
+            "resolution_floor": float("nan"), "stable_k": int(g["stable"].sum()), "stable_n": len(g),
+            "budget_unit": unit, "budget": budget}
 
 
 def _base_row(base: pd.DataFrame, task: str, cfg: ReportConfig, unit: str) -> list[dict]:
@@ -106,7 +116,7 @@ def _base_row(base: pd.DataFrame, task: str, cfg: ReportConfig, unit: str) -> li
         return []
     ci = _ci(vals, cfg)
     return [{"task": task, "algorithm": BASE_LABEL, "n_seeds": len(vals), "mean": ci.point,
-             "ci_low": ci.low, "ci_high": ci.high, "iqm": float(stats.iqm(vals)),
+             "ci_low": ci.low, "ci_high": ci.high, "iqm": float(stats.iqm(vals)), "resolution_floor": float("nan"),
              "stable_k": pd.NA, "stable_n": pd.NA, "budget_unit": unit, "budget": 0.0}]
 
 
@@ -272,7 +282,7 @@ def paired_table(scored: Scored, cfg: ReportConfig, reference: str | None) -> pd
 
 
 NOT_DISTINGUISHABLE = "not distinguishable"
-UNTESTABLE = "untestable (fewer than 2 runs)"
+UNTESTABLE = "untestable (no runs on one side)"
 
 VERDICT_COLUMNS = ("task", "algorithm_x", "algorithm_y", "n_x", "n_y", "n_pairs", "pairing", "diff", "ci_low",
                    "ci_high", "p_value", "p_holm", "holm_ci_low", "holm_ci_high", "verdict", "mdd", "seeds_needed")
@@ -281,19 +291,21 @@ VERDICT_EXPLAINED = {
     "algorithm_x, algorithm_y": "the comparison x - y; within a task x has the higher mean; y is an algorithm or "
                                 f"`{BASE_LABEL}` (the step-0 eval of the same seeds)",
     "n_x, n_y, n_pairs": "runs of x and y, and the seeds they share (the pairing unit)",
-    "diff": "mean of x - y over shared seeds (paired), else difference of means (Welch)",
-    "ci_low, ci_high": "unadjusted t interval of `diff` at the report's confidence",
-    "p_value": "two-sided paired t-test (Welch t-test when fewer than 2 seeds are shared); when every run "
-               "of the difference is identical (zero spread, t undefined) the exact randomization test instead "
-               "(sign flips or relabellings: 3 identical paired differences give p = 0.25)",
+    "diff": "mean of x - y over shared seeds (paired), else difference of means (unpaired)",
+    "ci_low, ci_high": "unadjusted interval of `diff` at the report's confidence, inverting the same randomization "
+                       "test (-inf/inf: too few runs for any shift to be rejected at that level)",
+    "p_value": "two-sided randomization test, one rule at every n: sign flips of the per-seed differences "
+               "(paired over >= 2 shared seeds), else relabellings of the pooled runs; exact up to 65,536 "
+               "arrangements. n paired seeds reach at best p = 2 / 2^n: fewer than 6 cannot reject at 5%",
     "p_holm": "Holm-adjusted p within the task's family: the algorithms vs the base, or the pairs of algorithms",
-    "holm_ci_low, holm_ci_high": "t interval at the level Holm tested the comparison; excludes 0 exactly when "
-                                 "the verdict is a difference (n/a with zero spread: no t interval exists)",
+    "holm_ci_low, holm_ci_high": "the test's interval at the level Holm tested the comparison; excludes 0 exactly "
+                                 "when the verdict is a difference",
     "verdict": "`x > y` / `x < y` when p_holm <= alpha (family-wise), else `not distinguishable`",
-    "mdd": "minimum detectable difference at the observed spread: (t_{1-alpha/2,df} + t_{0.8,df}) x SE (80% "
-           "power, two-sided alpha = 1 - confidence, unadjusted; n/a with zero spread)",
-    "seeds_needed": "seeds per arm at which the observed |diff| would be the MDD (inf: no difference observed; with "
-                    "zero spread, the seeds at which identical paired differences pass the randomization test)",
+    "mdd": "minimum detectable difference of this test at the family's adjusted level (alpha / m, the first Holm "
+           "step, m comparisons in the family) and 80% power at the observed spread: (t_{1-a/2,df} + t_{0.8,df}) "
+           "x SE; inf while n is below the test's floor at that level (2 / 2^n > alpha / m)",
+    "seeds_needed": "seeds per arm at which the observed |diff| would be the MDD at the family's adjusted level "
+                    "(inf: no difference observed); never below the floor",
 }
 
 
@@ -310,27 +322,108 @@ def _by_seed(frame: pd.DataFrame) -> pd.Series:
     return out[np.isfinite(out.to_numpy(dtype=float))]
 
 
-def pair_test(x: pd.Series, y: pd.Series) -> tuple[stats.TTest, list, int, str]:
-    """t-test of x - y from per-seed scores: paired over shared seeds (>= 2), else Welch.
+@dataclass(frozen=True)
+class Pair:
+    """What one comparison x - y is tested on: the per-seed differences ``d`` (paired) or the two
+    arms' runs ``x``, ``y`` (unpaired), with the shared seeds and the pairing in words."""
 
-    Returns (test, variance terms, shared seeds, pairing text).
-    """
+    d: np.ndarray | None
+    x: np.ndarray
+    y: np.ndarray
+    shared: int
+    pairing: str
+
+    @property
+    def testable(self) -> bool:
+        return self.d is not None or (self.x.size > 0 and self.y.size > 0)
+
+    @property
+    def diff(self) -> float:
+        if self.d is not None:
+            return float(self.d.mean())
+        return float(self.x.mean() - self.y.mean()) if self.testable else float("nan")
+
+    def p(self, alternative: str = "two-sided", seed: int = 0) -> float:
+        if not self.testable:
+            return float("nan")
+        a, b = (self.d, None) if self.d is not None else (self.x, self.y)
+        return smallsample.perm_p(a, b, alternative=alternative, seed=seed)
+
+    def interval(self, confidence: float, alternative: str = "two-sided", seed: int = 0) -> stats.Interval:
+        if not self.testable or not np.isfinite(confidence):
+            return stats.Interval(self.diff, float("nan"), float("nan"))
+        a, b = (self.d, None) if self.d is not None else (self.x, self.y)
+        return smallsample.interval(a, b, confidence=confidence, alternative=alternative, seed=seed)
+
+    def mdd(self, alpha: float, alternative: str = "two-sided") -> float:
+        """The MDD of this comparison's test at ``alpha`` (see ``VERDICT_EXPLAINED``)."""
+        if self.d is not None:
+            sd = float(self.d.std(ddof=1)) if self.d.size >= 2 else float("nan")
+            return smallsample.mdd(sd, self.d.size, alpha=alpha, power=POWER, alternative=alternative)
+        if not self.testable or smallsample.min_p(self.x.size, self.y.size, alternative) > alpha:
+            return float("inf") if self.testable else float("nan")
+        t = stats.t_test([self.x], [self.y])
+        return stats.mdd_from_test(t, alpha=alpha if alternative == "two-sided" else 2 * alpha, power=POWER)
+
+    def seeds_needed(self, effect: float, alpha: float, alternative: str = "two-sided") -> float:
+        """Seeds per arm at which ``effect`` is this test's MDD at ``alpha`` (the spread observed here)."""
+        floor = smallsample.seeds_floor(alpha, alternative)
+        if self.d is not None:
+            sd = float(self.d.std(ddof=1)) if self.d.size >= 2 else float("nan")
+            return smallsample.seeds_for_effect(effect, sd, alpha=alpha, power=POWER, alternative=alternative)
+        if self.x.size < 2 or self.y.size < 2:
+            return float("nan")
+        n = stats.seeds_needed(effect, stats.variance_terms([self.x], [self.y]),
+                               alpha=alpha if alternative == "two-sided" else 2 * alpha, power=POWER)
+        return max(float(floor), n) if np.isfinite(n) else n
+
+
+def pair_data(x: pd.Series, y: pd.Series) -> Pair:
+    """The comparison x - y from per-seed scores: paired over shared seeds (>= 2), else unpaired."""
     shared = x.index.intersection(y.index)
     if len(shared) >= 2:
         d = (x[shared] - y[shared]).to_numpy(dtype=float)
-        return stats.t_test([d]), stats.variance_terms([d]), len(shared), f"paired over {len(shared)} seed(s)"
+        return Pair(d, x.to_numpy(dtype=float), y.to_numpy(dtype=float), len(shared),
+                    f"paired over {len(shared)} seed(s)")
     xa, ya = x.to_numpy(dtype=float), y.to_numpy(dtype=float)
-    if xa.size < 2 or ya.size < 2:  # Welch needs both spreads
-        diff = float(xa.mean() - ya.mean()) if xa.size and ya.size else float("nan")
-        return stats.TTest(diff, *(float("nan"),) * 3), [], len(shared), "too few runs"
-    return stats.t_test([xa], [ya]), stats.variance_terms([xa], [ya]), len(shared), "unpaired (Welch)"
+    if xa.size < 1 or ya.size < 1:
+        return Pair(None, xa, ya, len(shared), "too few runs")
+    return Pair(None, xa, ya, len(shared), "unpaired (relabelling)")
+
+
+def _holm_rows(rows: list[dict], families: list[list[int]], alpha: float, cfg: ReportConfig,
+               alternatives: list[str] | None = None) -> None:
+    """Holm-adjust each family of ``rows`` (their ``_pair`` and ``p_value``) in place: ``p_holm``, the
+    interval at the level Holm tested each one, the verdict, and the MDD / seeds needed at the
+    family's first-step level alpha / m."""
+    for idx in families:
+        p = [rows[i]["p_value"] for i in idx]
+        adj, levels = stats.holm(p), stats.holm_levels(p, alpha)
+        m = max(1, int(np.isfinite(p).sum()))
+        for i, a, lv in zip(idx, adj, levels, strict=True):
+            r, pair = rows[i], rows[i]["_pair"]
+            alt = alternatives[i] if alternatives else "two-sided"
+            held = pair.interval(1 - lv, alt, cfg.seed) if np.isfinite(lv) else stats.NAN_INTERVAL
+            diff = pair.diff
+            if not np.isfinite(a):
+                verdict = UNTESTABLE
+            elif a <= alpha and diff != 0:
+                x, y = r.get("algorithm_x", r.get("a")), r.get("algorithm_y", r.get("b"))
+                verdict = f"{x} {'>' if diff > 0 else '<'} {y}"
+            else:
+                verdict = NOT_DISTINGUISHABLE
+            r.update(p_holm=float(a), holm_ci_low=held.low, holm_ci_high=held.high, verdict=verdict,
+                     mdd=pair.mdd(alpha / m, alt),
+                     seeds_needed=pair.seeds_needed(r.get("_effect", diff), alpha / m, alt))
 
 
 def verdict_table(scored: Scored, cfg: ReportConfig) -> pd.DataFrame:
     """Per task: every pair of algorithms and every algorithm vs the base (step 0), with
-    t-tests, Holm-adjusted p-values and intervals within the task's two families (every
-    algorithm vs the base; every pair of algorithms) at family-wise alpha = 1 - confidence each,
-    the verdict, and the MDD / seeds needed.
+    randomization tests (the one small-sample rule, :mod:`rlsuite.reports.smallsample`), Holm-adjusted
+    p-values and intervals within the task's two families (every algorithm vs the base; every pair
+    of algorithms) at family-wise alpha = 1 - confidence each, the verdict, and the MDD / seeds
+    needed at the family's adjusted level. All-pairs: exploratory where the spec plans comparisons
+    (:func:`planned_table`).
 
     The base is the step-0 eval averaged per seed (`base_by_seed`), paired with the runs of
     the same seed. Columns: `VERDICT_COLUMNS`.
@@ -350,34 +443,90 @@ def verdict_table(scored: Scored, cfg: ReportConfig) -> pd.DataFrame:
             pairs += [(a, BASE_LABEL) for a in algs]
         task_rows = []
         for x, y in pairs:
-            test, terms, shared, pairing = pair_test(series[x], series[y])
-            ci = stats.t_test_interval(test, cfg.confidence)
+            pair = pair_data(series[x], series[y])
+            ci = pair.interval(cfg.confidence, seed=cfg.seed)
             task_rows.append({"task": task, "algorithm_x": x, "algorithm_y": y, "n_x": len(series[x]),
-                              "n_y": len(series[y]), "n_pairs": shared if pairing.startswith("paired") else 0,
-                              "pairing": pairing, "diff": test.diff, "ci_low": ci.low, "ci_high": ci.high,
-                              "p_value": test.p, "_test": test,
-                              "mdd": stats.mdd_from_test(test, alpha=alpha, power=POWER),
-                              "seeds_needed": stats.seeds_needed(test.diff, terms, alpha=alpha, power=POWER)})
+                              "n_y": len(series[y]), "n_pairs": pair.shared if pair.d is not None else 0,
+                              "pairing": pair.pairing, "diff": pair.diff, "ci_low": ci.low, "ci_high": ci.high,
+                              "p_value": pair.p(seed=cfg.seed), "_pair": pair})
         # two families per task, each Holm-adjusted on its own: the algorithms vs the base (does
         # RL help?) and the pairs of algorithms (which is better?)
-        adj, levels = np.full(len(task_rows), np.nan), np.full(len(task_rows), np.nan)
-        for fam in (True, False):
-            idx = [i for i, r in enumerate(task_rows) if (r["algorithm_y"] == BASE_LABEL) == fam]
-            if idx:
-                p = [task_rows[i]["p_value"] for i in idx]
-                adj[idx], levels[idx] = stats.holm(p), stats.holm_levels(p, alpha)
-        for r, a, lv in zip(task_rows, adj, levels, strict=True):
-            test = r.pop("_test")
-            held = stats.t_test_interval(test, 1 - lv) if np.isfinite(lv) else stats.NAN_INTERVAL
-            if not np.isfinite(a):
-                verdict = UNTESTABLE
-            elif a <= alpha and test.diff != 0:
-                verdict = f"{r['algorithm_x']} {'>' if test.diff > 0 else '<'} {r['algorithm_y']}"
-            else:
-                verdict = NOT_DISTINGUISHABLE
-            r.update(p_holm=float(a), holm_ci_low=held.low, holm_ci_high=held.high, verdict=verdict)
+        fams = [[i for i, r in enumerate(task_rows) if (r["algorithm_y"] == BASE_LABEL) == fam]
+                for fam in (True, False)]
+        _holm_rows(task_rows, [f for f in fams if f], alpha, cfg)
+        for r in task_rows:
+            r.pop("_pair")
         rows += task_rows
     return pd.DataFrame(rows, columns=list(VERDICT_COLUMNS))
+
+
+PLANNED_COLUMNS = ("task", "comparison", "a", "b", "direction", "smallest_effect", "n_pairs", "pairing", "diff",
+                   "p_value", "p_holm", "holm_ci_low", "holm_ci_high", "verdict", "mdd", "resolves_smallest",
+                   "seeds_needed", "a_gain_low", "b_gain_low", "non_trivial")
+
+PLANNED_EXPLAINED = {
+    "comparison": "the planned comparison as the sweep spec states it (`comparisons:`): H1 a > b, a < b or a ≠ b",
+    "smallest_effect": "the smallest effect of interest the spec fixed before any run",
+    "diff": "mean of a - b over shared seeds (paired), else difference of means",
+    "p_value": "the randomization test in the planned direction (one-sided for greater / less)",
+    "p_holm": "Holm-adjusted over the planned comparisons (the family: every planned comparison on every task)",
+    "holm_ci_low, holm_ci_high": "the test's interval at the level Holm tested it (one-sided: the open end inf)",
+    "verdict": "`a > b` / `a < b` when p_holm <= alpha in the planned direction, else `not distinguishable`",
+    "mdd": "minimum detectable difference at the family's first Holm level (alpha / m) and 80% power, at the "
+           "observed spread; inf below the test's floor",
+    "resolves_smallest": "whether mdd <= smallest_effect: could this many seeds have detected the effect of interest",
+    "seeds_needed": "seeds at which smallest_effect is the MDD at the observed spread (the plan for the next round)",
+    "a_gain_low, b_gain_low": "lower end of each arm's unadjusted interval of its gain over the base",
+    "non_trivial": "both arms gain over the base with a lower bound > 0 (a comparison of two arms that do not "
+                   "learn says nothing about their methods)",
+}
+
+
+def planned_table(scored: Scored, cfg: ReportConfig) -> pd.DataFrame:
+    """The spec's planned comparisons (``cfg.comparisons``: ``(a, b, direction, smallest_effect)``) on
+    every task that has both arms: the randomization test in the planned direction, Holm over the
+    planned list × tasks, the interval at the adjusted level, whether the comparison is
+    non-trivial (both arms gain over the base) and what the seeds could resolve. Columns:
+    `PLANNED_COLUMNS`; empty when the spec plans none."""
+    s = scored.scores
+    alpha = 1 - cfg.confidence
+    rows: list[dict] = []
+    alts: list[str] = []
+    for task in sorted(s["task"].unique()):
+        st = s[s["task"] == task]
+        series = {a: _by_seed(g) for a, g in st.groupby("algorithm", sort=True)}
+        base = scored.base[scored.base["task"] == task]
+        if len(base):
+            series[BASE_LABEL] = _by_seed(base)
+        for a, b, direction, effect in cfg.comparisons:
+            bb = BASE_LABEL if b == "base" else b
+            if a not in series or bb not in series:
+                continue
+            pair = pair_data(series[a], series[bb])
+            gains = []
+            for arm in (a, bb):
+                if arm == BASE_LABEL or BASE_LABEL not in series:
+                    gains.append(float("nan") if arm != BASE_LABEL else 0.0)
+                    continue
+                gains.append(pair_data(series[arm], series[BASE_LABEL]).interval(cfg.confidence, seed=cfg.seed).low)
+            label = {"greater": ">", "less": "<", "two-sided": "≠"}[direction]
+            rows.append({"task": task, "comparison": f"{a} {label} {b}", "a": a, "b": b, "direction": direction,
+                         "smallest_effect": effect, "n_pairs": pair.shared if pair.d is not None else 0,
+                         "pairing": pair.pairing, "diff": pair.diff, "p_value": pair.p(direction, cfg.seed),
+                         "_pair": pair, "_effect": effect if effect > 0 else pair.diff,
+                         "a_gain_low": gains[0], "b_gain_low": gains[1],
+                         "non_trivial": bool(gains[0] > 0 and (bb == BASE_LABEL or gains[1] > 0))})
+            alts.append(direction)
+    if rows:
+        _holm_rows(rows, [list(range(len(rows)))], alpha, cfg, alts)
+        for r in rows:
+            r.pop("_pair")
+            r.pop("_effect")
+            r["resolves_smallest"] = bool(r["smallest_effect"] > 0 and r["mdd"] <= r["smallest_effect"])
+            wanted = {"greater": ">", "less": "<"}.get(r["direction"])
+            if wanted and r["verdict"] not in (NOT_DISTINGUISHABLE, UNTESTABLE) and f" {wanted} " not in r["verdict"]:
+                r["verdict"] = NOT_DISTINGUISHABLE  # a one-sided test rejects only in its direction
+    return pd.DataFrame(rows, columns=list(PLANNED_COLUMNS))
 
 
 def stability_table(scored: Scored) -> pd.DataFrame:

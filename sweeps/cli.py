@@ -67,6 +67,13 @@ def add_arguments(sub) -> None:
                     help="an override for both sides (e.g. eval.max_prompts=8); repeatable")
     vf.add_argument("--out", type=Path, default=None, help="keep the two reference runs here (default: a temp folder)")
     vf.add_argument("--json", action="store_true")
+    pl = ssub.add_parser("plan", help="seeds and CPU-hours for a spec's planned comparisons, from a pilot")
+    pl.add_argument("spec", help="bundled spec name or a YAML path with comparisons: (and checks:)")
+    pl.add_argument("--pilot", type=Path, required=True, metavar="ROOT",
+                    help="root of the pilot's run folders (>= 5 seeds of each compared arm)")
+    pl.add_argument("--confidence", type=float, default=0.95, help="family-wise level 1 - alpha (default 0.95)")
+    pl.add_argument("--power", type=float, default=0.8, help="power for the smallest effect (default 0.8)")
+    pl.add_argument("--json", action="store_true")
     tu = ssub.add_parser("tune", help="equal-budget grid (LR x the entry's knob) on val; writes the final spec")
     tu.add_argument("spec")
     tu.add_argument("--out", type=Path, default=Path("results"))
@@ -89,6 +96,15 @@ def cmd_sweep(args) -> int:
 
         path = tune(args.spec, args.out, args.cluster, args.workers)
         print(f"tuned spec: {path.resolve()}")
+        return 0
+    if args.sweep_cmd == "plan":
+        from rlsuite.sweeps.plan import describe, plan
+
+        if not (0.5 < args.confidence < 1 and 0 < args.power < 1):
+            raise BadInput(f"--confidence must be in (0.5, 1) and --power in (0, 1); "
+                           f"got {args.confidence}, {args.power}")
+        p = plan(args.spec, args.pilot, args.confidence, args.power)
+        print(json.dumps(p, indent=1, default=str) if args.json else describe(p))
         return 0
     if args.sweep_cmd == "register":
         from rlsuite.sweeps.study import load_study, register

@@ -116,12 +116,15 @@ def test_figures_json(page, synthetic_root_ro):
                 a, b = y.split(" − ")
                 r = row[(a, "base (step 0)" if b == "base" else b)]
                 assert x == pytest.approx(r.diff, rel=1e-4) and cd[5] == r.verdict
-                assert x + e_hi == pytest.approx(r.holm_ci_high, rel=1e-3, abs=1e-6)
-                assert x - e_lo == pytest.approx(r.holm_ci_low, rel=1e-3, abs=1e-6)
+                # an interval beyond the axis (or unbounded: too few seeds) is drawn to the axis edge
+                edge = specs[f"verdicts_{task}_plot"]["spec"]["layout"]["xaxis"]["range"]
+                assert x + e_hi == pytest.approx(np.clip(r.holm_ci_high, *edge), rel=1e-3, abs=1e-6)
+                assert x - e_lo == pytest.approx(np.clip(r.holm_ci_low, *edge), rel=1e-3, abs=1e-6)
                 assert t["name"] == ("not distinguishable" if r.verdict == "not distinguishable" else
                                      "x > y (Holm)" if r.diff > 0 else "x < y (Holm)")
-    assert [t["y"] for t in specs["verdicts_gsm_plot"]["spec"]["data"] if t["name"] == "x > y (Holm)"][0][-1] == \
-        "grpo:b16 − ppo"
+    # 3 seeds: below the sign-flip test's floor, so no comparison is a verdict and gsm's pairs are not drawn
+    assert not [t for t in specs["verdicts_gsm_plot"]["spec"]["data"] if t["name"].startswith("x ")]
+    assert set(v["verdict"]) == {"not distinguishable"}
     stab = specs["stability_plot"]["spec"]["data"]
     assert stab[0]["name"] == "stable runs" and any(t["name"] == "flag: nonfinite" for t in stab)
     assert dict(zip(stab[1]["x"], stab[1]["y"], strict=True))["ppo"] == 6  # every ppo run diverges

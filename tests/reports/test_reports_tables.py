@@ -23,7 +23,10 @@ def test_leaderboard_columns_and_base_row(synthetic_root_ro):
     scored = score_runs(load_runs(synthetic_root_ro), CFG)
     lb = tables.leaderboard(scored, CFG)
     assert list(lb.columns) == ["task", "algorithm", "n_seeds", "mean", "ci_low", "ci_high", "iqm",
-                                "stable_k", "stable_n", "budget_unit", "budget"]
+                                "resolution_floor", "stable_k", "stable_n", "budget_unit", "budget"]
+    # 3 seeds: the sign-flip test cannot reject at any level below 0.25, so no gain is resolvable
+    assert np.isinf(lb[lb["algorithm"] != BASE_LABEL]["resolution_floor"]).all()
+    assert lb[lb["algorithm"] == BASE_LABEL]["resolution_floor"].isna().all()
     for _task, g in lb.groupby("task"):
         assert g.iloc[0]["algorithm"] == BASE_LABEL and g.iloc[0]["n_seeds"] == 3
         body = g.iloc[1:]
