@@ -173,7 +173,7 @@ def score_tables(ctx: Context) -> tuple[list[Table], str | None]:
               "shared: one rule at every n), Holm-adjusted over the task's comparisons at "
               f"family-wise alpha = {1 - cfg.confidence:.2g}. The summary's verdicts come from this table. "
               + "; ".join(f"`{k}`: {v}" for k, v in tables.VERDICT_EXPLAINED.items()) + ".",
-              ctx.pct("diff", "ci_low", "ci_high", "holm_ci_low", "holm_ci_high", "mdd")),
+              ctx.pct("diff", "diff_min", "diff_max", "ci_low", "ci_high", "holm_ci_low", "holm_ci_high", "mdd")),
     ]
     if cfg.comparisons:
         planned = tables.planned_table(sc, cfg)

@@ -230,6 +230,21 @@ def summary_lines(verdicts: pd.DataFrame, lb: pd.DataFrame, percent: bool, max_i
                 (f"from {base_txt}" if len(vb) else "from another algorithm")
             mean_txt = ", ".join(f"{a} {f(m)}" for a, m in list(means.items())[:max_items])
             parts.append(f"{head}: no algorithm is distinguishable {what} (means: {mean_txt})")
+            testable = v[v["verdict"] != UNTESTABLE]
+            if "mdd" in v and len(testable) and np.isinf(pd.to_numeric(testable["mdd"], errors="coerce")).all():
+                parts.append(f"at {_seeds(algs)} seed(s) none can be: the randomization test's best p is 2/2^n, "
+                             "above the families' adjusted levels, so no difference is resolvable "
+                             "(column `resolution_floor`)")
+            if "diff_min" in v and len(vb):
+                def rng(r) -> str:
+                    return f"{g(r.diff_min).replace(' pp', '')} to {g(r.diff_max)}"
+                up = [f"{r.algorithm_x} ({rng(r)})" for r in vb.itertuples() if r.diff_min > 0]
+                down = [f"{r.algorithm_x} ({rng(r)})" for r in vb.itertuples() if r.diff_max < 0]
+                if up:
+                    parts.append("above the base on every seed (a description, not a verdict): "
+                                 + _listing(up, max_items))
+                if down:
+                    parts.append(f"below it on every seed: {_listing(down, max_items)}")
         else:
             parts.append(head)
             if len(vb):
@@ -291,12 +306,14 @@ def verdict_footer(verdicts: pd.DataFrame, confidence: float) -> str:
             ([f"the {npairs} pairs of algorithms"] if npairs else [])
         fams.append(f"{' and '.join(parts)} of task{'s' if len(tasks) > 1 else ''} "
                     f"{', '.join(tasks)}{' (each)' if len(tasks) > 1 else ''}")
-    return (f"Verdicts: paired t-tests of the differences over shared seeds (Welch t where a pair shares fewer than "
-            f"2 seeds), Holm-adjusted within each family — {'; '.join(fams)} — at family-wise alpha = "
-            f"{1 - confidence:.2g} per family. "
-            "[Holm a, b] is the t interval at the level Holm tested that comparison (it excludes 0 exactly when "
-            "the verdict is a difference); the unadjusted intervals stay in the tables, and table `verdicts` "
-            "lists every comparison with its MDD (80% power) and the seeds its observed difference would need.")
+    return (f"Verdicts: exact randomization tests (sign flips of the per-seed differences over shared seeds; "
+            f"relabellings of the pooled runs where a pair shares fewer than 2 seeds: one rule at every n, so n "
+            f"paired seeds reach at best p = 2/2^n and fewer than 6 cannot reject at 5%), Holm-adjusted within each "
+            f"family — {'; '.join(fams)} — at family-wise alpha = {1 - confidence:.2g} per family. "
+            "[Holm a, b] is the test's interval at the level Holm tested that comparison (it excludes 0 exactly "
+            "when the verdict is a difference; (-inf, inf): too few seeds to reject any shift); the unadjusted "
+            "intervals stay in the tables, and table `verdicts` lists every comparison with its MDD at the "
+            "family's adjusted level (80% power) and the seeds its observed difference would need.")
 
 
 # --- whole reports --------------------------------------------------------------------

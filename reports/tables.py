@@ -284,14 +284,17 @@ def paired_table(scored: Scored, cfg: ReportConfig, reference: str | None) -> pd
 NOT_DISTINGUISHABLE = "not distinguishable"
 UNTESTABLE = "untestable (no runs on one side)"
 
-VERDICT_COLUMNS = ("task", "algorithm_x", "algorithm_y", "n_x", "n_y", "n_pairs", "pairing", "diff", "ci_low",
-                   "ci_high", "p_value", "p_holm", "holm_ci_low", "holm_ci_high", "verdict", "mdd", "seeds_needed")
+VERDICT_COLUMNS = ("task", "algorithm_x", "algorithm_y", "n_x", "n_y", "n_pairs", "pairing", "diff", "diff_min",
+                   "diff_max", "ci_low", "ci_high", "p_value", "p_holm", "holm_ci_low", "holm_ci_high", "verdict",
+                   "mdd", "seeds_needed")
 
 VERDICT_EXPLAINED = {
     "algorithm_x, algorithm_y": "the comparison x - y; within a task x has the higher mean; y is an algorithm or "
                                 f"`{BASE_LABEL}` (the step-0 eval of the same seeds)",
     "n_x, n_y, n_pairs": "runs of x and y, and the seeds they share (the pairing unit)",
     "diff": "mean of x - y over shared seeds (paired), else difference of means (unpaired)",
+    "diff_min, diff_max": "the smallest and largest per-seed difference (paired; a description, not a test: "
+                          "x above y on every seed when diff_min > 0)",
     "ci_low, ci_high": "unadjusted interval of `diff` at the report's confidence, inverting the same randomization "
                        "test (-inf/inf: too few runs for any shift to be rejected at that level)",
     "p_value": "two-sided randomization test, one rule at every n: sign flips of the per-seed differences "
@@ -447,7 +450,10 @@ def verdict_table(scored: Scored, cfg: ReportConfig) -> pd.DataFrame:
             ci = pair.interval(cfg.confidence, seed=cfg.seed)
             task_rows.append({"task": task, "algorithm_x": x, "algorithm_y": y, "n_x": len(series[x]),
                               "n_y": len(series[y]), "n_pairs": pair.shared if pair.d is not None else 0,
-                              "pairing": pair.pairing, "diff": pair.diff, "ci_low": ci.low, "ci_high": ci.high,
+                              "pairing": pair.pairing, "diff": pair.diff,
+                              "diff_min": float(pair.d.min()) if pair.d is not None else float("nan"),
+                              "diff_max": float(pair.d.max()) if pair.d is not None else float("nan"),
+                              "ci_low": ci.low, "ci_high": ci.high,
                               "p_value": pair.p(seed=cfg.seed), "_pair": pair})
         # two families per task, each Holm-adjusted on its own: the algorithms vs the base (does
         # RL help?) and the pairs of algorithms (which is better?)
