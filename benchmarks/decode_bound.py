@@ -113,9 +113,15 @@ def main() -> None:
                        f"{1e6 * t_aten:.0f} ({4 * o * i / t_aten / 1e9:.1f} GB/s) |")
     hb, xb = head.detach().bfloat16(), torch.randn(ROWS, head.shape[1]).bfloat16()
     t_bf16 = best(lambda: torch.nn.functional.linear(xb, hb), 10)
+    bf16_rows = []
     try:
         torch.ops.mkldnn._reorder_linear_weight(hb)
         dnn_bf16 = "available"
+        for o, i in shapes:  # the lever's kernels: oneDNN packed bf16 weights on the model's shapes
+            wb, xb2 = torch.randn(o, i).bfloat16(), torch.randn(ROWS, i).bfloat16()
+            pb = torch.ops.mkldnn._reorder_linear_weight(wb)
+            t = best(lambda: torch.ops.mkldnn._linear_pointwise(xb2, pb, None, "none", [], ""), 20)
+            bf16_rows.append(f"| {o} × {i} | {1e6 * t:.0f} ({2 * o * i / t / 1e9:.1f} GB/s of bf16 weights) |")
     except RuntimeError as e:
         dnn_bf16 = f"refused: `{str(e).splitlines()[0]}`"
     prof_step = total / 1e6 / NEW
@@ -139,8 +145,10 @@ def main() -> None:
         f"Batch-{ROWS} matmuls on the model's shapes, µs per call (weight bytes ÷ time):", "",
         "| weight [out × in] | oneDNN packed (the engine) | ATen `linear` (MKL) |", "|---|---|---|", *kernels, "",
         f"bf16 lever: oneDNN bf16 inner product on this CPU: {dnn_bf16}; ATen bf16 `linear` on the LM head's shape "
-        f"{1e3 * t_bf16:.1f} ms (fp32 oneDNN: see the table), so half the bytes does not pay here without a bf16 "
-        "kernel of the CPU's.", ""])
+        f"{1e3 * t_bf16:.1f} ms (fp32 oneDNN: see the table)"
+        + (", so half the bytes does not pay here without a bf16 kernel of the CPU's." if not bf16_rows else
+           ". oneDNN packed bf16, µs per call:"), "",
+        *(["| weight [out × in] | oneDNN packed bf16 |", "|---|---|", *bf16_rows, ""] if bf16_rows else [])])
     a.results.write_text(text)
     print(text)
 

@@ -175,6 +175,18 @@ def score_tables(ctx: Context) -> tuple[list[Table], str | None]:
               + "; ".join(f"`{k}`: {v}" for k, v in tables.VERDICT_EXPLAINED.items()) + ".",
               ctx.pct("diff", "diff_min", "diff_max", "ci_low", "ci_high", "holm_ci_low", "holm_ci_high", "mdd")),
     ]
+    two = tables.problem_interval_table(sc, ctx.runset.per_problem, cfg)
+    out.append(Table(
+        "problem_intervals", "Intervals that resample test problems as well as seeds", two,
+        ctx.footer("percentile bootstrap: seeds only, and seeds × problems", coverage="bootstrap"),
+        ("Per cell whose runs saved per-problem results (problems.jsonl): the mean with an interval over seeds only "
+         "(conditional on this test set) and a two-level one that resamples the test problems too. "
+         if len(two) else
+         "No run saved per-problem results of the scored split (runs written before problems.jsonl, or "
+         "`--score last-k`): every interval of this report is conditional on the test set (it resamples seeds, "
+         "not problems). ")
+        + "; ".join(f"`{k}`: {v}" for k, v in tables.PROBLEM_INTERVAL_EXPLAINED.items()) + ".",
+        ctx.pct("mean", "seed_ci_low", "seed_ci_high", "ci_low", "ci_high")))
     if cfg.comparisons:
         planned = tables.planned_table(sc, cfg)
         listed = "; ".join(f"{a} {({'greater': '>', 'less': '<'}).get(d, '≠')} {b} (smallest effect {e:g})"
@@ -405,7 +417,8 @@ def interactive_plots(ctx: Context, sections: dict[str, list[Table]], profile: p
         flags=tables.stability_counts(ctx.scored), colors=colors, verdicts=by_name.get("verdicts"))
 
 
-EMPTY_TEXT = {"stability_runs": "No flagged runs: every scored run is stable."}
+EMPTY_TEXT = {"stability_runs": "No flagged runs: every scored run is stable.",
+              "problem_intervals": "No per-problem results: the intervals are conditional on the test set."}
 """What the report prints instead of an empty table (the .csv/.md/.tex files are still written)."""
 
 

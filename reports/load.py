@@ -68,6 +68,9 @@ SAMPLE_COLUMNS = ("run_id", "step", "split", "prompt", "completion", "reward", "
 SKIP_DIRS = frozenset({"checkpoint", "final", "__pycache__"})
 
 
+PROBLEM_COLUMNS = ("run_id", "split", "problem", "greedy", "correct", "n")
+
+
 @dataclass(frozen=True)
 class RunSet:
     """Everything loaded from one report root (frames described in the module docstring)."""
@@ -87,6 +90,9 @@ class RunSet:
     """Cells that pool runs from different CPU models or torch versions, one message each."""
     roots: tuple[tuple[str, str], ...] = ()
     """Compare mode: (label, path) of each root, in the order given; () for a single root."""
+    per_problem: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=list(PROBLEM_COLUMNS)))
+    """The final evals' per-problem results (``problems.jsonl``): ``PROBLEM_COLUMNS``, one row per
+    run × split × problem (empty for runs written before the file existed)."""
 
 
 def find_run_dirs(root: Path, max_depth: int = 3) -> list[Path]:
@@ -271,7 +277,7 @@ def load_runs(root: Path, *, max_depth: int = 3, samples_per_run: int = 20) -> R
         raise ReportError(f"no run folders (directories with spec.json, depth <= {max_depth}) "
                           f"under {root}")
     problems: list[str] = []
-    runs, metrics, evals, samples, specs, envs = [], [], [], [], {}, {}
+    runs, metrics, evals, samples, specs, envs, per_problem = [], [], [], [], {}, {}, []
     for folder in folders:
         spec = read_json(folder / "spec.json", problems, required=True)
         if spec is None:
@@ -296,6 +302,8 @@ def load_runs(root: Path, *, max_depth: int = 3, samples_per_run: int = 20) -> R
         evals += _eval_rows(read_jsonl(folder / "evals.jsonl", problems), run_id)
         for s in read_jsonl(folder / "samples.jsonl", problems, keep_last=samples_per_run):
             samples.append({"run_id": run_id, **{k: s.get(k) for k in SAMPLE_COLUMNS[1:]}})
+        per_problem += [{"run_id": run_id, **{k: r.get(k) for k in PROBLEM_COLUMNS[1:]}}
+                        for r in read_jsonl(folder / "problems.jsonl", problems) if r.get("final")]
     if not runs:
         raise ReportError(f"no readable run folders under {root} ({len(folders)} found, all "
                           f"without a readable spec.json): " + "; ".join(problems[:5]))
@@ -313,7 +321,7 @@ def load_runs(root: Path, *, max_depth: int = 3, samples_per_run: int = 20) -> R
     return RunSet(
         root=root, runs=runs_f, metrics=metrics_f, evals=evals_f,
         samples=_frame(samples, SAMPLE_COLUMNS), specs=specs, envs=envs,
-        problems=tuple(problems), env_warnings=tuple(mixed),
+        problems=tuple(problems), env_warnings=tuple(mixed), per_problem=_frame(per_problem, PROBLEM_COLUMNS),
     )
 
 
@@ -362,13 +370,14 @@ def load_roots(roots: list[Path], *, max_depth: int = 3, samples_per_run: int = 
             sets.append(load_runs(root, max_depth=max_depth, samples_per_run=samples_per_run))
         except ReportError as exc:
             raise ReportError(f"compare mode, root [{label}]: {exc}") from None
-    runs, metrics, evals, samples, specs, envs, problems = [], [], [], [], {}, {}, []
+    runs, metrics, evals, samples, specs, envs, problems, per_problem = [], [], [], [], {}, {}, [], []
     for rs, label in zip(sets, labels, strict=True):
         rid = {r: f"{label}/{r}" for r in rs.runs["run_id"]}
         r = rs.runs.assign(run_id=rs.runs["run_id"].map(rid), algorithm=rs.runs["algorithm"] + f" [{label}]",
                            algo=rs.runs["algo"] + f" [{label}]", root=label)
         runs.append(r)
-        for frame, acc in ((rs.metrics, metrics), (rs.evals, evals), (rs.samples, samples)):
+        for frame, acc in ((rs.metrics, metrics), (rs.evals, evals), (rs.samples, samples),
+                           (rs.per_problem, per_problem)):
             acc.append(frame.assign(run_id=frame["run_id"].map(rid)))
         specs.update({rid[k]: v for k, v in rs.specs.items()})
         envs.update({rid[k]: v for k, v in rs.envs.items()})
@@ -382,6 +391,6 @@ def load_roots(roots: list[Path], *, max_depth: int = 3, samples_per_run: int = 
     mixed = mixed_env_warnings(runs_f)
     return RunSet(
         root=roots[0], runs=runs_f, metrics=cat(metrics), evals=cat(evals), samples=cat(samples),
-        specs=specs, envs=envs, problems=tuple(problems), env_warnings=tuple(mixed),
+        specs=specs, envs=envs, problems=tuple(problems), env_warnings=tuple(mixed), per_problem=cat(per_problem),
         roots=tuple((label, str(root)) for label, root in zip(labels, roots, strict=True)),
     )

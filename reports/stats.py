@@ -1034,3 +1034,24 @@ def seeds_needed(diff: float, terms: Sequence[tuple[float, int]], *, alpha: floa
             return float(n)
         n += 1 if n < 1000 else max(1, n // 100)
     return float("inf")
+
+
+def two_level_interval(m: np.ndarray, *, reps: int = 2000, confidence: float = 0.95, seed: int = 0,
+                       problems: bool = True) -> Interval:
+    """Percentile bootstrap interval of the mean of ``m: (runs, problems)`` (one run's per-problem
+    scores a row, the same problems in every row) resampling runs (seeds) and, with ``problems``,
+    the problems as well (one draw of problems shared by every run of a replicate: the test set is
+    common to the runs, so its sampling noise is too). ``problems=False`` resamples seeds only
+    (inference conditional on this test set). NaN interval for fewer than 1 run or problem."""
+    m = np.asarray(m, dtype=float)
+    if m.ndim != 2 or m.shape[0] < 1 or m.shape[1] < 1:
+        return NAN_INTERVAL
+    rng = np.random.default_rng(seed)
+    r, p = m.shape
+    out = np.empty(reps)
+    for b in range(reps):
+        rows = rng.integers(r, size=r)
+        sub = m[rows]
+        out[b] = sub[:, rng.integers(p, size=p)].mean() if problems else sub.mean()
+    lo, hi = np.quantile(out, [(1 - confidence) / 2, (1 + confidence) / 2])
+    return Interval(float(m.mean()), float(lo), float(hi))

@@ -553,3 +553,55 @@ def stability_counts(scored: Scored) -> pd.DataFrame:
         for flag, n in sorted(pd.Series(flags, dtype=object).value_counts().items()):
             rows.append({"algorithm": alg, "flag": flag, "runs": int(n)})
     return pd.DataFrame(rows, columns=["algorithm", "flag", "runs"])
+
+
+PROBLEM_INTERVAL_COLUMNS = ("task", "algorithm", "n_seeds", "n_problems", "mean", "seed_ci_low", "seed_ci_high",
+                            "ci_low", "ci_high", "width_ratio")
+
+PROBLEM_INTERVAL_EXPLAINED = {
+    "n_problems": "test problems every run of the cell was scored on (problems.jsonl of the final eval)",
+    "mean": "mean over seeds of the per-problem score (the leaderboard's mean, from the per-problem rows)",
+    "seed_ci_low, seed_ci_high": "percentile bootstrap over seeds only: inference conditional on this test set",
+    "ci_low, ci_high": "two-level percentile bootstrap: seeds and test problems resampled (one draw of problems "
+                       "shared by the runs of a replicate), so the interval covers a fresh test set of the same "
+                       "size as well as fresh seeds",
+    "width_ratio": "width of the two-level interval over the seeds-only one (how much problem sampling adds)",
+}
+
+
+def problem_interval_table(scored: Scored, per_problem: pd.DataFrame, cfg: ReportConfig) -> pd.DataFrame:
+    """Per (task, algorithm) cell whose runs saved per-problem results of the scored split: the mean
+    with a seeds-only and a two-level (seeds × problems) interval. Scores ``greedy_acc`` from the
+    ``greedy`` column and ``avg@n`` (n = the sampled completions) from ``correct / n``; other
+    metrics and ``--score last-k`` (val evals, no per-problem rows) give an empty table."""
+    cols = list(PROBLEM_INTERVAL_COLUMNS)
+    if per_problem is None or per_problem.empty or cfg.score != "final":
+        return pd.DataFrame(columns=cols)
+    pp = per_problem[per_problem["split"] == "test"]
+    if cfg.metric == "greedy_acc":
+        pp = pp.assign(value=pd.to_numeric(pp["greedy"], errors="coerce"))
+    elif cfg.metric.startswith("avg@"):
+        n = pd.to_numeric(pp["n"], errors="coerce")
+        pp = pp[n == int(cfg.metric[4:])].assign(value=lambda d: pd.to_numeric(d["correct"]) / pd.to_numeric(d["n"]))
+    else:
+        return pd.DataFrame(columns=cols)
+    pp = pp.dropna(subset=["value"])
+    rows = []
+    s = scored.scores
+    for (task, alg), g in s.groupby(["task", "algorithm"], sort=True):
+        mine = pp[pp["run_id"].isin(g["run_id"])]
+        if mine["run_id"].nunique() < len(g) or mine.empty:
+            continue  # a run without per-problem results: no two-level interval for the cell
+        wide = mine.pivot_table(index="run_id", columns="problem", values="value", aggfunc="mean")
+        wide = wide.dropna(axis=1)  # the problems every run was scored on
+        if wide.shape[1] == 0:
+            continue
+        m = wide.to_numpy(dtype=float)
+        seeds = stats.two_level_interval(m, reps=cfg.reps, confidence=cfg.confidence, seed=cfg.seed, problems=False)
+        both = stats.two_level_interval(m, reps=cfg.reps, confidence=cfg.confidence, seed=cfg.seed)
+        w1, w2 = seeds.high - seeds.low, both.high - both.low
+        rows.append({"task": task, "algorithm": alg, "n_seeds": m.shape[0], "n_problems": m.shape[1],
+                     "mean": both.point, "seed_ci_low": seeds.low, "seed_ci_high": seeds.high, "ci_low": both.low,
+                     "ci_high": both.high, "width_ratio": w2 / w1 if w1 > 0 else float("nan")})
+    return pd.DataFrame(rows, columns=cols)
+

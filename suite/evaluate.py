@@ -79,16 +79,26 @@ def _generate(engine, tokenizer, task, examples, prompt_ids, n: int, params: Sam
 
 def evaluate(engine, tokenizer, task, examples: Sequence[Any], prompt_ids: Sequence[list[int]],
              prompts_text: Sequence[str], cfg: EvalConfig, max_new_tokens: int, stop_ids: tuple[int, ...],
-             max_turns: int = 1, max_obs_tokens: int = 256) -> tuple[dict[str, float], list[dict]]:
+             max_turns: int = 1, max_obs_tokens: int = 256,
+             per_problem: list[dict] | None = None) -> tuple[dict[str, float], list[dict]]:
     """Run the configured protocols; return (``{metric: value}`` keyed ``greedy_acc``,
-    ``avg@k``, ``pass@k``, ``maj@k``, and up to ``cfg.save_samples`` sample rows)."""
+    ``avg@k``, ``pass@k``, ``maj@k``, and up to ``cfg.save_samples`` sample rows).
+
+    ``per_problem``: a list that receives one row per example, ``{"problem": key, "greedy": 0/1,
+    "correct": c, "n": n}`` (``key``: :func:`problem_key` of the prompt text, the same in every run of
+    the task; ``greedy`` when greedy evals run; ``correct`` of ``n`` sampled completions when
+    ``n_samples`` > 0): what a report needs to resample problems as well as seeds."""
     out: dict[str, float] = {}
     samples: list[dict] = []
+    rows = [{"problem": problem_key(t)} for t in prompts_text] if per_problem is not None else None
     kw = dict(seed=cfg.seed, batch_size=cfg.batch_size, max_turns=max_turns, max_obs_tokens=max_obs_tokens)
     if cfg.greedy:
         params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.0, stop_ids=stop_ids)
         flat, texts, grades = _generate(engine, tokenizer, task, examples, prompt_ids, 1, params, **kw)
         out["greedy_acc"] = sum(g.correct for g in grades) / max(1, len(grades))
+        if rows is not None:
+            for (i, _), g in zip(flat, grades):
+                rows[i]["greedy"] = int(g.correct)
         out.update(_task_metrics(task, examples, flat, grades, "greedy"))
         samples += _rows(task, examples, prompts_text, flat, texts, grades, cfg.save_samples, "greedy")
     if cfg.n_samples:
@@ -97,6 +107,9 @@ def evaluate(engine, tokenizer, task, examples: Sequence[Any], prompt_ids: Seque
                                 stop_ids=stop_ids)
         flat, texts, grades = _generate(engine, tokenizer, task, examples, prompt_ids, n, params, **kw)
         per = [grades[i * n:(i + 1) * n] for i in range(len(examples))]
+        if rows is not None:
+            for i, p in enumerate(per):
+                rows[i].update(correct=sum(g.correct for g in p), n=n)
         for k in cfg.ks:
             out[f"avg@{k}"] = sum(sum(g.correct for g in p[:k]) / k for p in per) / len(per)
             out[f"pass@{k}"] = sum(pass_at_k(n, sum(g.correct for g in p), k) for p in per) / len(per)
@@ -104,7 +117,19 @@ def evaluate(engine, tokenizer, task, examples: Sequence[Any], prompt_ids: Seque
         out.update(_task_metrics(task, examples, flat, grades, "sampled"))
         samples += _rows(task, examples, prompts_text, flat, texts, grades,
                          max(0, cfg.save_samples - len(samples)), "sampled")
+    if rows is not None:
+        per_problem.extend(rows)
     return out, samples
+
+
+def problem_key(prompt_text: Any) -> str:
+    """A short stable key of one eval problem: the first 16 hex digits of the sha256 of its prompt
+    text (chat prompts: their JSON), so runs of one task pair problem by problem."""
+    import hashlib
+    import json
+
+    text = prompt_text if isinstance(prompt_text, str) else json.dumps(prompt_text, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _task_metrics(task, examples, flat, grades, mode: str) -> dict[str, float]:

@@ -70,7 +70,9 @@ class CountingGrader:
 
 def drop_final_rows(f: RunFolder) -> None:
     """Resuming after the last checkpoint re-runs the final evals: drop their old rows."""
-    for name in ("evals.jsonl", "samples.jsonl"):
+    for name in ("evals.jsonl", "samples.jsonl", "problems.jsonl"):
         path = f.file(name)
+        if not path.exists():
+            continue
         rows = [r for r in read_jsonl(path) if not r.get("final")]
         atomic_write_text(path, "".join(dumps(r) + "\n" for r in rows))

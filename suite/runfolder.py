@@ -1,7 +1,8 @@
 """The run folder: the contract between trainer, sweeps and reports.
 
 ``<out>/<run_id>/`` holds ``spec.json``, ``env.json``, ``metrics.jsonl`` (one row per step),
-``evals.jsonl``, ``samples.jsonl``, ``status.json``, ``checkpoint/`` and ``final/``.
+``evals.jsonl``, ``samples.jsonl``, ``problems.jsonl`` (the final evals' per-problem results),
+``status.json``, ``checkpoint/`` and ``final/``.
 JSON documents are written atomically (temporary name, fsync, rename), so a reader never sees
 half a document; ``checkpoint/`` is replaced as a whole (a new copy is written under
 ``.checkpoint.tmp`` with a completion marker, then swapped in; :meth:`RunFolder.recover_dir`

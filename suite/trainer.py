@@ -579,9 +579,10 @@ class Trainer:
         if engine.version != self.budget.counters["updates"]:
             engine = current or make_engine(s.rollout.engine, self.model, self.tok, s.rollout)  # the current policy
         counted = _CountingGrader(self.task)  # grade errors of the eval, counted (never a silent "wrong")
+        problems: list[dict] = []  # per-problem results of the final evals (problems.jsonl)
         res, samples = evaluate(engine, self.tok, counted, examples, [p[0] for p in ids], [p[1] for p in ids],
                                 s.eval, s.rollout.max_new_tokens, self.stop_ids, s.rollout.max_turns,
-                                s.rollout.max_obs_tokens)
+                                s.rollout.max_obs_tokens, per_problem=problems if final else None)
         if counted.graded and counted.errors == counted.graded:
             from rlsuite.tasks.base import GraderError
 
@@ -598,6 +599,9 @@ class Trainer:
         self.folder.append("evals.jsonl", [row])
         self.folder.append("samples.jsonl", [{"step": self.step_no, "split": split, "final": final, **x}
                                              for x in samples])
+        if problems:
+            self.folder.append("problems.jsonl", [{"step": self.step_no, "split": split, "final": True, **x}
+                                                  for x in problems])
         self.trackers.log_eval(row)
         self.progress_out.on_eval(row)
         return row
@@ -653,11 +657,11 @@ class Trainer:
         if not self.world.main:
             pass  # data-parallel ranks > 0 write nothing
         elif resumed:
-            for name in ("metrics.jsonl", "evals.jsonl", "samples.jsonl"):
+            for name in ("metrics.jsonl", "evals.jsonl", "samples.jsonl", "problems.jsonl"):
                 f.truncate_jsonl(name, self.step_no)
             drop_final_rows(f)
         else:
-            for name in ("metrics.jsonl", "evals.jsonl", "samples.jsonl"):
+            for name in ("metrics.jsonl", "evals.jsonl", "samples.jsonl", "problems.jsonl"):
                 f.file(name).write_text("")
         f.set_status(state="running", reason=None, step=self.step_no, budget=self.budget.counters,
                      started_at=now_iso(), host=socket.gethostname(), pid=os.getpid(), attempt=attempt)

@@ -254,7 +254,9 @@ def compact_copy(src: Path, dest: Path, keep: Sequence[str] = COMPACT_KEEP, keep
             if name == "env.json" and study_meta is not None:
                 doc["study"] = study_meta
             (tmp / name).write_text(json.dumps(doc, indent=1, default=str) + "\n")
-        for name, cut in (("evals.jsonl", False), ("metrics.jsonl", True)):
+        for name, cut in (("evals.jsonl", False), ("metrics.jsonl", True), ("problems.jsonl", False)):
+            if name == "problems.jsonl" and not (src / name).exists():
+                continue  # runs written before per-problem results existed
             with open(tmp / name, "w", encoding="utf-8") as g:
                 for row in read_jsonl(src / name):
                     if cut:

@@ -107,8 +107,8 @@ def test_study_run_copies_each_run_as_it_finishes_and_a_rerun_skips_them(repo, t
     assert study.copied(dest) == set(ids)
     for rid in ids:
         c = dest / rid
-        assert sorted(p.name for p in c.iterdir()) == ["env.json", "evals.jsonl", "metrics.jsonl", "spec.json",
-                                                       "status.json"]
+        assert sorted(p.name for p in c.iterdir()) == ["env.json", "evals.jsonl", "metrics.jsonl", "problems.jsonl",
+                                                       "spec.json", "status.json"]
         env = json.loads((c / "env.json").read_text())
         assert env["study"]["copied_by"] == "job" and env["study"]["commit"] == env["study"]["registered_commit"]
         assert env["study"]["code_changed"] is False

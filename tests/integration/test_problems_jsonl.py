@@ -1,0 +1,64 @@
+"""Per-problem results: a run's final evals write ``problems.jsonl`` (one row per problem, keys
+stable across runs), their mean is the eval's accuracy, and the report's two-level interval
+resamples those problems as well as the seeds."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from rlsuite.reports import stats, tables
+from rlsuite.reports.config import ReportConfig
+from rlsuite.reports.load import load_runs
+from rlsuite.reports.scores import score_runs
+from rlsuite.suite.cli import main
+from rlsuite.suite.runfolder import read_jsonl
+
+FAST = ["--task", "arith", "--budget", "samples=128", "--set", "model.warm_start=none", "--set",
+        "eval.max_prompts=24", "--set", "rollout.prompts_per_step=8", "--set", "rollout.group_size=4",
+        "--set", "eval.n_samples=2", "--set", "eval.ks=[1,2]"]
+
+
+def test_final_evals_write_per_problem_results_and_the_report_resamples_them(tmp_path, capsys):
+    dirs = []
+    for seed in (0, 1):
+        assert main(["run", *FAST, "--algo", "grpo", "--seed", str(seed), "--out", str(tmp_path)]) == 0
+        dirs.append(capsys.readouterr().out.strip().splitlines()[-1].split("run_dir: ")[1])
+    keys = []
+    for d in dirs:
+        rows = read_jsonl(f"{d}/problems.jsonl")
+        evals = [e for e in read_jsonl(f"{d}/evals.jsonl") if e["final"]]
+        assert rows and all(r["final"] for r in rows) and {r["split"] for r in rows} == {e["split"] for e in evals}
+        for e in evals:  # one row per problem; their mean is the eval's accuracy
+            mine = [r for r in rows if r["split"] == e["split"]]
+            assert len(mine) == e["n_prompts"] == 24 and all(r["n"] == 2 for r in mine)
+            assert np.mean([r["greedy"] for r in mine]) == pytest.approx(e["eval/arith/greedy_acc"])
+            assert np.mean([r["correct"] / r["n"] for r in mine]) == pytest.approx(e["eval/arith/avg@2"])
+        keys.append([r["problem"] for r in rows if r["split"] == "test"])
+    assert keys[0] == keys[1] and len(set(keys[0])) == 24  # the same problems, paired by key
+    cfg = ReportConfig(reps=200)
+    rs = load_runs(tmp_path)
+    t = tables.problem_interval_table(score_runs(rs, cfg), rs.per_problem, cfg)
+    (row,) = t.itertuples()
+    assert row.n_seeds == 2 and row.n_problems == 24
+    assert row.ci_low <= row.mean <= row.ci_high and row.seed_ci_low <= row.mean <= row.seed_ci_high
+
+
+def test_two_level_interval_by_hand():
+    flat = np.full((3, 10), 0.5)
+    assert stats.two_level_interval(flat, reps=200) == (0.5, 0.5, 0.5)
+    # identical runs: resampling seeds alone gives zero width, resampling problems does not
+    m = np.tile(np.array([0, 1] * 10, dtype=float), (3, 1))
+    seeds = stats.two_level_interval(m, reps=500, problems=False)
+    both = stats.two_level_interval(m, reps=500)
+    assert seeds.low == seeds.high == 0.5 and both.low < 0.5 < both.high
+    # 20 problems of p = 0.5: the problem-sampling sd is sqrt(0.25 / 20) = 0.112; the 95% interval ~ +-0.22
+    assert both.high - both.low == pytest.approx(2 * 1.96 * 0.112, abs=0.08)
+    assert np.isnan(stats.two_level_interval(np.empty((0, 3))).low)
+
+
+def test_no_per_problem_results_gives_an_empty_table():
+    cfg = ReportConfig(reps=50)
+    empty = pd.DataFrame(columns=["run_id", "split", "problem", "greedy", "correct", "n"])
+    assert tables.problem_interval_table(None, empty, cfg).empty
