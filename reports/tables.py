@@ -19,7 +19,9 @@ from rlsuite.reports.errors import ReportError
 from rlsuite.reports.scores import BASE_LABEL, Scored, score_matrix
 
 LEADERBOARD_COLUMNS = ("task", "algorithm", "n_seeds", "mean", "ci_low", "ci_high", "iqm", "resolution_floor",
-                       "stable_k", "stable_n", "budget_unit", "budget")
+                       "stable_k", "stable_n", "budget_unit", "budget", "samples", "updates", "gen_tokens", "flops")
+SPENT = ("samples", "updates", "gen_tokens", "flops")
+"""The compute a cell spent, whatever unit was matched: mean over its runs at the scored eval."""
 
 LEADERBOARD_EXPLAINED = {
     "task": "task name (spec.json `task.name`)",
@@ -42,6 +44,9 @@ LEADERBOARD_EXPLAINED = {
     "stable_n": "runs classified (= n_seeds); unstable runs stay in the mean",
     "budget_unit": "the matched budget's counter (spec.json `budget`)",
     "budget": "the matched budget in that unit",
+    "samples, updates, gen_tokens, flops": "what the cell's runs spent by the scored eval (mean over runs): a "
+                                           "matched unit leaves the others free, e.g. an entry that filters groups "
+                                           "(DAPO) spends the matched samples in fewer updates and FLOPs",
 }
 
 
@@ -79,9 +84,10 @@ def leaderboard(scored: Scored, cfg: ReportConfig) -> pd.DataFrame:
     Columns: `LEADERBOARD_COLUMNS`.
     """
     rows = []
+    spent = _spent(scored)
     for task in sorted(set(scored.scores["task"]) | set(scored.base["task"])):
         cells = scored.scores[scored.scores["task"] == task].groupby("algorithm", sort=True)
-        task_rows = [_cell_row(task, alg, g, cfg) for alg, g in cells]
+        task_rows = [_cell_row(task, alg, g, cfg) | _cell_spent(g, spent) for alg, g in cells]
         base = scored.base[scored.base["task"] == task]
         alpha = (1 - cfg.confidence) / max(1, len(task_rows))
         for r, (_, g) in zip(task_rows, cells, strict=True):
@@ -90,6 +96,22 @@ def leaderboard(scored: Scored, cfg: ReportConfig) -> pd.DataFrame:
         rows += _base_row(scored.base, task, cfg, ";".join(units))
         rows += sorted(task_rows, key=lambda r: -np.nan_to_num(r["mean"], nan=-np.inf))
     return pd.DataFrame(rows, columns=list(LEADERBOARD_COLUMNS))
+
+
+def _spent(scored: Scored) -> pd.DataFrame:
+    """Per scored run: its budget counters at the scored eval (``SPENT``), indexed by run_id."""
+    ev = scored.metric_evals
+    cols = [f"budget/{k}" for k in SPENT]
+    if ev is None or ev.empty or not set(cols) <= set(ev.columns) or "score_step" not in scored.scores:
+        return pd.DataFrame(columns=list(SPENT))
+    at = scored.scores[["run_id", "score_step"]].rename(columns={"score_step": "step"})
+    rows = ev.merge(at, on=["run_id", "step"]).groupby("run_id")[cols].max()
+    return rows.rename(columns=dict(zip(cols, SPENT)))
+
+
+def _cell_spent(g: pd.DataFrame, spent: pd.DataFrame) -> dict:
+    mine = spent[spent.index.isin(g["run_id"])]
+    return {k: float(pd.to_numeric(mine[k], errors="coerce").mean()) if len(mine) else float("nan") for k in SPENT}
 
 
 def _ci(values: np.ndarray, cfg: ReportConfig, statistic: str = "mean") -> stats.Interval:
@@ -117,7 +139,8 @@ def _base_row(base: pd.DataFrame, task: str, cfg: ReportConfig, unit: str) -> li
     ci = _ci(vals, cfg)
     return [{"task": task, "algorithm": BASE_LABEL, "n_seeds": len(vals), "mean": ci.point,
              "ci_low": ci.low, "ci_high": ci.high, "iqm": float(stats.iqm(vals)), "resolution_floor": float("nan"),
-             "stable_k": pd.NA, "stable_n": pd.NA, "budget_unit": unit, "budget": 0.0}]
+             "stable_k": pd.NA, "stable_n": pd.NA, "budget_unit": unit, "budget": 0.0,
+             **dict.fromkeys(SPENT, 0.0)}]
 
 
 def base_by_seed(base: pd.DataFrame, task: str | None = None) -> np.ndarray:

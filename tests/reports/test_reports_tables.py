@@ -23,7 +23,11 @@ def test_leaderboard_columns_and_base_row(synthetic_root_ro):
     scored = score_runs(load_runs(synthetic_root_ro), CFG)
     lb = tables.leaderboard(scored, CFG)
     assert list(lb.columns) == ["task", "algorithm", "n_seeds", "mean", "ci_low", "ci_high", "iqm",
-                                "resolution_floor", "stable_k", "stable_n", "budget_unit", "budget"]
+                                "resolution_floor", "stable_k", "stable_n", "budget_unit", "budget", "samples",
+                                "updates", "gen_tokens", "flops"]
+    # what each cell spent at its scored eval: the matched unit (samples) equals the budget
+    body = lb[lb["algorithm"] != BASE_LABEL]
+    assert (body["samples"] > 0).all() and (body["updates"] > 0).all() and (body["flops"] > 0).all()
     # 3 seeds: the sign-flip test cannot reject at any level below 0.25, so no gain is resolvable
     assert np.isinf(lb[lb["algorithm"] != BASE_LABEL]["resolution_floor"]).all()
     assert lb[lb["algorithm"] == BASE_LABEL]["resolution_floor"].isna().all()
