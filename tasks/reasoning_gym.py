@@ -30,7 +30,8 @@ of the run id): ``tag`` = the content of the last complete ``<answer>…</answer
 extractable, reward 0); ``plain`` = the whole reply, stripped; ``auto`` = the last tag if there is
 one, else, for a problem whose gold is a number, the last number of the reply (``2 + 9 = 11`` →
 ``11``), else the text after the last ``answer is`` / ``answer:`` (quotes, ``**`` and a trailing
-period removed: ``The answer is "dunt".`` → ``dunt``), else the reply's last non-empty line. Small
+period removed: ``The answer is "dunt".`` → ``dunt``), else the reply's last non-empty line; for a
+one-word gold (``Yes``, a reversed word) the first word of that (``Yes, it follows.`` → ``Yes``). Small
 chat models (SmolLM2-135M) do not use tags; ``auto`` is what lets their answers be read at all.
 
 Grading: the dataset's ``score_answer(answer, entry)``. **Correct means a score of exactly 1.0**;
@@ -265,7 +266,9 @@ class ReasoningGym(Task):
     def grade_item(self, example: Item, completion: str) -> Optional[str]:
         """The extracted answer of ``completion`` for ``example`` (``auto`` reads numbers for numeric golds)."""
         if self.cfg.extract == "auto":
-            return extract_answer(completion, "auto", numeric=_is_number(example.answer))
+            a = example.answer
+            return extract_answer(completion, "auto", numeric=_is_number(a),
+                                  word=a is not None and len(a.split()) == 1 and not _is_number(a))
         return self.extract(completion)
 
     def grade(self, example: Item, completion: str) -> Grade:
@@ -313,7 +316,7 @@ def _is_number(text: Optional[str]) -> bool:
     return text is not None and re.fullmatch(r"\s*-?\d+(?:\.\d+)?\s*", text) is not None
 
 
-def extract_answer(completion: str, mode: str, numeric: bool = False) -> Optional[str]:
+def extract_answer(completion: str, mode: str, numeric: bool = False, word: bool = False) -> Optional[str]:
     """The answer in ``completion`` under extraction ``mode`` (``tag`` / ``plain`` / ``auto``; the
     rules are the module docstring's); None when nothing is extractable."""
     found = _TAG.findall(completion)
@@ -329,6 +332,8 @@ def extract_answer(completion: str, mode: str, numeric: bool = False) -> Optiona
     tail = text[hits[-1].end():] if hits and text[hits[-1].end():].strip() else text.splitlines()[-1]
     tail = tail.strip().splitlines()[0] if tail.strip() else ""
     tail = tail.strip(" \t*`'\".")
+    if word and tail:  # a one-word gold (Yes / No, a reversed word): the answer's first word
+        tail = tail.split()[0].strip(" \t*`'\".,:;!?")
     return tail or None
 
 

@@ -174,6 +174,12 @@ def test_auto_extraction_reads_what_a_small_chat_model_writes(reply, numeric, wa
     assert rgt.extract_answer(reply, "auto", numeric=numeric) == want
 
 
+def test_auto_extraction_reads_the_first_word_for_one_word_golds():
+    assert rgt.extract_answer("Yes, it logically follows.", "auto", word=True) == "Yes"
+    assert rgt.extract_answer("The answer is **No** because ...", "auto", word=True) == "No"
+    assert rgt.extract_answer("Yes, it logically follows.", "auto") == "Yes, it logically follows"
+
+
 def test_auto_extraction_grades_numbers_by_the_gold():
     t = task(datasets=(ARITH,), extract="auto")
     ex = t.splits()["test"][0]
