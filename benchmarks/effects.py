@@ -32,6 +32,8 @@ from typing import Callable
 
 import numpy as np
 
+from rlsuite.sweeps.study import COMPACT_KEEP as KEEP  # the metrics a compact copy keeps (one list)
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "results" / "effects"
 sys.path.insert(0, str(ROOT))
@@ -434,21 +436,17 @@ def base_entropy(n: int = 256) -> dict:
             "band": {"lower_start": 0.9 * h0, "upper_start": 1.1 * h0, "lower_end": 0.45 * h0, "upper_end": 0.55 * h0}}
 
 
-KEEP = ("step", "time", "reward/mean", "reward/std", "len/response_mean", "len/correct_mean", "len/wrong_mean",
-        "len/truncated_frac", "stats/entropy", "stats/grad_norm", "stats/kl_ref", "group/mixed_frac",
-        "perf/step_time", "perf/rollout_time", "perf/train_time", "stats/clip_frac", "stats/approx_kl",
-        "stability/nonfinite", "loss/policy")
-"""The metrics a compact run copy keeps (every analysis above reads only these, and budget/*)."""
-
-
 def export(root: Path, dest: Path = OUT / "runs", sweep: str = "effects",
            keep_prefixes: tuple[str, ...] = ("budget/",)) -> int:
-    """Copy each finished run of ``root/<sweep>`` compactly into ``dest/<sweep>/<run_id>/``: its
-    spec, status, env and evals whole, its metrics cut to :data:`KEEP` and the keys starting with
-    one of ``keep_prefixes`` (the budget counters; e.g. ``mismatch/`` too for the mismatch sweeps),
-    every file and row naming the CPU model it was measured on (from the run's env.json), no
-    samples and no weights; ``render dest`` then reads the copies like run folders."""
-    from rlsuite.suite.runfolder import cpu_model
+    """Copy each completed run of ``root/<sweep>`` compactly into ``dest/<sweep>/<run_id>/``
+    (:func:`rlsuite.sweeps.study.compact_copy`, the format of a study's copies): its spec, status,
+    env and evals whole, its metrics cut to :data:`KEEP` and the keys starting with one of
+    ``keep_prefixes`` (the budget counters; e.g. ``mismatch/`` too for the mismatch sweeps), every
+    file and row naming the CPU model it was measured on, no samples and no weights; an earlier copy
+    is replaced. ``render dest`` then reads the copies like run folders."""
+    import shutil
+
+    from rlsuite.sweeps.study import compact_copy
 
     n = 0
     for run in sorted((root / sweep).glob("*/spec.json")):
@@ -456,21 +454,8 @@ def export(root: Path, dest: Path = OUT / "runs", sweep: str = "effects",
         status = json.loads((src / "status.json").read_text()) if (src / "status.json").exists() else {}
         if status.get("state") != "completed":
             continue
-        out.mkdir(parents=True, exist_ok=True)
-        env = json.loads((src / "env.json").read_text()) if (src / "env.json").exists() else {}
-        cpu = env.get("cpu_model") or cpu_model()  # every copied file names the CPU it was measured on
-        for name in ("spec.json", "status.json", "env.json"):
-            if (src / name).exists():
-                doc = json.loads((src / name).read_text())
-                doc.setdefault("cpu_model", cpu)
-                (out / name).write_text(json.dumps(doc, indent=1) + "\n")
-        for name, keep in (("evals.jsonl", None), ("metrics.jsonl", KEEP)):
-            with open(src / name) as f, open(out / name, "w") as g:
-                for line in f:
-                    row = json.loads(line)
-                    if keep is not None:
-                        row = {k: v for k, v in row.items() if k in keep or k.startswith(keep_prefixes)}
-                    g.write(json.dumps({**row, "cpu_model": cpu}) + "\n")
+        shutil.rmtree(out, ignore_errors=True)
+        compact_copy(src, out, KEEP, keep_prefixes)
         n += 1
     return n
 

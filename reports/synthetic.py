@@ -161,7 +161,8 @@ def write_run(root: Path, task: str, arm: Arm, seed: int, *, steps: int = 20, ev
           "reward": 1.0, "parsed": str(i + seed), "gold": str(i + seed)} for i in range(3)]))
     (folder / "status.json").write_text(json.dumps({
         "state": state, "reason": f"NaN loss at step {bad_from + 1}" if state == "diverged" else
-        ("worker OOM" if state == "failed" else None), "step": stop, "budget": _budget_row(stop, arm),
+        ("worker OOM" if state == "failed" else None), "step": stop,
+        "budget": {k.removeprefix("budget/"): v for k, v in _budget_row(stop, arm).items()},  # the trainer's counters
         "started_at": "2025-01-01T00:00:00", "updated_at": "2025-01-01T01:00:00", "host": "synthetic",
         "pid": 1, "attempt": 1}))
     return folder

@@ -87,11 +87,14 @@ def leaderboard(scored: Scored, cfg: ReportConfig) -> pd.DataFrame:
     spent = _spent(scored)
     for task in sorted(set(scored.scores["task"]) | set(scored.base["task"])):
         cells = scored.scores[scored.scores["task"] == task].groupby("algorithm", sort=True)
-        task_rows = [_cell_row(task, alg, g, cfg) | _cell_spent(g, spent) for alg, g in cells]
         base = scored.base[scored.base["task"] == task]
-        alpha = (1 - cfg.confidence) / max(1, len(task_rows))
-        for r, (_, g) in zip(task_rows, cells, strict=True):
-            r["resolution_floor"] = pair_data(_by_seed(g), _by_seed(base)).mdd(alpha) if len(base) else float("nan")
+        base_seeds = _by_seed(base) if len(base) else None
+        alpha = (1 - cfg.confidence) / max(1, cells.ngroups)  # the base family's first Holm level
+
+        def floor(g: pd.DataFrame) -> float:
+            return pair_data(_by_seed(g), base_seeds).mdd(alpha) if base_seeds is not None else float("nan")
+        task_rows = [_cell_row(task, alg, g, cfg) | _cell_spent(g, spent) | {"resolution_floor": floor(g)}
+                     for alg, g in cells]
         units = sorted({r["budget_unit"] for r in task_rows if r["budget_unit"]})
         rows += _base_row(scored.base, task, cfg, ";".join(units))
         rows += sorted(task_rows, key=lambda r: -np.nan_to_num(r["mean"], nan=-np.inf))
@@ -126,8 +129,7 @@ def _cell_row(task: str, alg: str, g: pd.DataFrame, cfg: ReportConfig) -> dict:
     fin = vals[np.isfinite(vals)]
     return {"task": task, "algorithm": alg, "n_seeds": len(g), "mean": ci.point, "ci_low": ci.low,
             "ci_high": ci.high, "iqm": float(stats.iqm(fin)) if fin.size else float("nan"),
-            "resolution_floor": float("nan"), "stable_k": int(g["stable"].sum()), "stable_n": len(g),
-            "budget_unit": unit, "budget": budget}
+            "stable_k": int(g["stable"].sum()), "stable_n": len(g), "budget_unit": unit, "budget": budget}
 
 
 def _base_row(base: pd.DataFrame, task: str, cfg: ReportConfig, unit: str) -> list[dict]:
@@ -393,7 +395,6 @@ class Pair:
 
     def seeds_needed(self, effect: float, alpha: float, alternative: str = "two-sided") -> float:
         """Seeds per arm at which ``effect`` is this test's MDD at ``alpha`` (the spread observed here)."""
-        floor = smallsample.seeds_floor(alpha, alternative)
         if self.d is not None:
             sd = float(self.d.std(ddof=1)) if self.d.size >= 2 else float("nan")
             return smallsample.seeds_for_effect(effect, sd, alpha=alpha, power=POWER, alternative=alternative)
@@ -401,7 +402,7 @@ class Pair:
             return float("nan")
         n = stats.seeds_needed(effect, stats.variance_terms([self.x], [self.y]),
                                alpha=alpha if alternative == "two-sided" else 2 * alpha, power=POWER)
-        return max(float(floor), n) if np.isfinite(n) else n
+        return max(float(smallsample.seeds_floor(alpha, alternative)), n) if np.isfinite(n) else n
 
 
 def pair_data(x: pd.Series, y: pd.Series) -> Pair:
@@ -418,10 +419,10 @@ def pair_data(x: pd.Series, y: pd.Series) -> Pair:
 
 
 def _holm_rows(rows: list[dict], families: list[list[int]], alpha: float, cfg: ReportConfig,
-               alternatives: list[str] | None = None) -> None:
+               alternatives: list[str] | None = None, names: tuple[str, str] = ("algorithm_x", "algorithm_y")) -> None:
     """Holm-adjust each family of ``rows`` (their ``_pair`` and ``p_value``) in place: ``p_holm``, the
-    interval at the level Holm tested each one, the verdict, and the MDD / seeds needed at the
-    family's first-step level alpha / m."""
+    interval at the level Holm tested each one, the verdict (``names``: the row keys of x and y), and
+    the MDD / seeds needed at the family's first-step level alpha / m."""
     for idx in families:
         p = [rows[i]["p_value"] for i in idx]
         adj, levels = stats.holm(p), stats.holm_levels(p, alpha)
@@ -434,8 +435,7 @@ def _holm_rows(rows: list[dict], families: list[list[int]], alpha: float, cfg: R
             if not np.isfinite(a):
                 verdict = UNTESTABLE
             elif a <= alpha and diff != 0:
-                x, y = r.get("algorithm_x", r.get("a")), r.get("algorithm_y", r.get("b"))
-                verdict = f"{x} {'>' if diff > 0 else '<'} {y}"
+                verdict = f"{r[names[0]]} {'>' if diff > 0 else '<'} {r[names[1]]}"
             else:
                 verdict = NOT_DISTINGUISHABLE
             r.update(p_holm=float(a), holm_ci_low=held.low, holm_ci_high=held.high, verdict=verdict,
@@ -532,12 +532,14 @@ def planned_table(scored: Scored, cfg: ReportConfig) -> pd.DataFrame:
             if a not in series or bb not in series:
                 continue
             pair = pair_data(series[a], series[bb])
-            gains = []
-            for arm in (a, bb):
-                if arm == BASE_LABEL or BASE_LABEL not in series:
-                    gains.append(float("nan") if arm != BASE_LABEL else 0.0)
-                    continue
-                gains.append(pair_data(series[arm], series[BASE_LABEL]).interval(cfg.confidence, seed=cfg.seed).low)
+
+            def gain_low(arm: str) -> float:  # lower end of the arm's gain over the base (0 for the base itself)
+                if arm == BASE_LABEL:
+                    return 0.0
+                if BASE_LABEL not in series:
+                    return float("nan")
+                return pair_data(series[arm], series[BASE_LABEL]).interval(cfg.confidence, seed=cfg.seed).low
+            gains = [gain_low(a), gain_low(bb)]
             label = {"greater": ">", "less": "<", "two-sided": "≠"}[direction]
             rows.append({"task": task, "comparison": f"{a} {label} {b}", "a": a, "b": b, "direction": direction,
                          "smallest_effect": effect, "n_pairs": pair.shared if pair.d is not None else 0,
@@ -547,14 +549,11 @@ def planned_table(scored: Scored, cfg: ReportConfig) -> pd.DataFrame:
                          "non_trivial": bool(gains[0] > 0 and (bb == BASE_LABEL or gains[1] > 0))})
             alts.append(direction)
     if rows:
-        _holm_rows(rows, [list(range(len(rows)))], alpha, cfg, alts)
+        _holm_rows(rows, [list(range(len(rows)))], alpha, cfg, alts, names=("a", "b"))
         for r in rows:
             r.pop("_pair")
             r.pop("_effect")
             r["resolves_smallest"] = bool(r["smallest_effect"] > 0 and r["mdd"] <= r["smallest_effect"])
-            wanted = {"greater": ">", "less": "<"}.get(r["direction"])
-            if wanted and r["verdict"] not in (NOT_DISTINGUISHABLE, UNTESTABLE) and f" {wanted} " not in r["verdict"]:
-                r["verdict"] = NOT_DISTINGUISHABLE  # a one-sided test rejects only in its direction
     return pd.DataFrame(rows, columns=list(PLANNED_COLUMNS))
 
 

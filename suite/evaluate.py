@@ -21,6 +21,9 @@ completion, each prompt's ``n_samples`` grades).
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 from collections import Counter
 from typing import Any, Optional, Sequence
 
@@ -125,9 +128,6 @@ def evaluate(engine, tokenizer, task, examples: Sequence[Any], prompt_ids: Seque
 def problem_key(prompt_text: Any) -> str:
     """A short stable key of one eval problem: the first 16 hex digits of the sha256 of its prompt
     text (chat prompts: their JSON), so runs of one task pair problem by problem."""
-    import hashlib
-    import json
-
     text = prompt_text if isinstance(prompt_text, str) else json.dumps(prompt_text, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -108,8 +108,7 @@ def _run_cost(runs: pd.DataFrame, pilot: Path) -> dict[tuple[str, str], float]:
             st = json.loads((Path(r.path) / "status.json").read_text())
         except (OSError, json.JSONDecodeError):
             continue
-        b = st.get("budget") or {}
-        wall = b.get("wall_s", b.get("budget/wall_s"))  # the run folder's key (reports.synthetic writes the prefix)
+        wall = (st.get("budget") or {}).get("wall_s")
         threads = r.num_threads if isinstance(r.num_threads, (int, float)) and r.num_threads == r.num_threads else 1
         if isinstance(wall, (int, float)):
             out.setdefault((r.task, r.algorithm), []).append(float(wall) * max(1.0, float(threads)))

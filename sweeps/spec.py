@@ -319,32 +319,44 @@ def _known_label(label: Any, labels: set[str], factors: bool) -> bool:
         label.startswith(f"{x}:") or label.startswith(f"{x.split(':')[0]}:") for x in labels)))
 
 
-def _comparisons(raw: Any, labels: set[str], factors: bool, source: str, errors: list[str]) -> tuple[Comparison, ...]:
+def _entries(raw: Any, key: str, required: tuple[str, ...], allowed: tuple[str, ...], source: str,
+             errors: list[str]) -> list[tuple[str, dict]]:
+    """The mappings of the list ``raw`` under spec key ``key``, each with its location; every entry
+    that is not a mapping with the ``required`` keys (and only ``allowed`` ones) is an error."""
     if raw is None:
-        return ()
+        return []
     if not isinstance(raw, list):
-        errors.append(f"{source}: 'comparisons' must be a list of {{a, b, direction, smallest_effect}}, got {raw!r}")
-        return ()
+        errors.append(f"{source}: '{key}' must be a list of {{{', '.join(allowed)}}}, got {raw!r}")
+        return []
     out = []
     for i, c in enumerate(raw):
-        where = f"{source}: comparisons[{i}]"
-        if not isinstance(c, dict) or not {"a", "b"} <= set(c) or set(c) - set(COMPARISON_KEYS):
-            errors.append(f"{where}: expected a mapping with keys a, b and optionally direction, smallest_effect; "
-                          f"got {c!r}")
+        where = f"{source}: {key}[{i}]"
+        if not isinstance(c, dict) or not set(required) <= set(c) or set(c) - set(allowed):
+            optional = [k for k in allowed if k not in required]
+            errors.append(f"{where}: expected a mapping with keys {', '.join(required)} and optionally "
+                          f"{', '.join(optional)}; got {c!r}")
             continue
-        bad = [k for k in ("a", "b") if not (_known_label(c[k], labels, factors) or (k == "b" and c[k] == "base"))]
-        for k in bad:
-            errors.append(f"{where}.{k}: {c[k]!r} is not an arm of this sweep; {suggest(str(c[k]), sorted(labels))}"
-                          f"valid: {', '.join(sorted(labels))}{' or base' if k == 'b' else ''}")
+        out.append((where, c))
+    return out
+
+
+def _comparisons(raw: Any, labels: set[str], factors: bool, source: str, errors: list[str]) -> tuple[Comparison, ...]:
+    out = []
+    for where, c in _entries(raw, "comparisons", ("a", "b"), COMPARISON_KEYS, source, errors):
+        problems = [f"{where}.{k}: {c[k]!r} is not an arm of this sweep; {suggest(str(c[k]), sorted(labels))}"
+                    f"valid: {', '.join(sorted(labels))}{' or base' if k == 'b' else ''}"
+                    for k in ("a", "b") if not (_known_label(c[k], labels, factors) or (k == "b" and c[k] == "base"))]
         d = c.get("direction", "two-sided")
         if d not in DIRECTIONS:
-            errors.append(f"{where}.direction: {d!r}; valid: {', '.join(DIRECTIONS)}")
+            problems.append(f"{where}.direction: {d!r}; valid: {', '.join(DIRECTIONS)}")
         e = c.get("smallest_effect", 0.0)
         if not _finite(e) or e < 0:
-            errors.append(f"{where}.smallest_effect: must be a number ≥ 0 in score units (0.03 = 3 points), got {e!r}")
-        if c.get("a") == c.get("b"):
-            errors.append(f"{where}: a and b are the same arm ({c.get('a')!r})")
-        if not bad and d in DIRECTIONS and _finite(e) and e >= 0 and c["a"] != c["b"]:
+            problems.append(f"{where}.smallest_effect: must be a number ≥ 0 in score units (0.03 = 3 points), "
+                            f"got {e!r}")
+        if c["a"] == c["b"]:
+            problems.append(f"{where}: a and b are the same arm ({c['a']!r})")
+        errors += problems
+        if not problems:
             out.append(Comparison(c["a"], c["b"], d, float(e)))
     keys = [(c.a, c.b) for c in out]
     for k in sorted({k for k in keys if keys.count(k) > 1}):
@@ -353,18 +365,8 @@ def _comparisons(raw: Any, labels: set[str], factors: bool, source: str, errors:
 
 
 def _checks(raw: Any, labels: set[str], factors: bool, source: str, errors: list[str]) -> tuple[Check, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        errors.append(f"{source}: 'checks' must be a list of {{{', '.join(CHECK_KEYS)}}}, got {raw!r}")
-        return ()
     out = []
-    for i, c in enumerate(raw):
-        where = f"{source}: checks[{i}]"
-        if not isinstance(c, dict) or not {"arm", "signal", "value"} <= set(c) or set(c) - set(CHECK_KEYS):
-            errors.append(f"{where}: expected a mapping with keys arm, signal, value and optionally agg, op, seeds, "
-                          f"after; got {c!r}")
-            continue
+    for where, c in _entries(raw, "checks", ("arm", "signal", "value"), CHECK_KEYS, source, errors):
         problems = []
         if not (c["arm"] == "all" or _known_label(c["arm"], labels, factors)):
             problems.append(f"{where}.arm: {c['arm']!r} is not an arm of this sweep; valid: {', '.join(sorted(labels))} "

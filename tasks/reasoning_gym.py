@@ -259,20 +259,15 @@ class ReasoningGym(Task):
         a = example.answer if example.answer is not None else ""
         return f"<answer>{a}</answer>" if self.cfg.extract == "tag" else a
 
-    def extract(self, completion: str) -> Optional[str]:
-        """The answer a completion gives (None: nothing extractable)."""
-        return extract_answer(completion, self.cfg.extract)
-
-    def grade_item(self, example: Item, completion: str) -> Optional[str]:
-        """The extracted answer of ``completion`` for ``example`` (``auto`` reads numbers for numeric golds)."""
-        if self.cfg.extract == "auto":
-            a = example.answer
-            return extract_answer(completion, "auto", numeric=_is_number(a),
-                                  word=a is not None and len(a.split()) == 1 and not _is_number(a))
-        return self.extract(completion)
+    def extract(self, example: Item, completion: str) -> Optional[str]:
+        """The answer ``completion`` gives to ``example`` (None: nothing extractable); ``auto`` reads
+        it by the shape of the example's gold (a number, one word, anything else)."""
+        a = example.answer
+        return extract_answer(completion, self.cfg.extract, numeric=_is_number(a),
+                              word=a is not None and len(a.split()) == 1 and not _is_number(a))
 
     def grade(self, example: Item, completion: str) -> Grade:
-        parsed = self.grade_item(example, completion)
+        parsed = self.extract(example, completion)
         if parsed is None:
             return Grade(reward=0.0, correct=False, parsed=None)
         ds = self._dataset(example.label)
