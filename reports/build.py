@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from rlsuite.reports import ablation, interactive, scaling, stability, stats, tables, timing
+from rlsuite.reports import checks as checks_mod
 from rlsuite.reports.atomic import atomic_write_text
 from rlsuite.reports.config import ReportConfig
 from rlsuite.reports.errors import ReportError
@@ -187,8 +188,21 @@ def score_tables(ctx: Context) -> tuple[list[Table], str | None]:
          "not problems). ")
         + "; ".join(f"`{k}`: {v}" for k, v in tables.PROBLEM_INTERVAL_EXPLAINED.items()) + ".",
         ctx.pct("mean", "seed_ci_low", "seed_ci_high", "ci_low", "ci_high")))
+    gate = pd.DataFrame()
+    if cfg.checks:
+        gate = checks_mod.evaluate([checks_mod.CheckRow(*c) for c in cfg.checks], ctx.runset.runs,
+                                   ctx.runset.metrics)
+        out.insert(0, Table(
+            "checks", "Manipulation checks", gate, ctx.footer("per run, the signal aggregated over its steps"),
+            "The checks the spec fixed before the confirmatory runs: does the mechanism each comparison is about "
+            "engage in these runs? A check passes when at least `share_needed` of the arm's runs meet it; "
+            "`values`: the aggregated signal per run; `no data`: no run logged the signal. A failed check is "
+            "reported beside the planned verdicts it concerns (column `checks`), never in their place."))
     if cfg.comparisons:
         planned = tables.planned_table(sc, cfg)
+        if cfg.checks:
+            planned["checks"] = ["; ".join(checks_mod.failed_for(gate, r.task, [r.a, r.b])) or "pass"
+                                 for r in planned.itertuples()]
         listed = "; ".join(f"{a} {({'greater': '>', 'less': '<'}).get(d, '≠')} {b} (smallest effect {e:g})"
                            for a, b, d, e in cfg.comparisons)
         out.insert(0, Table(
@@ -196,7 +210,9 @@ def score_tables(ctx: Context) -> tuple[list[Table], str | None]:
             ctx.footer("randomization-test intervals at the Holm level", coverage="randomization"),
             f"The comparisons the spec fixed before any run: {listed}. One Holm family over all of them (× tasks) "
             f"at family-wise alpha = {1 - cfg.confidence:.2g}; a planned comparison missing here had an arm "
-            "without scored runs. " + "; ".join(f"`{k}`: {v}" for k, v in tables.PLANNED_EXPLAINED.items()) + ".",
+            "without scored runs. " + "; ".join(f"`{k}`: {v}" for k, v in tables.PLANNED_EXPLAINED.items()) + "."
+            + (" `checks`: the manipulation checks of either arm that did not pass in these runs (table `checks`), "
+               "or pass." if cfg.checks else ""),
             ctx.pct("smallest_effect", "diff", "holm_ci_low", "holm_ci_high", "mdd", "a_gain_low", "b_gain_low")))
     return out, ref
 
@@ -453,7 +469,7 @@ def compose(ctx: Context, sections: dict[str, list[Table]], figs: list[Figure], 
     task's curves beside its verdicts, then the static ones collapsed), runs, unreadable input,
     files. report.html moves the figures to the front (`build_report`)."""
     score_tabs = sections["Leaderboard and comparisons"]
-    lb = score_tabs[0]
+    lb = next(t for t in score_tabs if t.name == "leaderboard")  # planned comparisons and checks come first
     inter = next((t.frame for t in sections["Ablations"] if t.name == "interactions"), None)
     explained = [f"`{c}`: {d}" for c, d in lb.columns_explained.items()]
     verdicts = next((t.frame for t in score_tabs if t.name == "verdicts"), None)
@@ -464,10 +480,12 @@ def compose(ctx: Context, sections: dict[str, list[Table]], figs: list[Figure], 
     if ctx.runset.env_warnings:  # cells pooling different CPU models / torch versions (reports.load)
         blocks += [Block("h3", "Warnings"), Block("list", [f"Warning: {w}" for w in ctx.runset.env_warnings])]
     blocks += [Block("h2", "What this report summarises"),
-               Block("list", provenance(ctx.runset, ctx.scored, ctx.cfg, ctx.code) + list(ctx.scored.notes)),
-               Block("h2", "Leaderboard"), Block("table", lb),
-               Block("p", "Columns:"), Block("list", explained)]
-    blocks += [Block("h2", "Comparisons")] + _tables(score_tabs[1:])
+               Block("list", provenance(ctx.runset, ctx.scored, ctx.cfg, ctx.code) + list(ctx.scored.notes))]
+    confirm = [t for t in score_tabs if t.name in ("planned", "checks")]  # the study's own questions first
+    if confirm:
+        blocks += [Block("h2", "Planned comparisons")] + _tables(confirm)
+    blocks += [Block("h2", "Leaderboard"), Block("table", lb), Block("p", "Columns:"), Block("list", explained)]
+    blocks += [Block("h2", "Comparisons")] + _tables([t for t in score_tabs if t is not lb and t not in confirm])
     for name in ("Stability", "Ablations", "Time to target", "Compute scaling"):
         if sections[name]:
             blocks += [Block("h2", name)] + _tables(sections[name])

@@ -82,9 +82,10 @@ def parse_stability(items: list[str]) -> StabilityThresholds:
         raise ReportError(str(exc)) from None
 
 
-def planned_comparisons(path: Path | None, roots: list[Path]) -> tuple[tuple[str, str, str, float], ...]:
-    """The comparisons of a sweep spec (YAML) or a study.json; with no path, a study.json in or above
-    the first root (a study folder's ``runs/<sweep>/`` is two levels down)."""
+def _planned(path: Path | None, roots: list[Path], key: str) -> list:
+    """The raw ``key`` list (``comparisons`` or ``checks``) of a sweep spec (YAML) or a study.json;
+    with no path, a study.json in or above the first root (a study folder's ``runs/<sweep>/`` is two
+    levels down)."""
     import json
 
     if path is None:
@@ -93,22 +94,26 @@ def planned_comparisons(path: Path | None, roots: list[Path]) -> tuple[tuple[str
                 path = cand
                 break
         else:
-            return ()
+            return []
     if not Path(path).is_file():
         raise ReportError(f"--comparisons {path}: no such file (give a sweep spec YAML or a study.json)")
     if Path(path).suffix == ".json":
         try:
-            raw = json.loads(Path(path).read_text()).get("comparisons") or []
+            return json.loads(Path(path).read_text()).get(key) or []
         except (json.JSONDecodeError, AttributeError) as exc:
             raise ReportError(f"--comparisons {path}: not a study.json ({exc})") from None
-    else:
-        from rlsuite.suite.errors import BadInput
-        from rlsuite.sweeps.spec import load
+    from rlsuite.suite.errors import BadInput
+    from rlsuite.sweeps.spec import load
 
-        try:
-            raw = [dataclasses.asdict(c) for c in load(str(path)).comparisons]
-        except BadInput as exc:
-            raise ReportError(f"--comparisons {path}: {exc}") from None
+    try:
+        return [dataclasses.asdict(c) for c in getattr(load(str(path)), key)]
+    except BadInput as exc:
+        raise ReportError(f"--comparisons {path}: {exc}") from None
+
+
+def planned_comparisons(path: Path | None, roots: list[Path]) -> tuple[tuple[str, str, str, float], ...]:
+    """The comparisons of a sweep spec (YAML) or a study.json (see :func:`_planned`)."""
+    raw = _planned(path, roots, "comparisons")
     try:
         return tuple((c["a"], c["b"], c.get("direction", "two-sided"), float(c.get("smallest_effect", 0.0)))
                      for c in raw)
@@ -116,11 +121,23 @@ def planned_comparisons(path: Path | None, roots: list[Path]) -> tuple[tuple[str
         raise ReportError(f"--comparisons {path}: each comparison needs a and b ({exc})") from None
 
 
+def planned_checks(path: Path | None, roots: list[Path]) -> tuple[tuple, ...]:
+    """The manipulation checks of the same file, as ``(arm, signal, agg, op, value, seeds, after)``."""
+    from rlsuite.reports.checks import CheckRow
+
+    raw = _planned(path, roots, "checks")
+    try:
+        return tuple(tuple(CheckRow(**{k: c[k] for k in c if k in CheckRow._fields})) for c in raw)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ReportError(f"--comparisons {path}: each check needs arm and signal ({exc})") from None
+
+
 def config_from_args(args: argparse.Namespace) -> ReportConfig:
     """ReportConfig from parsed arguments (validation errors become ReportError)."""
     roots = [Path(r) for r in (args.root if isinstance(args.root, (list, tuple)) else [args.root])]
     return ReportConfig(
         comparisons=planned_comparisons(getattr(args, "comparisons", None), roots),
+        checks=planned_checks(getattr(args, "comparisons", None), roots),
         score=args.score, k=args.k, metric=args.metric, target=args.target, reps=args.reps, ci=args.ci,
         confidence=args.confidence, seed=args.seed, x=args.x, smooth=args.smooth, reference=args.reference,
         include_partial=args.include_partial, scaling_x=args.scaling_x, scaling_reps=args.scaling_reps,

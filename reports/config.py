@@ -83,6 +83,10 @@ class ReportConfig:
     """The planned comparisons ``(a, b, direction, smallest_effect)`` (a sweep spec's or study's
     ``comparisons``; ``rlsuite report --comparisons FILE``): their Holm family is the report's
     confirmatory one, printed first (`tables.planned_table`); the all-pairs verdicts are exploratory."""
+    checks: tuple[tuple, ...] = ()
+    """The manipulation checks ``(arm, signal, agg, op, value, seeds, after)`` (a sweep spec's or
+    study's ``checks``, read with its comparisons): evaluated on the report's runs (table
+    `checks`), and a planned comparison whose arm fails one says so beside its verdict."""
 
     def __post_init__(self) -> None:
         if self.score not in ("final", "last-k"):
@@ -107,6 +111,10 @@ class ReportConfig:
             if len(c) != 4 or c[2] not in ("greater", "less", "two-sided") or not c[3] >= 0:
                 raise ReportError(f"bad planned comparison {c!r}; expected (a, b, direction, smallest_effect) with "
                                   f"direction one of greater, less, two-sided and smallest_effect >= 0")
+        for c in self.checks:
+            if len(c) != 7 or c[2] not in ("mean", "final", "change", "rel_change") or c[3] not in (">=", "<="):
+                raise ReportError(f"bad manipulation check {c!r}; expected (arm, signal, agg, op, value, seeds, "
+                                  f"after) with agg one of mean, final, change, rel_change and op >= or <=")
         bad = set(self.figure_formats) - {"png", "svg", "pdf"}
         if bad:
             raise ReportError(f"unknown figure formats {sorted(bad)}; valid: png, svg, pdf")

@@ -11,6 +11,7 @@ import csv
 import json
 import re
 
+import pandas as pd
 import pytest
 
 from rlsuite.reports import ReportConfig, ReportError, build_report, cli, synthetic
@@ -101,3 +102,34 @@ def test_config_validation():
         ReportConfig(x="loss/total")
     with pytest.raises(ReportError, match="valid: final, last-k"):
         ReportConfig(score="best")  # type: ignore[arg-type]
+
+
+def test_a_study_s_planned_comparisons_and_checks_reach_the_report(synthetic_root, tmp_path):
+    """A study folder's study.json (found above the runs): the report opens on the planned comparisons,
+    then the manipulation checks evaluated on the runs, and a planned verdict whose arm failed a check
+    names it beside the verdict. (A report with planned comparisons used to fail: the summary read the
+    first table of its section as the leaderboard.)"""
+    (synthetic_root / "study.json").write_text(json.dumps({
+        "comparisons": [{"a": "comppo", "b": "grpo", "direction": "greater", "smallest_effect": 0.03}],
+        "checks": [{"arm": "comppo", "signal": "stats/clip_frac", "agg": "mean", "op": ">=", "value": 0.05},
+                   {"arm": "grpo", "signal": "stats/clip_frac", "agg": "mean", "op": ">=", "value": 0.5,
+                    "seeds": 1.0, "after": 0.2},
+                   {"arm": "grpo", "signal": "no/such_signal", "op": "<=", "value": 1.0}]}))
+    args = cli.add_arguments(argparse.ArgumentParser()).parse_args(
+        [str(synthetic_root), "--reps", "50", "--no-figures", "--out", str(tmp_path / "rep")])
+    cfg = cli.config_from_args(args)
+    assert cfg.checks[1] == ("grpo", "stats/clip_frac", "mean", ">=", 0.5, 1.0, 0.2)
+    build_report(synthetic_root, tmp_path / "rep", cfg)
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert md.index("### Planned comparisons") < md.index("### Manipulation checks") < md.index("## Leaderboard")
+    assert md.count("## Leaderboard") == 1  # once, not again under Comparisons
+    checks = pd.read_csv(tmp_path / "rep" / "checks.csv")
+    got = {(r.arm, r.check.split(": ")[1].split(" ")[1]): r.result for r in checks.itertuples()}
+    # synthetic runs log stats/clip_frac = 0.1 at every step
+    assert got == {("comppo", "stats/clip_frac"): "pass", ("grpo", "stats/clip_frac"): "fail",
+                   ("grpo", "no/such_signal"): "no data"}
+    planned = pd.read_csv(tmp_path / "rep" / "planned.csv")
+    (row,) = planned[planned["task"] == "arith"].itertuples()
+    # an arm label covers its variants (grpo, grpo:b16, grpo:b64: 3 seeds each)
+    assert "grpo: mean stats/clip_frac after 20% >= 0.5" in row.checks and "fail: 0/9" in row.checks
+    assert "no data" in row.checks
