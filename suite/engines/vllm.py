@@ -58,6 +58,9 @@ How it maps onto vLLM:
   function, the thread count, the CPU affinity and the global RNGs back, so the trainer's
   ``train.num_threads`` holds (``VLLM_CPU_OMP_THREADS_BIND`` binds only vLLM's multi-process
   workers, which this engine does not use).
+* **bf16**: ``rollout.mismatch=bf16`` starts vLLM with ``dtype=bfloat16`` (bf16 weights *and*
+  bf16 compute, as a bf16 inference engine serves an fp32 trainer), where the other engines
+  sample in fp32 from bf16-rounded weights.
 * **Memory**: on CUDA ``rollout.vllm_gpu_memory`` is vLLM's ``gpu_memory_utilization`` (weights
   + KV cache); the trainer's model, optimizer and activations must fit in the rest of the GPU.
 """
@@ -249,6 +252,15 @@ class _Shared:
 _SHARED: dict[str, _Shared] = {}
 
 
+def engine_dtype(model, rollout) -> str:
+    """vLLM's dtype: the policy's, or ``bfloat16`` under ``rollout.mismatch=bf16`` (vLLM then computes
+    in bf16 on bf16 weights: the gap a bf16 inference engine opens against an fp32 trainer, which the
+    mismatch corrections are for; the other engines only round the weights they sample with)."""
+    if getattr(rollout, "mismatch", "none") == "bf16":
+        return "bfloat16"
+    return _DTYPES.get(next(model.parameters()).dtype, "float32")
+
+
 @contextmanager
 def _keep_process_state():
     """vLLM seeds the global RNGs when it starts, and its CPU worker replaces
@@ -284,7 +296,7 @@ def _build_llm(vllm, model, tokenizer, rollout) -> _Shared:
     tmp = tempfile.TemporaryDirectory(prefix="rlsuite-vllm-")
     cfg.save_pretrained(tmp.name)
     tokenizer.save_pretrained(tmp.name)
-    dtype = _DTYPES.get(next(model.parameters()).dtype, "float32")
+    dtype = engine_dtype(model, rollout)
     max_logprobs = max(20, int(getattr(rollout, "topk", 0) or 0))
     # The engine core lives in this process (no spawned engine process; the weights are pushed through it).
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -316,8 +328,8 @@ class VLLMEngine(NoStats):
         if llm is not None:
             self.shared = _Shared(llm=llm, max_logprobs=max(20, int(getattr(rollout, "topk", 0) or 0)))
         else:
-            dtype = _DTYPES.get(next(model.parameters()).dtype, "float32")
-            key = json.dumps([model.config.to_dict(), dtype, type(model).__name__], sort_keys=True, default=str)
+            key = json.dumps([model.config.to_dict(), engine_dtype(model, rollout), type(model).__name__],
+                             sort_keys=True, default=str)
             if key not in _SHARED:
                 _SHARED[key] = _build_llm(self.vllm, model, tokenizer, rollout)
             self.shared = _SHARED[key]
