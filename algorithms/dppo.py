@@ -15,7 +15,13 @@ replacing the clip): ``ℓ_t = −A_t · sg(min(p/q, C)) · M_t · log π_θ(y_t
 Differs from PPO/GRPO by: 1. a divergence mask instead of ratio clipping; 2. truncated IS
 weight ``C`` (Stable-RL 10; the paper warns small C biases against rare tokens); 3. GRPO
 advantage without std (``scale_by_std = False``); 4. ``seq-mean-token-sum-norm``; no KL.
-``stats/clip_frac`` is the masked fraction over tokens with A ≠ 0 (as Stable-RL).
+``stats/clip_frac`` is the masked fraction over tokens with A ≠ 0 (as Stable-RL);
+``algo/dppo/tis_clip_frac`` the share of response tokens the loss keeps (M = 1) whose ratio is truncated
+at C. Beside them, verl 0.9.1's definitions under its names (``dppo_tv`` / ``dppo_kl``):
+``algo/dppo/pg_clipfrac`` = invalid tokens over *all* response tokens, a token with A = 0 taking the
+A < 0 rule (verl's ``torch.where(A > 0, ...)``), and ``algo/dppo/pg_clipfrac_lower`` = tokens verl keeps
+whose ratio exceeds C, over all response tokens (with ``direction = False`` both count every token
+outside the region).
 
 Fidelity: ``code`` — sail-sg/Stable-RL (all variants) and verl 0.9.1 ``dppo_tv``/``dppo_kl``
 (the same direction-aware masks and ``−A·sg(min(r, C))·M·log π``; verl reads δ from
@@ -139,6 +145,10 @@ class DPPO(Algorithm):
         with torch.no_grad():
             active = mask * (adv != 0).float()
             masked = (1 - m) * active
+            outside = div > delta
+            if c.direction:  # verl: A > 0 takes the upper rule, A <= 0 (zero included) the lower
+                outside = outside & torch.where(adv > 0, logp.detach() > anchor, logp.detach() < anchor)
+            verl_kept = (~outside).float()
             metrics = {"stats/clip_frac": masked_mean(1 - m, active),
                        "stats/clip_frac_high": masked_mean(masked * (adv > 0).float(), active),
                        "stats/clip_frac_low": masked_mean(masked * (adv < 0).float(), active),
@@ -146,7 +156,9 @@ class DPPO(Algorithm):
                                                     mask),
                        "algo/dppo/masked_pos_frac": masked_mean(masked * (adv > 0).float(), active),
                        "algo/dppo/masked_neg_frac": masked_mean(masked * (adv < 0).float(), active),
-                       "algo/dppo/tis_clip_frac": masked_mean((ratio > c.tis_cap).float(), mask),
+                       "algo/dppo/tis_clip_frac": masked_mean((ratio > c.tis_cap).float() * m, mask),
+                       "algo/dppo/pg_clipfrac": masked_mean(1 - verl_kept, mask),
+                       "algo/dppo/pg_clipfrac_lower": masked_mean((ratio > c.tis_cap).float() * verl_kept, mask),
                        "algo/dppo/div_mean": masked_mean(div, mask),
                        "stats/ratio_mean": masked_mean(ratio, mask)}
         return loss, metrics

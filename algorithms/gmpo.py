@@ -23,8 +23,9 @@ Differs from GRPO (``grpo.py``) by:
 Metrics: ``stats/clip_frac_low`` / ``stats/clip_frac_high`` count the tokens whose clipped
 log-ratio binds (δ < −ε_low with Â < 0; δ > ε_high with Â > 0), as ``rlsuite.suite.ops.clipped_surrogate``;
 ``stats/clip_frac`` their union; ``stats/approx_kl`` = verl's ``ppo_kl``; ``algo/gmpo/seq_ratio_*``
-the sequence ratios s_i. (verl's own ``pg_clipfrac`` counts every token outside the range by the
-advantage sign, binding or not.)
+the sequence ratios s_i. verl's own definitions are logged beside them under its names:
+``algo/gmpo/pg_clipfrac`` / ``algo/gmpo/pg_clipfrac_lower`` count every token outside the range
+with Â > 0 / Â < 0, binding or not (verl 0.9.1 ``actor/pg_clipfrac`` / ``pg_clipfrac_lower``).
 
 Fidelity: ``code`` — verl 0.9.1 ``compute_policy_loss_geo_mean``; loss and gradient checked on
 the same inputs (``tests/unit/test_hand_peer_losses.py``).
@@ -85,9 +86,13 @@ class GMPO(GRPO):
         with torch.no_grad():
             low = ((delta < -c.clip_eps_low) & (batch.adv < 0)).float()
             high = ((delta > c.clip_eps_high) & (batch.adv > 0)).float()
+            out_of_range = ((delta < -c.clip_eps_low) | (delta > c.clip_eps_high)).float()
             metrics = {"stats/clip_frac": masked_mean(torch.maximum(low, high), mask),
                        "stats/clip_frac_low": masked_mean(low, mask), "stats/clip_frac_high": masked_mean(high, mask),
                        "stats/approx_kl": approx_kl(fwd.logp, batch.old_logp, mask),
+                       # verl 0.9.1's definitions under its names: every token outside the range, by Â's sign
+                       "algo/gmpo/pg_clipfrac": masked_mean(out_of_range * (batch.adv > 0).float(), mask),
+                       "algo/gmpo/pg_clipfrac_lower": masked_mean(out_of_range * (batch.adv < 0).float(), mask),
                        "algo/gmpo/seq_ratio_mean": s.mean(), "algo/gmpo/seq_ratio_min": s.min(),
                        "algo/gmpo/seq_ratio_max": s.max()}
         return seq_loss[:, None] * mask, metrics

@@ -41,20 +41,23 @@ from __future__ import annotations
 
 from typing import Literal, get_args
 
+import torch
 from torch import Tensor
 
 AggMode = Literal["token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
 AGG_MODES: tuple[str, ...] = get_args(AggMode)
 
 
-def aggregation_weights(mask: Tensor, mode: AggMode, max_new_tokens: int, empty_rows: str = "count") -> Tensor:
+def aggregation_weights(mask: Tensor, mode: AggMode, max_new_tokens: int, empty_rows: str = "count",
+                        dtype: torch.dtype | None = None) -> Tensor:
     """Weights ``w [B, T]`` such that ``Σ w ℓ`` is the aggregated loss of the minibatch.
 
     Shapes: mask [B, T] → [B, T]. Call on the *whole* minibatch, then slice rows for
     micro-batches. ``empty_rows``: ``count`` (rows without response tokens count in N) or
-    ``skip`` (verl's rule: they do not).
+    ``skip`` (verl's rule: they do not). ``dtype``: of the weights (the loss's; default: the
+    mask's when it is floating, else float32), so a float64 loss is aggregated in float64.
     """
-    mask = mask.float()
+    mask = mask.to(dtype or (mask.dtype if mask.is_floating_point() else torch.float32))
     if empty_rows not in ("count", "skip"):
         raise ValueError(f"unknown empty_rows rule '{empty_rows}'; valid: count, skip")
     n_seq = mask.shape[0] if empty_rows == "count" else max(1, int((mask.sum(-1) > 0).sum()))
@@ -73,4 +76,4 @@ def aggregation_weights(mask: Tensor, mode: AggMode, max_new_tokens: int, empty_
 
 def aggregate(loss: Tensor, mask: Tensor, mode: AggMode, max_new_tokens: int, empty_rows: str = "count") -> Tensor:
     """Aggregate a per-token loss ``[B, T]`` of one full batch to a scalar."""
-    return (aggregation_weights(mask, mode, max_new_tokens, empty_rows) * loss).sum()
+    return (aggregation_weights(mask, mode, max_new_tokens, empty_rows, dtype=loss.dtype) * loss).sum()

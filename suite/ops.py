@@ -265,8 +265,8 @@ def clipped_value_loss(
 
 
 def entropy_from_logits(logits: Tensor) -> Tensor:
-    """Entropy of softmax(logits) over the last dim. Shapes: [..., V] → [...]."""
-    logp = torch.log_softmax(logits.float(), -1)
+    """Entropy of softmax(logits) over the last dim, in float32 (float64 kept). Shapes: [..., V] → [...]."""
+    logp = torch.log_softmax(logits if logits.dtype == torch.float64 else logits.float(), -1)
     return -(logp.exp() * logp).sum(-1)
 
 

@@ -47,8 +47,8 @@ def test_seq_mean_token_mean_weights_by_hand():
     w = aggregation_weights(MASK, "seq-mean-token-mean", L_CONST)
     expected = torch.tensor([[1 / 6, 1 / 6, 0, 0],
                              [1 / 12, 1 / 12, 1 / 12, 1 / 12],
-                             [1 / 3, 0, 0, 0]], dtype=torch.float32)
-    torch.testing.assert_close(w, expected)
+                             [1 / 3, 0, 0, 0]], dtype=torch.float64)  # MASK is float64: so are the weights
+    torch.testing.assert_close(w, expected, rtol=1e-15, atol=0)
 
 
 def test_unknown_mode_lists_valid_modes():
@@ -135,3 +135,22 @@ def test_the_empty_row_rule_and_verl_on_the_same_inputs():
         assert aggregate(loss, mask, mode, 3).item() == pytest.approx(want)
     with pytest.raises(ValueError, match="valid: count, skip"):
         aggregation_weights(mask, "token-mean", 3, "drop")
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum",
+                                  "seq-mean-token-sum-norm"])
+def test_a_float64_loss_is_aggregated_in_float64(mode):
+    """A float64 loss with a bool mask: the weights take the loss's dtype, so the aggregate equals a
+    float64 reference to 1e-12 (float32 weights carried ~3e-8 relative error)."""
+    g = torch.Generator().manual_seed(3)
+    loss = torch.randn(4, 7, generator=g, dtype=torch.float64) / 3
+    mask = torch.rand(4, 7, generator=g) > 0.3
+    m = mask.double()
+    n = m.sum(-1, keepdim=True).clamp(min=1)
+    ref = {"token-mean": (loss * m).sum() / m.sum(), "token-sum": (loss * m).sum(),
+           "seq-mean-token-mean": ((loss * m).sum(-1, keepdim=True) / n).sum() / 4,
+           "seq-mean-token-sum": (loss * m).sum() / 4, "seq-mean-token-sum-norm": (loss * m).sum() / (4 * 7)}[mode]
+    got = aggregate(loss, mask, mode, 7)
+    assert got.dtype == torch.float64
+    assert abs(float(got - ref)) <= 1e-12 * max(1.0, abs(float(ref)))
+    assert aggregation_weights(mask, mode, 7).dtype == torch.float32  # a bool mask alone: float32 weights

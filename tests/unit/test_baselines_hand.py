@@ -479,6 +479,22 @@ def test_dppo_tis_cap():
     assert m["algo/dppo/tis_clip_frac"].item() == pytest.approx(0.0)
 
 
+def test_dppo_clip_fractions_ours_and_verl_s():
+    # (Â, p, q), δ_TV 0.15, C 10, one response token a row (5 tokens):
+    # r0 (+1, .5, .3):   D .2 > δ, p > q, Â > 0 → masked (ours and verl's)
+    # r1 ( 0, .2, .5):   D .3 > δ, p < q, Â = 0 → kept by ours (no push); verl's A ≤ 0 rule: invalid
+    # r2 (−1, .5, .04):  ratio 12.5 > C; p > q moves against Â → kept: truncated and kept
+    # r3 (+1, .6, .05):  ratio 12 > C but D .55 > δ, p > q → masked: truncated, not kept
+    # r4 (−1, .3, .3):   kept, ratio 1
+    batch, logp = _dppo_rows([(1.0, 0.5, 0.3), (0.0, 0.2, 0.5), (-1.0, 0.5, 0.04), (1.0, 0.6, 0.05),
+                              (-1.0, 0.3, 0.3)])
+    _, m = algo("dppo").loss(Forward(logp=logp), batch, CTX)
+    assert m["stats/clip_frac"].item() == pytest.approx(2 / 4)          # masked r0, r3 of the 4 with Â ≠ 0
+    assert m["algo/dppo/tis_clip_frac"].item() == pytest.approx(1 / 5)  # r2 only: r3 is masked
+    assert m["algo/dppo/pg_clipfrac"].item() == pytest.approx(3 / 5)    # verl: r0, r1, r3 of all 5
+    assert m["algo/dppo/pg_clipfrac_lower"].item() == pytest.approx(1 / 5)  # verl: r2 (kept, ratio > C)
+
+
 def test_dppo_anchor_behaviour_vs_old():
     # row 0: Â = 1, p = 0.5, μ = 0.3, π_old = 0.5
     #   anchor μ: D 0.2 > δ, p > q → masked, ℓ = 0;  anchor old: D 0, w 1 → ℓ = −ln 0.5 = 0.693147

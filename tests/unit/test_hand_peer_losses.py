@@ -43,12 +43,15 @@ def algo(name, **cfg):
 
 
 def weights64(mask, mode):
-    """The aggregation weights of ``suite.aggregation`` for the modes used here, in float64 (the suite's are
-    float32, whose rounding would hide differences of 1e-7 from the peers); checked equal to them."""
+    """The aggregation weights of ``suite.aggregation`` for the modes used here, in float64 by hand;
+    checked equal to the suite's to 1e-15 (they keep a float64 mask's dtype: float32 weights would
+    carry ~3e-8 relative error into a float64 loss and hide differences of 1e-7 from the peers)."""
     n = mask.sum(-1, keepdim=True).clamp(min=1)
     w = {"token-mean": mask / mask.sum(), "seq-mean-token-mean": mask / (mask.shape[0] * n),
          "seq-mean-token-sum": mask / mask.shape[0]}[mode]
-    torch.testing.assert_close(w.float(), aggregation_weights(mask, mode, 4))
+    got = aggregation_weights(mask, mode, 4)
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(w, got, rtol=1e-15, atol=0)
     return w
 
 
@@ -89,6 +92,10 @@ def test_gmpo_by_hand():
     assert float(m["stats/clip_frac_low"]) == pytest.approx(0.2)
     assert float(m["stats/clip_frac"]) == pytest.approx(0.4)
     assert float(m["stats/approx_kl"]) == pytest.approx(0.06)  # −mean δ = −(−0.3)/5
+    # verl 0.9.1's pg_clipfrac / _lower: every token outside (−0.2, 0.2) by Â's sign, binding or not:
+    # row 0 (Â > 0) tokens 1 and 2 (0.3, −0.5), row 1 (Â < 0) tokens 0 and 1 (0.3, −0.5): 2/5 each
+    assert float(m["algo/gmpo/pg_clipfrac"]) == pytest.approx(0.4)
+    assert float(m["algo/gmpo/pg_clipfrac_lower"]) == pytest.approx(0.4)
 
 
 # ========================================================================================

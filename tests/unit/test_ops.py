@@ -468,3 +468,14 @@ def test_policy_clip_frac_counts_ratios_outside_the_band_that_bind(seed):
     binds = ((r > 1 + hi) & (a > 0)) | ((r < 1 - lo) & (a < 0))
     want = (binds.double() * m.double()).sum() / m.sum()
     assert met["stats/clip_frac"].item() == pytest.approx(want.item(), abs=1e-7)
+
+
+def test_entropy_keeps_float64_and_upcasts_half_precision():
+    from rlsuite.suite.ops import entropy_from_logits
+
+    logits = torch.tensor([[2.0, -1.0, 0.5, 0.25]], dtype=torch.float64)
+    p = torch.softmax(logits, -1)
+    ref = -(p * p.log()).sum(-1)
+    got = entropy_from_logits(logits)
+    assert got.dtype == torch.float64 and abs(float(got - ref)) < 1e-14
+    assert entropy_from_logits(logits.to(torch.bfloat16)).dtype == torch.float32
