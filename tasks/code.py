@@ -34,9 +34,10 @@ tests that pass a function to the candidate or check that it mutated an argument
   ``prompt + "\\n" + code + ...``: the prompt's stub (signature + docstring, itself a valid
   function) keeps its imports and helper functions, and the completion's ``def`` replaces it.
 * MBPP: the candidate's process runs ``code + "\\n" + test_setup_code``, the judge
-  ``test_setup_code`` and the asserts of ``test_list``, with the names the reference solution
-  defines (and any other name neither the setup nor the builtins provide) bound to the
-  candidate's, where ``code`` is the first fenced Python block of the completion, else the
+  the reference solution's top-level imports (its own modules: a test's ``math.isclose`` is never
+  the candidate's ``math``; :func:`reference_imports`), ``test_setup_code`` and the asserts of
+  ``test_list``, with the other names the reference solution defines (its functions under test)
+  and any other name neither that context nor the builtins provide bound to the candidate's, where ``code`` is the first fenced Python block of the completion, else the
   completion cut at ``[DONE]`` or a closing fence.
 
 Reward: ``all`` = 1 if every test passes (the standard metric), ``fraction`` = the share of
@@ -205,12 +206,31 @@ def _free_names(code: str) -> set[str]:
 
 
 @functools.lru_cache(maxsize=4096)
+def reference_imports(reference: str) -> str:
+    """The reference solution's top-level imports, as code the judge runs itself (trusted): a
+    module the tests read (``math.isclose``) is the judge's own, never the candidate's. A
+    ``from m import name`` is kept only where the reference also defines a function (then the
+    functions under test are its ``def`` s; else the imported name may be the one under test and
+    crosses as before). Imports that fail in the judge's interpreter are left out."""
+    tree = _parse(reference)
+    if tree is None:
+        return ""
+    defines = any(isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) for st in tree.body)
+    lines = []
+    for st in tree.body:
+        if isinstance(st, ast.Import) or (isinstance(st, ast.ImportFrom) and defines and st.level == 0
+                                          and all(a.name != "*" for a in st.names)):
+            lines.append(f"try:\n    {ast.unparse(st)}\nexcept ImportError:\n    pass")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+@functools.lru_cache(maxsize=4096)
 def remote_names(tests: str, context: str = "", reference: str = "", first: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The names a judge binds to the candidate's objects (see :class:`rlsuite.tasks.sandbox.Judged`):
     ``first``, then each name the tests read without binding that the ``reference`` solution
     binds at top level (even a builtin's name it shadows, e.g. an MBPP ``sum``), or that
     neither the trusted ``context`` nor the builtins provide."""
-    ref, ctx = _top_level_names(reference), _top_level_names(context)
+    ref, ctx = _top_level_names(reference) - _top_level_names(context), _top_level_names(context)
     rest = sorted(n for n in _free_names(tests) if n not in first
                   and (n in ref or (n not in ctx and not hasattr(builtins, n))))
     return tuple(first) + tuple(rest)
@@ -247,8 +267,12 @@ def mbpp_job(row: dict, completion: str, tests: Optional[Sequence[str]] = None) 
     tests = row["test_list"] if tests is None else tests
     setup = row.get("test_setup_code") or ""
     body = "\n".join(tests) + "\n"
-    return Judged(solution=f"{mbpp_code(completion)}\n{setup}\n", tests=body, context=setup,
-                  remote=remote_names(setup + "\n" + body, setup, row.get("code") or ""))
+    reference = row.get("code") or ""
+    # the judge's own context: the reference's imports (a module the tests read is never the
+    # candidate's: a candidate binding `math` to a stub must not answer `math.isclose`), then the setup
+    context = reference_imports(reference) + setup
+    return Judged(solution=f"{mbpp_code(completion)}\n{setup}\n", tests=body, context=context,
+                  remote=remote_names(setup + "\n" + body, context, reference))
 
 
 def split_check(test: str) -> list[str]:

@@ -223,6 +223,48 @@ def test_mbpp_all_200_references_pass_and_wrong_fail(code_dir):
         task.close()
 
 
+def _stub_everything_hack(row: dict) -> str:
+    """The MBPP hack shape of issue 38: every name the tests read (modules included: ``math``,
+    ``re``, ...) bound in the candidate's program to an object that answers every call and attribute
+    with True, and every function the reference defines returning None."""
+    import ast
+
+    from rlsuite.tasks.code import _free_names
+
+    tests = "\n".join(row["test_list"])
+    defs = [st.name for st in ast.parse(row["code"]).body if isinstance(st, (ast.FunctionDef, ast.ClassDef))]
+    stubs = sorted(n for n in _free_names(tests) if n not in defs and n.isidentifier() and n != "assert")
+    lines = ["class _Yes:", "    def __getattr__(self, k):", "        return lambda *a, **kw: True",
+             "    def __call__(self, *a, **kw):", "        return True"]
+    lines += [f"{n} = _Yes()" for n in stubs]
+    lines += [f"def {d}(*a, **kw):\n    return None" for d in defs]
+    return "```python\n" + "\n".join(lines) + "\n```\n"
+
+
+def test_mbpp_a_candidate_cannot_answer_for_the_tests_modules(code_dir):
+    """Issue 38's reward hack: a candidate binding ``math`` to a stub whose ``isclose`` is always True
+    got reward 1 for a wrong answer on every layer (the judge bound every name the reference binds,
+    its modules included, to the candidate's). The judge now runs the reference's imports itself.
+    The row of the report, then the same shape on every one of the 200 rows (each must fail), and
+    the reference still passes."""
+    row = {"task_id": 9100, "text": "Area of a circle.", "test_setup_code": "", "challenge_test_list": [],
+           "code": "import math\ndef circle_area(r):\n    return math.pi * r * r",
+           "test_list": ["assert math.isclose(circle_area(2), 12.566370614359172, rel_tol=1e-6)"]}
+    hack = ("```python\nclass _M:\n    isclose = staticmethod(lambda *a, **k: True)\nmath = _M()\n"
+            "def circle_area(r):\n    return -1\n```\n")
+    rows = read_jsonl(code_dir / "mbpp_sample.jsonl", MBPP.FIELDS)
+    task = MBPP(MBPPConfig(name="mbpp", data_path=str(code_dir)))
+    try:
+        g = task.grade_batch([row, row], [hack, row["code"]])
+        assert (g[0].reward, g[0].correct) == (0.0, False) and g[0].error_class == "AssertionError"
+        assert g[1].correct
+        hacked = task.grade_batch(rows, [_stub_everything_hack(r) for r in rows])
+        assert [r["task_id"] for r, h in zip(rows, hacked) if h.correct or h.reward > 0] == []
+        assert sum("import " in r["code"] for r in rows) > 20  # the shape is exercised: many references import
+    finally:
+        task.close()
+
+
 def test_fraction_reward(code_dir):
     rows = read_jsonl(code_dir / "mbpp_sample.jsonl", MBPP.FIELDS)[:1]
     task = MBPP(MBPPConfig(name="mbpp", data_path=str(code_dir), reward="fraction"))
