@@ -37,8 +37,9 @@ tests that pass a function to the candidate or check that it mutated an argument
   the reference solution's top-level imports (its own modules: a test's ``math.isclose`` is never
   the candidate's ``math``; :func:`reference_imports`), ``test_setup_code`` and the asserts of
   ``test_list``, with the other names the reference solution defines (its functions under test)
-  and any other name neither that context nor the builtins provide bound to the candidate's, where ``code`` is the first fenced Python block of the completion, else the
-  completion cut at ``[DONE]`` or a closing fence.
+  and any other name neither that context nor the builtins provide bound to the candidate's,
+  where ``code`` is the first fenced Python block of the completion, else the completion cut at
+  ``[DONE]`` or a closing fence.
 
 Reward: ``all`` = 1 if every test passes (the standard metric), ``fraction`` = the share of
 tests that pass, each test run as its own program (MBPP: each assert of ``test_list``;
