@@ -71,7 +71,10 @@ def resolve(task: Optional[str], algo: Optional[str], model: Optional[str], seed
     def pick(flag_value: Optional[str], section: str) -> Optional[str]:
         name = flag_value if flag_value is not None else user.get(section, {}).pop("name", None)
         if flag_value is not None:
-            user.get(section, {}).pop("name", None)
+            given = user.get(section, {}).pop("name", None)
+            if given is not None and str(given) != str(flag_value):  # never silently drop one of the two
+                errors.append(f"{section}.name={given} (from --set or --config) contradicts --{section} {flag_value}; "
+                              f"give the {section} once")
         return name
 
     task_name, algo_name = pick(task, "task"), pick(algo, "algo")

@@ -60,6 +60,12 @@ CHECK_AGGS = ("mean", "final", "change", "rel_change")
 CHECK_OPS = (">=", "<=")
 TUNING_KEYS = ("lr", "seeds", "knobs", "metric", "record")
 BUNDLED = Path(__file__).resolve().parent
+MAX_SEEDS = 10_000
+"""Most seeds per arm a spec may ask for."""
+MAX_NAME_BYTES = 100
+"""Longest sweep name (UTF-8 bytes): it names a folder, and run files must fit the 255-byte limit."""
+MAX_BUDGET = 1e18
+"""Largest budget value a spec may set (1e18 samples or FLOPs is beyond any machine; 1e300 overflowed)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -227,6 +233,9 @@ def parse(raw: dict, source: str = "<spec>") -> SweepSpec:
     if not safe_name(name):
         errors.append(f"{source}: 'name' must be one folder name (results go to <out>/<name>/): a non-empty "
                       f"printable string without '/' or '\\', not '.' or '..' and not starting with '.', got {name!r}")
+    elif len(str(name).encode()) > MAX_NAME_BYTES:
+        errors.append(f"{source}: 'name' is {len(str(name).encode())} bytes long; at most {MAX_NAME_BYTES} (it names "
+                      f"the sweep's folder, whose files must stay under the file system's 255-byte name limit)")
     tasks = []
     tasks_raw = raw.get("tasks") or []
     if not isinstance(tasks_raw, list):
@@ -260,7 +269,13 @@ def parse(raw: dict, source: str = "<spec>") -> SweepSpec:
     else:
         errors.append(f"{source}: 'algorithms' must be 'all' or a non-empty list")
     seeds_raw = raw.get("seeds", 3)
-    if isinstance(seeds_raw, int) and not isinstance(seeds_raw, bool) and seeds_raw > 0:
+    if isinstance(seeds_raw, int) and not isinstance(seeds_raw, bool) and seeds_raw > MAX_SEEDS \
+            or isinstance(seeds_raw, list) and len(seeds_raw) > MAX_SEEDS:
+        seeds = ()
+        n = seeds_raw if isinstance(seeds_raw, int) else len(seeds_raw)
+        errors.append(f"{source}: 'seeds': {n} seeds per arm; at most {MAX_SEEDS} (a sweep of that size is a "
+                      f"typo, and expanding it exhausts memory)")
+    elif isinstance(seeds_raw, int) and not isinstance(seeds_raw, bool) and seeds_raw > 0:
         seeds = tuple(range(seeds_raw))
     elif isinstance(seeds_raw, list) and seeds_raw and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0
                                                            for s in seeds_raw):
@@ -272,6 +287,9 @@ def parse(raw: dict, source: str = "<spec>") -> SweepSpec:
     if not isinstance(budget, dict) or len(budget) != 1 or next(iter(budget)) not in BUDGET_KEYS:
         errors.append(f"{source}: 'budget' must set exactly one unit for the whole sweep, one of "
                       f"{', '.join(BUDGET_KEYS)} (got {budget!r})")
+    elif not _finite(next(iter(budget.values())), positive=True) or float(next(iter(budget.values()))) > MAX_BUDGET:
+        unit, value = next(iter(budget.items()))
+        errors.append(f"{source}: budget.{unit} must be a finite number in (0, {MAX_BUDGET:g}], got {value!r}")
     factors = raw.get("factors") or {}
     if not isinstance(factors, dict) or not all(isinstance(v, list) and v for v in factors.values()):
         errors.append(f"{source}: 'factors' maps section.key to a non-empty list of values")
@@ -397,7 +415,10 @@ def safe_name(name: Any) -> bool:
 
 
 def _finite(x: Any, positive: bool = False) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and (x > 0 or not positive)
+    try:
+        return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and (x > 0 or not positive)
+    except OverflowError:  # an int beyond float range
+        return False
 
 
 def _tuning_problems(t: Any) -> list[str]:

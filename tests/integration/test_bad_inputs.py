@@ -62,6 +62,20 @@ def test_non_finite_and_out_of_range_values(tmp_path, capsys, no_loading, extra,
     assert_refused(code, err, needle, out)
 
 
+@pytest.mark.parametrize("extra, needle", [
+    (["--set", "task.name=gsm8k"], "task.name=gsm8k (from --set or --config) contradicts --task arith"),
+    (["--set", "algo.name=ppo"], "algo.name=ppo (from --set or --config) contradicts --algo grpo"),
+])
+def test_a_set_that_contradicts_task_or_algo_is_refused(tmp_path, capsys, no_loading, extra, needle):
+    """Issue 38 §2.9: the --set was silently dropped and the run went ahead with --task / --algo."""
+    out = tmp_path / "out"
+    code, err = run_cli(capsys, ["run", "--task", "arith", "--algo", "grpo", *extra, "--out", str(out)])
+    assert_refused(code, err, needle, out)
+    from rlsuite.suite.spec import resolve
+
+    assert resolve("arith", "grpo", "tiny", 0, sets=[("task.name", "arith"), ("algo.name", "grpo")]).task.name == "arith"
+
+
 def test_optional_cap_refuses_nan_but_takes_null(tmp_path, capsys, no_loading):
     from rlsuite.suite.spec import resolve
 
