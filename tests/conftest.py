@@ -13,6 +13,7 @@ a failure.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -37,11 +38,75 @@ SERIAL_GROUPS = {
 }
 
 
+DURATIONS = REPO / "tests" / "durations.json"
+"""Worker-seconds per xdist group measured on a full run (``RLSUITE_RECORD_DURATIONS=1 python -m
+pytest -q`` rewrites it). Only the order of the groups is read from it, so its figures need not
+match this machine: the groups are handed out longest first (with ``--no-loadscope-reorder``; the
+xdist default orders by the number of tests), so a long serial group (the ranks) starts at once
+instead of becoming the run's tail. A group it does not list is costed at the listed groups'
+mean seconds per test."""
+
+
+def _group(item) -> str:
+    module = item.nodeid.split("::")[0]
+    return SERIAL_GROUPS.get(module, module)
+
+
+def order_by_cost(items: list, cost: dict[str, float]) -> list:
+    """``items`` with their groups in decreasing ``cost`` (seconds; a group not in ``cost`` at the
+    mean seconds per test of those that are), each group's items contiguous and in their collected
+    order; ties keep the collected order."""
+    groups: dict[str, list] = {}
+    for item in items:
+        groups.setdefault(_group(item), []).append(item)
+    known = [(cost[g], len(v)) for g, v in groups.items() if g in cost]
+    per_test = sum(c for c, _ in known) / max(1, sum(n for _, n in known))
+    est = {g: cost.get(g, per_test * len(v)) for g, v in groups.items()}
+    ranked = sorted(groups, key=lambda g: -est[g])  # stable: ties in collected order
+    return [item for g in ranked for item in groups[g]]
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the marks
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        module = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(SERIAL_GROUPS.get(module, module)))
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
+    try:
+        cost = json.loads(DURATIONS.read_text())["groups"]
+    except (OSError, ValueError, KeyError):
+        return
+    items[:] = order_by_cost(items, cost)
+
+
+_SPENT: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    """Under ``RLSUITE_RECORD_DURATIONS=1``: add up each group's setup, call and teardown seconds
+    (in the controller, which receives every worker's reports)."""
+    if os.environ.get("RLSUITE_RECORD_DURATIONS") == "1":
+        module = report.nodeid.split("::")[0]
+        group = SERIAL_GROUPS.get(module, module)
+        _SPENT[group] = _SPENT.get(group, 0.0) + float(report.duration)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Under ``RLSUITE_RECORD_DURATIONS=1``, rewrite :data:`DURATIONS` (the controller, or a
+    ``-n 0`` run; never a worker) after a run that collected the whole suite."""
+    opt = session.config.option
+    chosen = session.config.args_source == pytest.Config.ArgsSource.ARGS  # paths given: not the whole suite
+    if os.environ.get("RLSUITE_RECORD_DURATIONS") != "1" or hasattr(session.config, "workerinput") or not _SPENT \
+            or chosen or opt.keyword or opt.markexpr:
+        return
+    import platform
+
+    from rlsuite.suite.runfolder import cpu_model
+
+    doc = {"about": "worker-seconds per xdist group of one full `python -m pytest -q` run (tests/conftest.py "
+                    "orders the groups by them, longest first)",
+           "cpu": cpu_model() or platform.processor(), "torch": torch.__version__,
+           "total_s": round(sum(_SPENT.values()), 1),
+           "groups": {g: round(s, 2) for g, s in sorted(_SPENT.items(), key=lambda kv: -kv[1])}}
+    DURATIONS.write_text(json.dumps(doc, indent=1) + "\n")
 
 
 def pytest_xdist_auto_num_workers(config):

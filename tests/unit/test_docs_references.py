@@ -25,7 +25,8 @@ FORBIDDEN = {
     "../shared": re.compile(r"\.\./shared"),
     "shared/reference": re.compile(r"shared/reference"),
 }
-SKIP = {".git", ".venv", "venv", "node_modules", "__pycache__", ".pytest_cache"}
+SKIP = {".git", ".venv", ".venv-vllm", "venv", "node_modules", "__pycache__", ".pytest_cache", ".cache"}
+"""Folders never scanned: VCS data, environments (``.venv-vllm``: ``scripts/vllm_cpu_env.sh``), caches."""
 EXEMPT = "../shared/data"  # the RLSUITE_DATA default (code, tests, README, .ci)
 
 DOCS = ("README.md", "algorithms/README.md", "reports/METRICS.md")

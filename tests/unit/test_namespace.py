@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("suite", "tasks", "algorithms", "sweeps", "reports")
-SKIP = {".git", ".cache", "results", "node_modules", ".venv"}
+SKIP = {".git", ".cache", "results", "node_modules", ".venv", ".venv-vllm"}  # .venv-vllm: scripts/vllm_cpu_env.sh
 # a module started or imported by its bare name inside a string: a subprocess boot line, `-m`, a patch target
 BARE_IN_STRING = re.compile(rf"(?:\b(?:from|import) |-m |^)({'|'.join(PACKAGES)})\.[a-z_]+(?:\.[a-z_]+)*"
                             r"(?: import|$|\s)")
