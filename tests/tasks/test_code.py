@@ -105,8 +105,10 @@ def test_judged_jobs_split_solution_and_tests():
           "code": "import math\ndef sum(a, b):\n    return a - b\ndef area(r):\n    return math.pi * r * r",
           "test_setup_code": "import re"}
     job = mbpp_job(mb, "def sum(a, b): return a - b")
-    assert job.remote == ("area", "math", "sum")  # a builtin the reference shadows is the candidate's
-    assert job.context == "import re" and job.solution == "def sum(a, b): return a - b\nimport re\n"
+    # a builtin the reference shadows is the candidate's; the reference's module is the judge's own (issue 38)
+    assert job.remote == ("area", "sum")
+    assert job.context == "try:\n    import math\nexcept ImportError:\n    pass\nimport re"
+    assert job.solution == "def sum(a, b): return a - b\nimport re\n"
     assert "BROKEN" not in job and "sum(3, 1)" in job  # texts can be searched as with program strings
 
 
