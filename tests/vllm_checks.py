@@ -65,6 +65,8 @@ def main(argv=None) -> dict:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--n", type=int, default=2000, help="samples per prompt of the distribution check")
     ap.add_argument("--seed", type=int, default=100, help="first generator seed of the distribution check")
+    ap.add_argument("--control", choices=("kv", "none"), default="kv",
+                    help="also sample with the kv engine (the control of the distribution check)")
     args = ap.parse_args(argv)
 
     import vllm
@@ -133,19 +135,19 @@ def main(argv=None) -> dict:
                                                                         torch.Generator().manual_seed(1)).ids}
 
     # -- dist: vLLM samples the policy's distribution (the kv engine's), control: the kv engine ---
-    kv = make_engine("kv", model, tok, spec.rollout)
+    kv = make_engine("kv", model, tok, spec.rollout) if args.control == "kv" else None
     one = SamplingParams(max_new_tokens=1, temperature=1.0, stop_ids=())
     dist = []
     for j, p in enumerate(prompts[:3]):
         probs = _logp_of(model, p, [0], 1.0)[0].exp()
         V = probs.numel()
         row = {}
-        for name, e in (("vllm", eng), ("kv", kv)):
+        for name, e in (("vllm", eng), ("kv", kv))[: 2 if kv is not None else 1]:
             gen = e.generate([p] * args.n, one, torch.Generator().manual_seed(args.seed + j))
             counts = torch.bincount(torch.tensor([ids[0] for ids in gen.ids]), minlength=V)
             row[name] = _chi2(counts, probs)[0]
         dist.append(row)
-    out["dist"] = {"n": args.n, "p_vllm": [r["vllm"] for r in dist], "p_kv": [r["kv"] for r in dist]}
+    out["dist"] = {"n": args.n, "p_vllm": [r["vllm"] for r in dist], "p_kv": [r["kv"] for r in dist if "kv" in r]}
 
     # -- greedy ----------------------------------------------------------------------------------
     greedy = eng.generate(prompts, SamplingParams(max_new_tokens=8, temperature=0.0, stop_ids=()), None)
