@@ -21,6 +21,7 @@ The hand-written reading is kept below the END marker of results.md when it is r
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -56,12 +57,13 @@ def render(study: Path = STUDY) -> str:
     from rlsuite.reports.config import ReportConfig
     from rlsuite.reports.load import load_runs
     from rlsuite.reports.scores import score_runs
+    from rlsuite.sweeps.spec import Check
 
     reg = json.loads((study / "study.json").read_text())
     runs_root = study / "runs" / reg["name"]
     runset = load_runs(runs_root)
     comps = tuple((c["a"], c["b"], c["direction"], float(c["smallest_effect"])) for c in reg["comparisons"])
-    cks = tuple(tuple(checks_mod.CheckRow(**c)) for c in reg["checks"])
+    cks = tuple(dataclasses.astuple(Check(**c)) for c in reg["checks"])
     cfg = ReportConfig(comparisons=comps, checks=cks, reps=2000)
     scored = score_runs(runset, cfg)
     s = scored.scores
@@ -90,7 +92,7 @@ def render(study: Path = STUDY) -> str:
 
     # -- planned comparisons --------------------------------------------------------------------
     planned = tables.planned_table(scored, cfg)
-    gate = checks_mod.evaluate([checks_mod.CheckRow(*c) for c in cks], runset.runs, runset.metrics)
+    gate = checks_mod.evaluate([Check(*c) for c in cks], runset.runs, runset.metrics)
     lines += ["## Planned comparisons (one Holm family, final greedy test accuracy, paired by seed)", ""]
     rows = []
     for r in planned.itertuples():

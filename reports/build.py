@@ -190,8 +190,9 @@ def score_tables(ctx: Context) -> tuple[list[Table], str | None]:
         ctx.pct("mean", "seed_ci_low", "seed_ci_high", "ci_low", "ci_high")))
     gate = pd.DataFrame()
     if cfg.checks:
-        gate = checks_mod.evaluate([checks_mod.CheckRow(*c) for c in cfg.checks], ctx.runset.runs,
-                                   ctx.runset.metrics)
+        from rlsuite.sweeps.spec import Check  # the spec's own check type (its fields and label)
+
+        gate = checks_mod.evaluate([Check(*c) for c in cfg.checks], ctx.runset.runs, ctx.runset.metrics)
         out.insert(0, Table(
             "checks", "Manipulation checks", gate, ctx.footer("per run, the signal aggregated over its steps"),
             "The checks the spec fixed before the confirmatory runs: does the mechanism each comparison is about "

@@ -15,31 +15,13 @@ steps left out): ``mean``; ``final`` (the last value); ``change`` (last − firs
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, NamedTuple
+from typing import Any, Iterable
 
 import numpy as np
 import pandas as pd
 
 PASS, FAIL, NO_DATA = "pass", "fail", "no data"
 
-
-class CheckRow(NamedTuple):
-    """One manipulation check as the report reads it from a study.json or a sweep spec (the fields
-    and label of :class:`rlsuite.sweeps.spec.Check`, without importing the sweep layer). An arm
-    label covers its variants too (``grpo`` covers ``grpo:stale4``; :func:`evaluate`)."""
-
-    arm: str
-    signal: str
-    agg: str = "mean"
-    op: str = ">="
-    value: float = 0.0
-    seeds: float = 0.8
-    after: float = 0.0
-
-    @property
-    def label(self) -> str:
-        tail = f" after {self.after:.0%}" if self.after else ""
-        return f"{self.arm}: {self.agg} {self.signal}{tail} {self.op} {self.value:g} in ≥ {self.seeds:.0%} of runs"
 
 
 def run_value(metrics: pd.DataFrame, signal: str, agg: str, after: float) -> float:

@@ -123,11 +123,11 @@ def planned_comparisons(path: Path | None, roots: list[Path]) -> tuple[tuple[str
 
 def planned_checks(path: Path | None, roots: list[Path]) -> tuple[tuple, ...]:
     """The manipulation checks of the same file, as ``(arm, signal, agg, op, value, seeds, after)``."""
-    from rlsuite.reports.checks import CheckRow
+    from rlsuite.sweeps.spec import CHECK_KEYS, Check
 
     raw = _planned(path, roots, "checks")
     try:
-        return tuple(tuple(CheckRow(**{k: c[k] for k in c if k in CheckRow._fields})) for c in raw)
+        return tuple(dataclasses.astuple(Check(**{k: c[k] for k in c if k in CHECK_KEYS})) for c in raw)
     except (KeyError, TypeError, ValueError) as exc:
         raise ReportError(f"--comparisons {path}: each check needs arm and signal ({exc})") from None
 

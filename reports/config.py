@@ -84,9 +84,10 @@ class ReportConfig:
     ``comparisons``; ``rlsuite report --comparisons FILE``): their Holm family is the report's
     confirmatory one, printed first (`tables.planned_table`); the all-pairs verdicts are exploratory."""
     checks: tuple[tuple, ...] = ()
-    """The manipulation checks ``(arm, signal, agg, op, value, seeds, after)`` (a sweep spec's or
-    study's ``checks``, read with its comparisons): evaluated on the report's runs (table
-    `checks`), and a planned comparison whose arm fails one says so beside its verdict."""
+    """The manipulation checks ``(arm, signal, agg, op, value, seeds, after)`` (the fields of
+    :class:`rlsuite.sweeps.spec.Check`; a sweep spec's or study's ``checks``, read with its
+    comparisons): evaluated on the report's runs (table `checks`), and a planned comparison whose
+    arm fails one says so beside its verdict."""
 
     def __post_init__(self) -> None:
         if self.score not in ("final", "last-k"):
