@@ -78,10 +78,35 @@ def manifest_path(task_name: str, model_name: str) -> Path:
     return BASES / f"{task_name}__{model_name}.json"
 
 
+def _pending(manifest: Path) -> Path:
+    return manifest.with_suffix(".json.pending")
+
+
+def _finish_publish(manifest: Path) -> None:
+    """A rebuild publishes the weights, then the manifest (:func:`rebuild`); killed between the two
+    renames it leaves the new weights beside the old manifest and the new manifest pending. Finish
+    that publish when the pending manifest describes the weights in place; drop a pending manifest
+    whose weights never arrived (killed before the first rename: the committed pair is intact)."""
+    pending = _pending(manifest)
+    if not pending.exists():
+        return
+    try:
+        man = json.loads(pending.read_text())
+    except (OSError, ValueError):
+        pending.unlink(missing_ok=True)
+        return
+    weights = manifest.with_suffix(".safetensors")
+    if weights.exists() and sha256_file(weights) == man.get("sha256"):
+        os.replace(pending, manifest)
+    else:
+        pending.unlink(missing_ok=True)
+
+
 def committed_base(task_name: str, task_cfg: Any, model_name: str) -> Optional[dict]:
     """The committed base's manifest when one exists for this task configuration and model,
     else ``None`` (the base is then built locally). Reads one small JSON file; no torch."""
     path = manifest_path(task_name, model_name)
+    _finish_publish(path)
     if not path.exists():
         return None
     man = json.loads(path.read_text())
@@ -228,15 +253,19 @@ def rebuild(spec, num_threads: int = 1) -> dict[str, Any]:
         raise BadInput(f"task {spec.task.name!r} has no warm start; tasks with one: {', '.join(with_warm)}")
     BASES.mkdir(parents=True, exist_ok=True)
     weights = BASES / f"{spec.task.name}__{model_name}.safetensors"
+    path = manifest_path(spec.task.name, model_name)
     tmp = weights.with_suffix(".tmp")
     save_model(model, str(tmp))
     os.chmod(tmp, 0o644)
-    os.replace(tmp, weights)
+    # everything is computed before anything published is touched; then weights and manifest are
+    # renamed into place back to back, the manifest first written as pending, so a kill leaves either
+    # the old pair, or the new weights with the new manifest pending (finished by _finish_publish)
     man = {"task": spec.task.name, "task_version": str(task.version), "task_config": _task_doc(spec.task),
-           "model": model_name, "sha256": sha256_file(weights), "bytes": weights.stat().st_size, "info": info,
-           "built_on": {"cpu_model": cpu_model(), "cpu_isa": cpu_isa(), "torch": torch.__version__.split("+")[0], "threads": num_threads,
-                        "machine": platform.machine()},
+           "model": model_name, "sha256": sha256_file(tmp), "bytes": tmp.stat().st_size, "info": info,
+           "built_on": {"cpu_model": cpu_model(), "cpu_isa": cpu_isa(), "torch": torch.__version__.split("+")[0],
+                        "threads": num_threads, "machine": platform.machine()},
            "measured": measure(spec, model, tok)}
-    path = manifest_path(spec.task.name, model_name)
-    path.write_text(json.dumps(man, indent=1, sort_keys=True) + "\n")
+    _pending(path).write_text(json.dumps(man, indent=1, sort_keys=True) + "\n")
+    os.replace(tmp, weights)
+    os.replace(_pending(path), path)
     return man

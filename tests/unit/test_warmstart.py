@@ -116,3 +116,29 @@ def test_rebuild_writes_a_complete_manifest_and_same_cpu_gives_the_same_bytes(tm
         assert man["sha256"] == committed["sha256"]
     else:
         assert man["task_config"]["warm_max_steps"] == 40 and man["sha256"] != committed["sha256"]
+    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob("*.pending"))  # published whole
+
+
+def test_a_rebuild_killed_between_its_renames_is_finished_not_torn(tmp_path, monkeypatch):
+    """Issue 38 §2.3: killed after the new weights were renamed into place and before the manifest,
+    the pair was torn and every run of the task failed. The manifest is now written pending first:
+    a pending manifest that describes the weights in place is published by the next reader; one whose
+    weights never arrived (killed before the first rename) is dropped, the committed pair intact."""
+    shutil.copytree(warmstart.BASES, tmp_path / "bases")
+    monkeypatch.setattr(warmstart, "BASES", tmp_path / "bases")
+    spec = resolve("arith", "grpo", "tiny", 0)
+    weights = tmp_path / "bases" / "arith__tiny.safetensors"
+    manifest = warmstart.manifest_path("arith", "tiny")
+    old = json.loads(manifest.read_text())
+    # killed before the first rename: a pending manifest for weights that never arrived
+    (manifest.with_suffix(".json.pending")).write_text(json.dumps({**old, "sha256": "0" * 64}))
+    assert warmstart.committed_base("arith", spec.task, "tiny")["sha256"] == old["sha256"]
+    assert not manifest.with_suffix(".json.pending").exists()
+    # killed between the renames: new weights in place, their manifest pending
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    new_sha = warmstart.sha256_file(weights)
+    (manifest.with_suffix(".json.pending")).write_text(json.dumps({**old, "sha256": new_sha}))
+    assert warmstart.base_identity(spec) == new_sha  # finished: the run id names the weights in place
+    assert json.loads(manifest.read_text())["sha256"] == new_sha and not manifest.with_suffix(".json.pending").exists()
