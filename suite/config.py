@@ -436,7 +436,8 @@ class BudgetConfig:
     wall_s: Optional[float] = None
     """Wall-clock seconds (makes the stopping point machine-dependent)."""
 
-    ranges: ClassVar[dict[str, str]] = dict.fromkeys(BUDGET_KEYS, "(0, inf)")
+    ranges: ClassVar[dict[str, str]] = dict.fromkeys(BUDGET_KEYS, "(0, 1e18]")
+    """Beyond 1e18 no machine finishes (``samples=1e30`` ran with an ETA of 3e26 hours); a sweep spec's bound too."""
 
     def limits(self) -> dict[str, float]:
         return {k: float(getattr(self, k)) for k in BUDGET_KEYS if getattr(self, k) is not None}
@@ -750,6 +751,10 @@ def load_yaml_config(path: str) -> dict:
     return data
 
 
+MAX_ROWS_PER_STEP = 1 << 20
+"""Most sequences one step may sample (``prompts_per_step × group_size``)."""
+
+
 def check_ranges(spec: RunSpec) -> list[str]:
     """Cross-field checks that need more than one field (the single-field ranges are the
     classes' declared ``ranges``, checked by :func:`build`)."""
@@ -764,6 +769,10 @@ def check_ranges(spec: RunSpec) -> list[str]:
         e.append(f"rollout.engine={r.engine} runs one instance inside a single training process; "
                  f"dist.world_size={d.world_size} is not supported with it; valid with world_size > 1: "
                  f"{', '.join(engines_with('multi_process'))}")
+    if r.prompts_per_step * r.group_size > MAX_ROWS_PER_STEP:
+        e.append(f"rollout.prompts_per_step × rollout.group_size = {r.prompts_per_step * r.group_size:,} sequences a "
+                 f"step; at most {MAX_ROWS_PER_STEP:,} (the rollout holds every sequence's KV cache at once: a "
+                 f"billion rows drove a 24 GiB machine into the OOM killer)")
     if 1 <= r.prompts_per_step * r.group_size < t.minibatches:
         e.append(f"train.minibatches ({t.minibatches}) exceeds the sequences per step "
                  f"({r.prompts_per_step * r.group_size})")

@@ -43,11 +43,12 @@ class Problem:
 
 @dataclass(frozen=True, kw_only=True)
 class ArithConfig(TaskConfig):
-    ranges = {"max_operand": "[1, inf)", "val_fraction": "(0, 0.5)", "warm_target": "(0, 1)",
+    ranges = {"max_operand": "[1, 999]", "val_fraction": "(0, 0.5)", "warm_target": "(0, 1)",
               "warm_max_steps": "[1, inf)"}
     """Declared ranges of this class's numeric fields (see ``TaskConfig.ranges``)."""
     max_operand: int = 99
-    """Operands are drawn from 0..max_operand."""
+    """Operands are drawn from 0..max_operand (at most 999: the task enumerates every pair once to split
+    them, 10⁶ problems an operator; 1e12 hung)."""
     ops: str = "+-"
     """Operators used (subset of '+-*')."""
     val_fraction: float = 0.02
