@@ -436,7 +436,7 @@ class BudgetConfig:
     wall_s: Optional[float] = None
     """Wall-clock seconds (makes the stopping point machine-dependent)."""
 
-    ranges: ClassVar[dict[str, str]] = dict.fromkeys(BUDGET_KEYS, "(0, 1e18]")
+    ranges: ClassVar[dict[str, str]] = dict.fromkeys(BUDGET_KEYS, "(0, 1e18)")
     """Beyond 1e18 no machine finishes (``samples=1e30`` ran with an ETA of 3e26 hours); a sweep spec's bound too."""
 
     def limits(self) -> dict[str, float]:

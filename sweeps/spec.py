@@ -287,9 +287,9 @@ def parse(raw: dict, source: str = "<spec>") -> SweepSpec:
     if not isinstance(budget, dict) or len(budget) != 1 or next(iter(budget)) not in BUDGET_KEYS:
         errors.append(f"{source}: 'budget' must set exactly one unit for the whole sweep, one of "
                       f"{', '.join(BUDGET_KEYS)} (got {budget!r})")
-    elif not _finite(next(iter(budget.values())), positive=True) or float(next(iter(budget.values()))) > MAX_BUDGET:
+    elif not _finite(next(iter(budget.values())), positive=True) or float(next(iter(budget.values()))) >= MAX_BUDGET:
         unit, value = next(iter(budget.items()))
-        errors.append(f"{source}: budget.{unit} must be a finite number in (0, {MAX_BUDGET:g}], got {value!r}")
+        errors.append(f"{source}: budget.{unit} must be a finite number in (0, {MAX_BUDGET:g}), got {value!r}")
     factors = raw.get("factors") or {}
     if not isinstance(factors, dict) or not all(isinstance(v, list) and v for v in factors.values()):
         errors.append(f"{source}: 'factors' maps section.key to a non-empty list of values")

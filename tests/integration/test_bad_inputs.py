@@ -58,7 +58,7 @@ def assert_refused(code: int, err: str, needle: str, out: Path) -> None:
     # in range but absurd (issue 38 §2.4): the OOM killer, a hang, a run with an ETA of 3e26 hours
     (["--set", "rollout.group_size=1000000000"], "sequences a step; at most 1,048,576"),
     (["--set", "task.max_operand=1000000000000"], "task.max_operand must be in [1, 999]"),
-    (["--budget", "samples=1e30"], "budget.samples must be in (0, 1e+18], got 1e+30"),
+    (["--budget", "samples=1e30"], "budget.samples must be in (0, 1e+18), got 1e+30"),
 ])
 def test_non_finite_and_out_of_range_values(tmp_path, capsys, no_loading, extra, needle):
     out = tmp_path / "out"
