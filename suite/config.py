@@ -417,6 +417,11 @@ def threads_hint(train: "TrainConfig", dist: "DistConfig") -> Optional[str]:
             "(it changes the run id)")
 
 
+MAX_BUDGET = 1e18
+"""Upper bound (open) of every budget key, in runs and sweep specs alike: beyond it no machine finishes
+(``samples=1e30`` ran with an ETA of 3e26 hours)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class BudgetConfig:
     """The matched compute budget: a run stops after the step that crosses any set limit."""
@@ -436,8 +441,7 @@ class BudgetConfig:
     wall_s: Optional[float] = None
     """Wall-clock seconds (makes the stopping point machine-dependent)."""
 
-    ranges: ClassVar[dict[str, str]] = dict.fromkeys(BUDGET_KEYS, "(0, 1e18)")
-    """Beyond 1e18 no machine finishes (``samples=1e30`` ran with an ETA of 3e26 hours); a sweep spec's bound too."""
+    ranges: ClassVar[dict[str, str]] = dict.fromkeys(BUDGET_KEYS, f"(0, {MAX_BUDGET:g})")
 
     def limits(self) -> dict[str, float]:
         return {k: float(getattr(self, k)) for k in BUDGET_KEYS if getattr(self, k) is not None}

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Optional
 
 
-from rlsuite.suite.config import BUDGET_KEYS, RunSpec, build, read_yaml
+from rlsuite.suite.config import BUDGET_KEYS, MAX_BUDGET, RunSpec, build, read_yaml
 from rlsuite.suite.errors import BadInput
 from rlsuite.suite.registry import suggest
 
@@ -64,8 +64,6 @@ MAX_SEEDS = 10_000
 """Most seeds per arm a spec may ask for."""
 MAX_NAME_BYTES = 100
 """Longest sweep name (UTF-8 bytes): it names a folder, and run files must fit the 255-byte limit."""
-MAX_BUDGET = 1e18
-"""Largest budget value a spec may set (1e18 samples or FLOPs is beyond any machine; 1e300 overflowed)."""
 
 
 @dataclass(frozen=True, kw_only=True)
