@@ -48,6 +48,7 @@ mean seconds per test."""
 
 
 def _group(item) -> str:
+    """The xdist group of a collected item or a test report (anything with a ``nodeid``)."""
     module = item.nodeid.split("::")[0]
     return SERIAL_GROUPS.get(module, module)
 
@@ -84,8 +85,7 @@ def pytest_runtest_logreport(report):
     """Under ``RLSUITE_RECORD_DURATIONS=1``: add up each group's setup, call and teardown seconds
     (in the controller, which receives every worker's reports)."""
     if os.environ.get("RLSUITE_RECORD_DURATIONS") == "1":
-        module = report.nodeid.split("::")[0]
-        group = SERIAL_GROUPS.get(module, module)
+        group = _group(report)
         _SPENT[group] = _SPENT.get(group, 0.0) + float(report.duration)
 
 
