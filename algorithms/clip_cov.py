@@ -119,6 +119,7 @@ class ClipCovConfig(GRPOConfig):
 @register
 class ClipCov(GRPO):
     name = "clip_cov"
+    old_logp_before_update = True  # its advantages pick the tokens to drop from the covariance of log π_old and A
     summary = "PPO clip, plus a few random high-covariance (Â, log π) tokens dropped from the loss (verl clip_cov)."
     citation = ("Cui et al. 2025, The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models, "
                 "arXiv:2505.22617; verl 0.9.1 compute_policy_loss_clip_cov")
@@ -173,6 +174,7 @@ class KLCovConfig(AlgoConfig):
 @register
 class KLCov(GRPO):
     name = "kl_cov"
+    old_logp_before_update = True  # its advantages pick the KL-penalised tokens from the covariance of log π_old and A
     summary = "Unclipped −Â·r, plus a |log r| penalty on the top-covariance (Â, log π) tokens (verl kl_cov)."
     citation = ("Cui et al. 2025, The Entropy Mechanism of Reinforcement Learning for Reasoning Language Models, "
                 "arXiv:2505.22617; verl 0.9.1 compute_policy_loss_kl_cov")

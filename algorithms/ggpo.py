@@ -96,6 +96,7 @@ class GGPOConfig(AlgoConfig):
 @register
 class GGPO(Algorithm):
     name = "ggpo"
+    old_logp_before_update = True  # its advantages read the KL of π_old to the reference
     summary = "Log-mean-exp (Gibbs) contrast of the KL-adjusted sequence reward; reference refreshed every T updates."
     citation = "Gibbs-Gap Policy Optimization (paper not found; built from a description; see algorithms/README.md)"
     fidelity = "description"

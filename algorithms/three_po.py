@@ -120,6 +120,7 @@ class ThreePOConfig(AlgoConfig):
 @register
 class ThreePO(Algorithm):
     name = "3po"
+    old_logp_before_update = True  # its advantages weight by π_old/μ (the perturbed tokens)
     summary = "Rollouts from perturbed weight copies (antithetic), grouped by strategy, TIS back to θ."
     citation = ("Venkatkrishna, Daheim, Gurevych 2026, 3PO: Perturbed Parameter Policy Optimization, arXiv:2608.09805 "
                 "(code: insait-institute/C3PO); analogue: Bai et al. 2026, PSN-RLVR, arXiv:2602.02555")

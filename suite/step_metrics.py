@@ -44,20 +44,28 @@ def rollout_metrics(b: Batch, group_size: int, updates: float, algo_cfg) -> dict
         "offpolicy/staleness_mean": float((updates - b.policy_version).float().mean()),
         "offpolicy/staleness_max": float((updates - b.policy_version).max()),
     }
-    if b.old_logp is not None:
-        # re-contextualised rows (stage 2) differ from μ by design: their prompt changed
-        mm = m if b.stage is None else m * (b.stage != 2)[:, None]
-        d = (b.old_logp - b.behav_logp) * mm
-        out["mismatch/kl"] = float(masked_mean(b.behav_logp - b.old_logp, mm))
-        out["mismatch/logp_abs_diff_mean"] = float(masked_mean(d.abs(), mm))
-        out["mismatch/logp_abs_diff_max"] = float(d.abs().max())
-        ratio = torch.exp(d)[mm > 0]
-        if ratio.numel():
-            out.update({"mismatch/ratio_mean": float(ratio.mean()), "mismatch/ratio_min": float(ratio.min()),
-                        "mismatch/ratio_max": float(ratio.max())})
     if b.values is not None:
         out["value/mean"] = float(masked_mean(b.values, m))
-    if b.ref_logp is not None and b.old_logp is not None:
+    if b.old_logp is not None:  # else the trainer adds them after the update (π_old from its forward)
+        out.update(old_logp_metrics(b, algo_cfg))
+    return out
+
+
+def old_logp_metrics(b: Batch, algo_cfg) -> dict[str, float]:
+    """The statistics of π_old among :func:`rollout_metrics`: its gap to μ (``mismatch/*``) and its
+    KL to the reference (``stats/kl_ref``, when ``b.ref_logp`` is set)."""
+    m = b.loss_mask
+    # re-contextualised rows (stage 2) differ from μ by design: their prompt changed
+    mm = m if b.stage is None else m * (b.stage != 2)[:, None]
+    d = (b.old_logp - b.behav_logp) * mm
+    out = {"mismatch/kl": float(masked_mean(b.behav_logp - b.old_logp, mm)),
+           "mismatch/logp_abs_diff_mean": float(masked_mean(d.abs(), mm)),
+           "mismatch/logp_abs_diff_max": float(d.abs().max())}
+    ratio = torch.exp(d)[mm > 0]
+    if ratio.numel():
+        out.update({"mismatch/ratio_mean": float(ratio.mean()), "mismatch/ratio_min": float(ratio.min()),
+                    "mismatch/ratio_max": float(ratio.max())})
+    if b.ref_logp is not None:
         out["stats/kl_ref"] = float(masked_mean(s_kl(algo_cfg, b.old_logp, b.ref_logp), m))
     return out
 

@@ -81,11 +81,11 @@ from rlsuite.suite.prompts import seed_for
 from rlsuite.suite.rollout_stage import RolloutStage
 from rlsuite.suite.runfolder import ReadOnlyFolder, RunFolder, now_iso
 from rlsuite.suite.step_metrics import merge as _merge
-from rlsuite.suite.step_metrics import rollout_metrics, s_kl
+from rlsuite.suite.step_metrics import old_logp_metrics, rollout_metrics, s_kl
 from rlsuite.suite.stop import stop_ids
 from rlsuite.suite.trackers import Trackers
 from rlsuite.suite.types import Batch, Rollout, cat_rollouts, real_width
-from rlsuite.suite.update_plan import computed_positions, lr_factor, micro_batches
+from rlsuite.suite.update_plan import computed_positions, lr_factor, micro_batches, old_logp_from_update
 
 
 class Trainer:
@@ -162,6 +162,15 @@ class Trainer:
         want = frozenset({"entropy"}) | (self.needs & {"hidden", "attn_stat", "topk"})
         head = "values" in self.needs and (self.algo.critic or self.spec.model.critic) != "separate"
         return want | ({"values"} if head else frozenset())
+
+    old_from_update = True
+    """Allow :meth:`_old_from_update` (False: every step runs the scoring pass; the tests compare)."""
+
+    def _old_from_update(self, rows: int) -> bool:
+        """π_old of a fresh on-policy batch of ``rows`` rows comes from the update's own forward
+        (:func:`rlsuite.suite.update_plan.old_logp_from_update`): speed only, the metrics and the
+        update are the scoring pass's bit for bit (tested); its FLOPs are not charged."""
+        return self.old_from_update and old_logp_from_update(self.spec, self.algo, self._update_fields(), rows)
 
     def _amp(self):
         """The training/scoring forwards' precision context (``train.autocast``)."""
@@ -262,6 +271,8 @@ class Trainer:
         if r.old_logp == "behaviour" and on_policy and not head_values:
             fields["old_logp"] = rec.behav_logp.to(dev)
             aliased = True
+        elif r.old_logp == "recompute" and on_policy and rec.stage is None and self._old_from_update(rec.batch_size):
+            fields["old_logp_mask"] = mask  # π_old comes from the update's forward (_update fills old_logp)
         else:
             want = frozenset({"values"}) if head_values else frozenset()
             with self._amp():
@@ -383,6 +394,7 @@ class Trainer:
         acc: dict[str, list[tuple[float, float]]] = {}
         n_tok = int(batch.attn_mask.sum())
         computed = 0  # token positions the training forwards compute (fewer with train.share_prefix)
+        from_update = None  # (rows, π_old) when the forward supplied π_old (_old_from_update)
         for epoch in range(t.epochs):
             perm = torch.randperm(B, generator=torch.Generator().manual_seed(seed_for(s.seed, "minibatch", self.step_no, epoch)))
             for mb_idx in torch.tensor_split(perm, t.minibatches):
@@ -405,6 +417,9 @@ class Trainer:
                             fwd = dataclasses.replace(fwd, values=self.critic.forward_separate(mic.tokens, mic.attn_mask))
                     if "entropy" not in self.needs:
                         fwd = dataclasses.replace(fwd, entropy=fwd.entropy.detach())
+                    if mic.old_logp is None and mic.old_logp_mask is not None:  # π_old is this forward's (_old_from_update)
+                        mic = dataclasses.replace(mic, old_logp=fwd.logp.detach().float() * mic.old_logp_mask)
+                        from_update = (mb_idx[rows], mic.old_logp)
                     loss_tok, m = self.algo.loss(fwd, mic, ctx)
                     if "is_weight" in mic.extras:  # loss.is_correction: the policy term only
                         loss_tok = loss_tok * mic.extras["is_weight"]
@@ -447,6 +462,11 @@ class Trainer:
             acc = {k: (acc[k] if k == "stats/grad_norm" else [x for g in gathered for x in g.get(k, [])])
                    for k in dict.fromkeys([*acc, *(k for g in gathered for k in g)])}
         out = _merge(acc)
+        if from_update is not None:  # the statistics of π_old the scoring pass would have logged, in its row order
+            rows, old = from_update
+            full = torch.zeros_like(batch.old_logp_mask)
+            full[rows.to(full.device)] = old
+            out.update(old_logp_metrics(dataclasses.replace(batch, old_logp=full), self.algo.cfg))
         out["stats/lr"] = self.opt.param_groups[0]["lr"]
         self.entropy = out.get("stats/entropy")
         return out

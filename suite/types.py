@@ -159,7 +159,9 @@ class Batch(Rollout):
         the sequence score on the last policy token (what GAE consumes);
       adv [B, T], returns [B, T]: filled by ``algo.advantages``;
       extras: per-sequence or per-token tensors an algorithm stores for its loss
-        (e.g. importance weights), keyed by name.
+        (e.g. importance weights), keyed by name;
+      old_logp_mask [B, T]: set instead of ``old_logp`` when π_old is taken from the update's own
+        forward (``Trainer._old_from_update``): the mask the scoring pass would have applied.
     """
 
     old_logp: Optional[Tensor] = None
@@ -170,6 +172,7 @@ class Batch(Rollout):
     adv: Optional[Tensor] = None
     returns: Optional[Tensor] = None
     extras: Mapping[str, Tensor] = field(default_factory=dict)
+    old_logp_mask: Optional[Tensor] = None
 
     @classmethod
     def from_rollout(cls, r: Rollout, **kw: Any) -> "Batch":

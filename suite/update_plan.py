@@ -11,6 +11,28 @@ from rlsuite.suite.fast_forward import shared_positions
 from rlsuite.suite.types import Batch, real_width
 
 
+def old_logp_from_update(spec, algo, update_fields: frozenset[str], rows: int) -> bool:
+    """Whether π_old of a fresh on-policy batch of ``rows`` rows comes from the update's own
+    forward instead of a scoring pass (the trainer's ``_old_from_update``; the dry run's cost plan
+    asks the same). That forward is then one pass of the model, at the weights that sampled the
+    batch, over all its rows, so its log-probs are π_old itself: the scoring pass computes the same
+    tensor (the first update's ratio is exactly 1 either way). It holds with one epoch, one
+    minibatch and one micro-batch (no ``bucket_by_length``), one process, no trainer-level
+    correction (``loss.is_correction``) and no in-reward or adaptive KL (they read π_old before the
+    update), an entry that neither filters nor reads π_old before its update
+    (:attr:`~rlsuite.algorithms.base.Algorithm.old_logp_before_update`), no critic, and a training
+    forward that computes nothing but log-probs and entropy (``update_fields``)."""
+    from rlsuite.algorithms.base import Algorithm
+
+    t, d, cfg = spec.train, spec.dist, algo.cfg
+    return (t.epochs == 1 and t.minibatches == 1 and (t.micro_batch_size == 0 or t.micro_batch_size >= rows)
+            and not t.bucket_by_length and d.world_size == 1 and d.shard == "none"
+            and spec.loss.is_correction == "none" and not algo.old_logp_before_update
+            and type(algo).filter is Algorithm.filter and "values" not in algo.needs
+            and not ("ref_logp" in algo.needs and (cfg.kl_where == "reward" or cfg.kl_target is not None))
+            and update_fields == frozenset({"entropy"}))
+
+
 def lr_factor(optim, updates: float, progress: float) -> float:
     """The learning-rate multiplier: linear warm-up over ``optim.warmup_updates``, then ``optim.schedule``."""
     o, u = optim, updates

@@ -355,14 +355,20 @@ def _algo(spec):
 
 def flops_per_sample(spec, arch: Arch, tokens: int) -> dict[str, int]:
     """FLOPs of one sample of ``tokens`` tokens, by kind of pass (the trainer's formulas)."""
+    from rlsuite.suite.update_plan import old_logp_from_update
+
     algo = _algo(spec)
     needs, r, epochs = algo.needs, spec.rollout, spec.train.epochs
     critic = (algo.critic or spec.model.critic) if "values" in needs else None
     P, Pc = arch.flops_params, arch.critic_flops_params
     out = {"rollout": 2 * P * tokens}
-    aliased = r.old_logp == "behaviour" and r.staleness == 0 and r.mismatch == "none" and r.top_p == 1.0 \
-        and r.top_k == 0 and critic in (None, "separate")
-    if not aliased:
+    on_policy = r.staleness == 0 and r.mismatch == "none" and r.top_p == 1.0 and r.top_k == 0
+    aliased = r.old_logp == "behaviour" and on_policy and critic in (None, "separate")
+    fields = frozenset({"entropy"}) | (needs & {"hidden", "attn_stat", "topk"}) | (
+        {"values"} if critic not in (None, "separate") else frozenset())
+    from_update = r.old_logp == "recompute" and on_policy and old_logp_from_update(
+        spec, algo, fields, r.prompts_per_step * r.group_size)  # π_old from the update's forward: no pass
+    if not (aliased or from_update):
         out["score_old"] = 2 * P * tokens
     if "ref_logp" in needs:
         out["score_ref"] = 2 * P * tokens

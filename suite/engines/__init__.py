@@ -9,8 +9,8 @@ module per engine, and the factory that resolves ``rollout.engine``.
 """
 
 from rlsuite.suite.engines.base import KV_ARCHITECTURES, GenOutput, NoStats, RolloutEngine, SamplingParams, left_pad
-from rlsuite.suite.engines.factory import EngineInfo, engine_class, make_engine, resolve_engine
+from rlsuite.suite.engines.factory import EngineInfo, auto_kind, engine_class, make_engine, resolve_engine
 from rlsuite.suite.engines.sampling import RowNoise, sample_step, truncate_logits
 
 __all__ = ["KV_ARCHITECTURES", "EngineInfo", "GenOutput", "NoStats", "RolloutEngine", "RowNoise", "SamplingParams",
-           "engine_class", "left_pad", "make_engine", "resolve_engine", "sample_step", "truncate_logits"]
+           "auto_kind", "engine_class", "left_pad", "make_engine", "resolve_engine", "sample_step", "truncate_logits"]

@@ -1,8 +1,11 @@
 """Which engine a ``rollout.engine`` setting names, what it can do, and building it.
 
 ``auto`` is the fastest exact engine the model and device support, by capability (never by
-timing): for the architectures of the KV forward (:data:`KV_ARCHITECTURES`), the oneDNN engine
-where it serves (CPU, fp32 weights, a torch build with oneDNN's linear kernels:
+timing): for the architectures of the KV forward (:data:`KV_ARCHITECTURES`), the native engine
+where it serves (CPU, fp32 weights, a supported activation: :func:`rlsuite.suite.engines.native.supported`,
+and a C++ compiler and ninja to build its step: :func:`rlsuite.suite.engines.native.toolchain`; its
+matmuls run on oneDNN-packed weights where oneDNN serves), else the oneDNN engine where it serves
+(CPU, fp32 weights, a torch build with oneDNN's linear kernels:
 :func:`rlsuite.suite.engines.onednn.supported`), else the kv sampler; HF ``generate`` for any other
 architecture (:func:`auto_kind`). All of them sample by the same rules; their logits agree to
 float rounding. The trainer asks the resolved engine (its class's ``capabilities`` and ``traits``,
@@ -26,9 +29,11 @@ def auto_kind(model) -> str:
     """What ``rollout.engine=auto`` is for ``model`` on its current device and dtype."""
     if getattr(model.config, "model_type", None) not in KV_ARCHITECTURES:
         return "hf"
-    from rlsuite.suite.engines.onednn import supported
+    from rlsuite.suite.engines import native, onednn
 
-    return "onednn" if supported(model) is None else "kv"
+    if native.supported(model) is None and native.toolchain() is None:
+        return "native"
+    return "onednn" if onednn.supported(model) is None else "kv"
 
 
 def engine_class(kind: str, model) -> type:

@@ -23,6 +23,7 @@
 // heads, hd head dim, I MLP width.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <algorithm>
@@ -99,8 +100,32 @@ Tensor activate(const Tensor& g, int64_t act) {
   }
 }
 
-// y = x @ wt (+ bias); y += x @ wt (+ bias) when `accumulate`   x [R, in], wt [in, out]
-void matmul(Tensor& y, const Tensor& x, const Tensor& wt, const Tensor& bias, bool accumulate) {
+// x @ W^T (+ bias) through oneDNN's inner product on a weight packed by
+// torch.ops.mkldnn._reorder_linear_weight ([out, in], oneDNN's blocked layout): the op the
+// onednn engine calls from Python, here through the dispatcher (boxed: its Scalar?[] argument)
+Tensor linear_packed(const Tensor& x, const Tensor& wp, const Tensor& bias) {
+  static const c10::OperatorHandle op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
+  std::vector<c10::IValue> stack{c10::IValue(x), c10::IValue(wp),
+                                 bias.numel() ? c10::IValue(bias) : c10::IValue(),
+                                 c10::IValue(std::string("none")),
+                                 c10::IValue(c10::List<c10::optional<at::Scalar>>()),
+                                 c10::IValue(std::string(""))};
+  op.callBoxed(&stack);
+  return stack[0].toTensor();
+}
+
+// y = x @ wt (+ bias); y += x @ wt (+ bias) when `accumulate`   x [R, in], wt [in, out]; with
+// `packed`, w is oneDNN-packed [out, in] (linear_packed) and the bias rides in the op
+void matmul(Tensor& y, const Tensor& x, const Tensor& wt, const Tensor& bias, bool accumulate, bool packed) {
+  if (packed) {
+    Tensor r = linear_packed(x, wt, bias);
+    if (accumulate)
+      y.add_(r);
+    else
+      y.copy_(r);
+    return;
+  }
   if (accumulate)
     y.addmm_(x, wt);
   else
@@ -309,9 +334,9 @@ bool has_avx512() { return false; }
 Tensor decode_impl(Tensor ids, Tensor pos, const Tensor& mask, int64_t start, std::vector<Tensor>& caches,
                    const std::vector<Tensor>& layers, const Tensor& embed, const Tensor& norm_w, const Tensor& head_t,
                    const Tensor& cos_t, const Tensor& sin_t, int64_t nh, int64_t nkv, int64_t hd, double eps,
-                   int64_t act, bool simd) {
+                   int64_t act, bool simd, bool packed) {
   TORCH_CHECK(embed.scalar_type() == at::kFloat && embed.device().is_cpu() && embed.is_contiguous() &&
-              norm_w.is_contiguous() && head_t.is_contiguous(), "native decode: contiguous fp32 CPU weights only");
+              norm_w.is_contiguous() && (packed || head_t.is_contiguous()), "native decode: contiguous fp32 CPU weights only");
   if (ids.dim() == 1) ids = ids.unsqueeze(1);
   TORCH_CHECK(ids.dim() == 2 && ids.scalar_type() == at::kLong && pos.scalar_type() == at::kLong &&
               pos.numel() == ids.numel(), "native decode: ids and pos int64 [B, S]");
@@ -339,13 +364,16 @@ Tensor decode_impl(Tensor ids, Tensor pos, const Tensor& mask, int64_t start, st
                 c.size(1) == nkv && c.size(2) >= end && c.size(3) == hd,
                 "native decode: caches contiguous fp32 [B, nkv, >= start + S, head dim]");
   const int64_t qdim = nh * hd, kdim = nkv * hd, w3 = qdim + 2 * kdim;
-  const int64_t I2 = nl ? layers[6].size(1) : 0;
+  const int64_t I2 = nl ? layers[6].size(packed ? 0 : 1) : 0;
   for (int64_t l = 0; l < nl; ++l) {
     const Tensor* L = layers.data() + 10 * l;
+    auto io = [packed](int64_t in, int64_t out) {  // [in, out] transposed, [out, in] packed
+      return packed ? std::vector<int64_t>{out, in} : std::vector<int64_t>{in, out};
+    };
     TORCH_CHECK(L[0].is_contiguous() && L[5].is_contiguous() && L[0].numel() == H && L[5].numel() == H &&
-                L[1].sizes() == at::IntArrayRef({H, w3}) && L[3].sizes() == at::IntArrayRef({qdim, H}) &&
-                L[6].sizes() == at::IntArrayRef({H, I2}) && L[8].sizes() == at::IntArrayRef({I2 / 2, H}) &&
-                I2 % 2 == 0, "native decode: layer ", l, " weights ([in, out])");
+                L[1].sizes() == at::IntArrayRef(io(H, w3)) && L[3].sizes() == at::IntArrayRef(io(qdim, H)) &&
+                L[6].sizes() == at::IntArrayRef(io(H, I2)) && L[8].sizes() == at::IntArrayRef(io(I2 / 2, H)) &&
+                I2 % 2 == 0, "native decode: layer ", l, " weights ([in, out]; packed: [out, in])");
     const int64_t widths[] = {w3, H, I2, H};  // the biases of qkv, o, gate/up, down: empty or [out]
     const int64_t at_[] = {2, 4, 7, 9};
     for (int j = 0; j < 4; ++j)
@@ -353,7 +381,8 @@ Tensor decode_impl(Tensor ids, Tensor pos, const Tensor& mask, int64_t start, st
                   "native decode: layer ", l, " bias ", at_[j], " of ", L[at_[j]].numel(), " values (want 0 or ",
                   widths[j], ")");
   }
-  TORCH_CHECK(head_t.dim() == 2 && head_t.size(0) == H, "native decode: head [hidden, vocabulary]");
+  TORCH_CHECK(head_t.dim() == 2 && head_t.size(packed ? 1 : 0) == H,
+              "native decode: head [hidden, vocabulary] (packed: [vocabulary, hidden])");
   const bool vec = simd && has_avx512();
   const float scale = 1.0f / std::sqrt(float(hd));
   auto opts = embed.options();
@@ -375,7 +404,7 @@ Tensor decode_impl(Tensor ids, Tensor pos, const Tensor& mask, int64_t start, st
     Tensor& vc = caches[2 * l + 1];
     const int64_t total = kc.size(2);
     rmsnorm(xp, L[0].data_ptr<float>(), h.data_ptr<float>(), R, H, eps);
-    matmul(qkv, h, L[1], L[2], false);  // [R, qdim + 2 kdim]
+    matmul(qkv, h, L[1], L[2], false, packed);  // [R, qdim + 2 kdim]
     float* kcp = kc.data_ptr<float>();
     float* vcp = vc.data_ptr<float>();
     rope_and_cache(qp, w3, cs, sn, ps, B, S, nh, nkv, hd, total, start, kcp, vcp);
@@ -386,9 +415,9 @@ Tensor decode_impl(Tensor ids, Tensor pos, const Tensor& mask, int64_t start, st
 #endif
       attend_generic(qp, w3, kcp, vcp, mk, mstride, B, S, nh, rep, nkv, total, start, hd, scale, o.data_ptr<float>(),
                      opts);
-    matmul(x, o, L[3], L[4], true);  // x += o @ o_t (+ bias)
+    matmul(x, o, L[3], L[4], true, packed);  // x += o @ o_t (+ bias)
     rmsnorm(xp, L[5].data_ptr<float>(), h.data_ptr<float>(), R, H, eps);
-    matmul(gu, h, L[6], L[7], false);  // [R, 2I]: gate then up
+    matmul(gu, h, L[6], L[7], false, packed);  // [R, 2I]: gate then up
     const int64_t I = I2 / 2;
 #ifdef RLS_X86
     if (vec && act == SILU)
@@ -396,20 +425,20 @@ Tensor decode_impl(Tensor ids, Tensor pos, const Tensor& mask, int64_t start, st
     else
 #endif
       at::mul_out(a, activate(gu.narrow(1, 0, I), act), gu.narrow(1, I, I));
-    matmul(x, a, L[8], L[9], true);  // x += a @ down_t (+ bias)
+    matmul(x, a, L[8], L[9], true, packed);  // x += a @ down_t (+ bias)
   }
   // the last token of each sequence: rows S-1, 2S-1, ...
   Tensor last = S == 1 ? x : x.view({B, S, H}).select(1, S - 1).contiguous();
   Tensor hl = at::empty({B, H}, opts);
   rmsnorm(last.data_ptr<float>(), norm_w.data_ptr<float>(), hl.data_ptr<float>(), B, H, eps);
-  return at::mm(hl, head_t);
+  return packed ? linear_packed(hl, head_t, Tensor()) : at::mm(hl, head_t);
 }
 
 Tensor decode(Tensor ids, Tensor pos, Tensor mask, int64_t start, std::vector<Tensor> caches,
               std::vector<Tensor> layers, Tensor embed, Tensor norm_w, Tensor head_t, Tensor cos_t, Tensor sin_t,
-              int64_t nh, int64_t nkv, int64_t hd, double eps, int64_t act, bool simd) {
+              int64_t nh, int64_t nkv, int64_t hd, double eps, int64_t act, bool simd, bool packed) {
   return decode_impl(ids, pos, mask, start, caches, layers, embed, norm_w, head_t, cos_t, sin_t, nh, nkv, hd, eps,
-                     act, simd);
+                     act, simd, packed);
 }
 
 // The token loop of KVSampler._decode for the common case (noise from a torch.Generator or
@@ -423,7 +452,7 @@ std::vector<Tensor> generate_loop(Tensor logits, Tensor next_pos, Tensor mask, i
                                   Tensor limits, Tensor stop, double temperature, c10::optional<at::Generator> gen,
                                   double compact_frac, std::vector<Tensor> caches, std::vector<Tensor> layers,
                                   Tensor embed, Tensor norm_w, Tensor head_t, Tensor cos_t, Tensor sin_t, int64_t nh,
-                                  int64_t nkv, int64_t hd, double eps, int64_t act, bool simd) {
+                                  int64_t nkv, int64_t hd, double eps, int64_t act, bool simd, bool packed) {
   const int64_t B = logits.size(0);
   TORCH_CHECK(logits.dim() == 2 && limits.numel() == B && next_pos.numel() == B && mask.size(0) == B &&
               mask.size(1) >= W + n_new && mask.scalar_type() == at::kBool && mask.is_contiguous(),
@@ -492,7 +521,7 @@ std::vector<Tensor> generate_loop(Tensor logits, Tensor next_pos, Tensor mask, i
     }
     Tensor step_ids = rows.defined() ? tok.index_select(0, rows) : tok;
     Tensor out = decode_impl(step_ids, next_pos, mask, W + i, caches, layers, embed, norm_w, head_t, cos_t, sin_t,
-                             nh, nkv, hd, eps, act, simd);
+                             nh, nkv, hd, eps, act, simd, packed);
     // finished rows keep stale logits: sampled, never recorded
     logits = rows.defined() ? logits.index_copy(0, rows, out) : out;
     next_pos = next_pos + 1;

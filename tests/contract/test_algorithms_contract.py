@@ -4,7 +4,8 @@
   within the documented vocabulary;
 * a 2-step run of the shared trainer, unchanged, on a fake two-turn environment task with
   the tiny model: completes, finite losses, the standard metric keys;
-* the canonical batch: ``loss`` returns a finite ``[B, T]`` tensor that is 0 off the mask.
+* the canonical batch: ``loss`` returns a finite ``[B, T]`` tensor that is 0 off the mask;
+  ``old_logp_before_update`` says truly whether advantages and filter read π_old.
 """
 
 from __future__ import annotations
@@ -129,3 +130,34 @@ def test_loss_on_the_canonical_batch(name):
     assert all(k.count("/") >= 1 for k in metrics)
     loss.sum().backward()
     assert logp.grad is not None and torch.isfinite(logp.grad).all()
+
+
+def _pre_update(cls, name, batch):
+    """An entry's advantages and filter on ``batch`` (a fresh instance: some keep state)."""
+    algo = cls(cls.Config(name=name))
+    ctx = Context(step=1, progress=0.1, entropy=1.0, max_new_tokens=4, group_size=3, prompts_per_step=2, n_train=10,
+                  seed=0, policy=None, generator=lambda s: torch.Generator().manual_seed(0), charge=lambda *a: None)
+    adv = algo.advantages(batch, ctx)
+    keep = algo.filter(dataclasses.replace(batch, adv=adv.adv, returns=adv.returns), ctx)
+    tensors = [adv.adv, adv.returns, adv.loss_mask, keep, *(adv.extras[k] for k in sorted(adv.extras))]
+    return sorted(adv.extras), tensors
+
+
+@pytest.mark.parametrize("name", ALGOS)
+def test_old_logp_before_update_is_declared_truthfully(name):
+    """``old_logp_before_update = False`` lets the trainer take π_old from the update's forward,
+    after advantages and filter ran without it: such an entry's advantages and filter must be the
+    same with ``old_logp`` absent; an entry declaring True must actually read it."""
+    cls = ALGORITHMS.get(name)
+    batch = _canonical_batch()
+    with_old = _pre_update(cls, name, batch)
+    try:
+        without = _pre_update(cls, name, dataclasses.replace(batch, old_logp=None))
+    except (TypeError, AttributeError):
+        without = None  # read it: None has no arithmetic
+    same = without is not None and with_old[0] == without[0] and all(
+        (a is None and b is None) or (a is not None and b is not None and torch.equal(a, b))
+        for a, b in zip(with_old[1], without[1]))
+    assert same != cls.old_logp_before_update, (
+        f"{name}: old_logp_before_update={cls.old_logp_before_update}, but its advantages/filter "
+        f"{'do not read' if same else 'read'} batch.old_logp")

@@ -32,9 +32,15 @@ def test_grpo_step_flops_by_hand(tmp_path, capsys):
     r = rows[0]
     n = r["budget/train_tokens"]  # prompt + response tokens of the 16 samples (1 epoch)
     assert r["budget/gen_tokens"] < n
-    # rollout 2P·n + π_old pass 2P·n + π_ref pass 2P·n (β = 0.04) + training 6P·n
-    assert r["budget/flops"] == 12 * P * n
+    # rollout 2P·n + π_ref pass 2P·n (β = 0.04) + training 6P·n; π_old is the training forward's
+    # own log-probs (one epoch, one minibatch: no scoring pass of its own)
+    assert r["budget/flops"] == 10 * P * n and "budget/flops_score_old" not in r
     assert r["budget/samples"] == 16 and r["budget/prompts"] == 4 and r["budget/updates"] == 1
+    # two minibatches: the second one's π_old is not the weights it trains, so the pass runs
+    rows, _ = _run(tmp_path / "mb2", capsys, "--algo", "grpo", "--budget", "updates=2", "--set", "train.minibatches=2")
+    r = rows[0]
+    n = r["budget/train_tokens"]
+    assert r["budget/flops"] == 12 * P * n and r["budget/flops_score_old"] == 2 * P * n
 
 
 def test_ppo_separate_critic_flops_and_epochs(tmp_path, capsys):

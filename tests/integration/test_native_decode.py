@@ -78,12 +78,40 @@ def model_tok(request):
     return tiny_variant(request.param)
 
 
-@pytest.fixture(params=["simd", "generic"])
-def simd(request):
-    """The AVX-512 loops (where the CPU has them) and the plain loops every CPU runs."""
-    if request.param == "simd" and not native.load_extension().has_avx512():
+@pytest.fixture(params=["simd", "generic", "transposed"])
+def simd(request, monkeypatch):
+    """The AVX-512 loops (where the CPU has them) and the plain loops every CPU runs, each with
+    the default matmul weights (oneDNN-packed where oneDNN serves); ``transposed``: the matmuls
+    on transposed ``[in, out]`` copies through MKL's GEMM (the layout where oneDNN does not serve)."""
+    avx = native.load_extension().has_avx512()
+    if request.param == "simd" and not avx:
         pytest.skip("this CPU has no AVX-512: the simd loops are not used here")
+    if request.param == "transposed":
+        monkeypatch.setattr(native.NativeKVSampler, "packed", False)
+        return avx
     return request.param == "simd"
+
+
+def test_packed_weights_by_capability_sample_what_transposed_ones_sample(monkeypatch):
+    """``packed=None`` packs the matmul weights for oneDNN exactly where the onednn engine would
+    serve; packed and transposed engines sample the same tokens with log-probs within 1e-5."""
+    from rlsuite.suite.engines.onednn import supported
+
+    model, tok, _ = load_model(ModelConfig())
+    default = native.NativeKVSampler(model, tok)
+    assert default._packed == (supported(model) is None)
+    if not default._packed:
+        pytest.skip("oneDNN's packed linear kernels are not in this torch build")
+    assert default._head_t.layout == torch._mkldnn and default._flat[1].layout == torch._mkldnn
+    monkeypatch.setattr(native.NativeKVSampler, "packed", False)
+    plain = native.NativeKVSampler(model, tok)
+    assert not plain._packed and plain._head_t.layout == torch.strided
+    prompts = [tok.encode(p, add_special_tokens=False) for p in PROMPTS for _ in range(4)]
+    params = SamplingParams(max_new_tokens=16, temperature=1.0, stop_ids=(tok.eos_token_id,))
+    a = default.generate(prompts, params, torch.Generator().manual_seed(3))
+    b = plain.generate(prompts, params, torch.Generator().manual_seed(3))
+    assert a.ids == b.ids
+    assert max(abs(x - y) for r, q in zip(a.logp, b.logp) for x, y in zip(r, q)) < 1e-5
 
 
 STEP = torch.tensor([[5], [9], [17], [2]])  # one new token for each of PROMPTS
@@ -269,12 +297,17 @@ def test_no_compiler_is_refused_before_anything_is_written(tmp_path, capsys, mon
 
 def test_a_weight_sync_in_place_reaches_every_copy():
     """A step's weight sync overwrites the engine's tensors in place (the fused q/k/v and
-    gate/up, and the native engine's transposed copies): afterwards both engines sample what
+    gate/up, and the native engine's transposed copies; its packed copies are packed again):
+    afterwards the engines sample what
     fresh engines built from the new weights sample."""
     model, tok, _ = load_model(ModelConfig())
     prompts = [tok.encode(p, add_special_tokens=False) for p in PROMPTS for _ in range(2)]
     params = SamplingParams(max_new_tokens=8, temperature=1.0)
-    engines = [KVSampler(model, tok), native.NativeKVSampler(model, tok)]
+    class Transposed(native.NativeKVSampler):
+        packed = False
+
+    kinds = [KVSampler, native.NativeKVSampler, Transposed]  # the native engine's packed and transposed copies
+    engines = [k(model, tok) for k in kinds]
     fused = [e._layers[0][1] for e in engines]
     with torch.no_grad():
         for p in model.parameters():
@@ -282,7 +315,7 @@ def test_a_weight_sync_in_place_reaches_every_copy():
     for e in engines:
         e.load_weights(model.state_dict(), 1)
     assert all(e._layers[0][1] is f for e, f in zip(engines, fused))  # in place, no new tensors
-    for old, fresh in zip(engines, [KVSampler(model, tok), native.NativeKVSampler(model, tok)]):
+    for old, fresh in zip(engines, [k(model, tok) for k in kinds]):
         a = old.generate(prompts, params, torch.Generator().manual_seed(2))
         b = fresh.generate(prompts, params, torch.Generator().manual_seed(2))
         assert a.ids == b.ids and a.logp == b.logp

@@ -83,11 +83,11 @@ def test_every_lever_setting_is_its_own_run_id():
 
 def test_auto_levers_resolve_by_capability_and_are_recorded(tmp_path, capsys):
     """`auto` turns the same-math levers on where they serve (the tiny Llama on a CPU: share_prefix,
-    fused AdamW, the oneDNN engine where torch has it); spec.json and env.json record the result.
+    fused AdamW, the native engine where a C++ toolchain builds it, else oneDNN's where torch has it); spec.json and env.json record the result.
     An entry whose update needs a field the fast forward does not compute (attention statistics)
     resolves share_prefix off, as does a sharded run (tests/integration/test_fsdp.py)."""
     from rlsuite.suite.checks import resolve_auto
-    from rlsuite.suite.engines.onednn import supported
+    from rlsuite.suite.engines import auto_kind
     from rlsuite.suite.models import load_model
 
     rows, spec = _run(tmp_path, capsys, "--algo", "grpo", "--budget", "updates=1")
@@ -95,7 +95,8 @@ def test_auto_levers_resolve_by_capability_and_are_recorded(tmp_path, capsys):
     env = json.loads((run / "env.json").read_text())
     model, _, _ = load_model(resolve("arith", "grpo", "tiny", 0).model)
     want = {"train.share_prefix": True, "optim.fused": True,
-            "rollout.engine": "onednn" if supported(model) is None else "kv"}
+            "rollout.engine": auto_kind(model)}
+    assert want["rollout.engine"] in ("native", "onednn", "kv")
     assert spec["resolved"] == env["resolved"] == want
     assert spec["train"]["share_prefix"] == "auto" and env["identity"] == spec["identity"]
     s = resolve("arith", "grpo", "tiny", 0)
@@ -236,3 +237,44 @@ def test_compile_without_a_compiler_is_refused(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert code == 2 and "train.compile" in err and "C++ compiler" in err
     assert not list(tmp_path.rglob("metrics.jsonl"))
+
+
+@pytest.mark.parametrize("algo,sets", [("grpo", []), ("dr_grpo", [("algo.kl_coef", 0.05)]),
+                                       ("gspo", [("rollout.max_new_tokens", 6)])])
+def test_pi_old_from_the_update_forward_is_the_scoring_pass_bit_for_bit(tmp_path, monkeypatch, algo, sets):
+    """One epoch, one minibatch, on-policy: π_old is taken from the update's own forward instead
+    of a scoring pass (``Trainer._old_from_update``). Every metric of every step — losses,
+    ratios, clip fractions, the engine–trainer gap ``mismatch/*`` and ``stats/kl_ref`` (logged
+    after the update, in the scoring pass's row order) — equals the run with the pass bit for bit;
+    only the pass's FLOPs (``budget/flops_score_old``) and the timings differ."""
+    from rlsuite.suite.runner import execute
+    from rlsuite.suite.trainer import Trainer
+
+    rows = {}
+    for on in (True, False):
+        monkeypatch.setattr(Trainer, "old_from_update", on)
+        spec = resolve("arith", algo, "tiny", 0, sets=[("model.warm_start", "none"), ("eval.max_prompts", 4),
+                                                       ("rollout.prompts_per_step", 4), ("rollout.group_size", G),
+                                                       *sets], budgets=[("updates", 3)])
+        code, run_dir = execute(spec, tmp_path / str(on))
+        assert code == 0
+        rows[on] = read_jsonl(run_dir / "metrics.jsonl")
+    timing = ("perf/", "budget/flops", "budget/wall_s", "time")
+    assert len(rows[True]) == len(rows[False]) == 3
+    for a, b in zip(rows[True], rows[False]):
+        assert "budget/flops_score_old" not in a and b["budget/flops_score_old"] > 0
+        assert a["stats/ratio_max"] == a["stats/ratio_min"] == 1.0 and "mismatch/logp_abs_diff_max" in a
+        keys = {k for k in set(a) | set(b) if not k.startswith(timing)}
+        assert {k: a.get(k) for k in keys} == {k: b.get(k) for k in keys}
+    if algo == "dr_grpo":
+        assert "stats/kl_ref" in rows[True][0]
+
+
+def test_pi_old_keeps_its_scoring_pass_where_the_update_cannot_supply_it(tmp_path, capsys):
+    """Two minibatches (the second trains weights that did not sample it), a trainer-level
+    correction, and an entry that reads π_old in its advantages (``ggpo``) keep the pass."""
+    for args in (["--algo", "grpo", "--set", "train.minibatches=2"],
+                 ["--algo", "grpo", "--set", "loss.is_correction=token_tis"],
+                 ["--algo", "ggpo"]):
+        rows, _ = _run(tmp_path / "-".join(args), capsys, *args, "--budget", "updates=2")
+        assert rows[0]["budget/flops_score_old"] > 0, args

@@ -119,8 +119,12 @@ def test_plan_of_a_small_run_by_hand():
     assert spec.algo.kl_coef > 0  # grpo: a reference pass
     c = cost.plan_run(spec, arch, prompt_tokens=100, throughput=1e12)
     assert (c.samples, c.bound, c.tokens_per_sample) == (63 * 16, "=", 164)  # ceil(1000 / 16) steps of 16
-    assert set(c.flops_by_kind) == {"rollout", "score_old", "score_ref", "train"}
-    assert c.flops == 1008 * 164 * P * (2 + 2 + 2 + 6)
+    # π_old comes from the update's own forward (one epoch, one minibatch): no scoring pass of its own
+    assert set(c.flops_by_kind) == {"rollout", "score_ref", "train"}
+    assert c.flops == 1008 * 164 * P * (2 + 2 + 6)
+    two = cost.plan_run(_tiny_run({"samples": 1000}, **{"train.minibatches": 2}), arch, prompt_tokens=100)
+    assert set(two.flops_by_kind) == {"rollout", "score_old", "score_ref", "train"}
+    assert two.flops == 1008 * 164 * P * (2 + 2 + 2 + 6)
     assert c.gpu_hours == pytest.approx(c.flops / 1e12 / 3600)
     assert c.checkpoint == P * (4 + 2 * 4) and c.final == P * 4 and c.kept == c.final  # no keep_checkpoint
     assert c.peak == 2 * c.checkpoint
