@@ -1,18 +1,21 @@
 """Where a real model's decode step goes, against the bounds measured on this machine.
 
-Loads a real model (default the pinned ``smollm2-135m``), runs the default engine's
-(``rollout.engine=onednn``) rollout of 8 rows × 64 new tokens from one chat prompt several times,
-and reports:
+Loads a real model (default the pinned ``smollm2-135m``) and runs rollouts of 8 rows × 64 new
+tokens from one chat prompt on three engines, alternating: the default's resolution
+(``rollout.engine=auto`` → ``native`` where a C++ toolchain is found, its matmuls on oneDNN-packed
+weights), the Python ``onednn`` engine, and the opt-in ``native_bf16`` (where oneDNN has bf16 on
+this CPU). It reports:
 
-- the decode step (ms; the median rollout over its decode steps, the prefill's share removed);
-- its split from ``torch.profiler`` (self CPU time): the matmuls (oneDNN inner products), attention
-  (SDPA), sampling (the Gumbel draw, log-softmax, argmax over the vocabulary) and the rest (every
-  other op: norms, RoPE, cache writes, Python);
-- the bounds: the weights' bytes ÷ the measured **read** bandwidth (a 512 MB ``sum``), and the
-  matmuls' FLOPs (2 × weights × rows) ÷ the measured fp32 GEMM peak (a 2048² ``torch.mm``); and the
-  bandwidth each matmul kernel reaches at batch 8 on the model's own shapes (oneDNN packed, ATen);
-- the bf16 lever: whether oneDNN has a bf16 inner product on this CPU, and ATen's bf16 time on the
-  LM head's shape.
+- each decode step (ms; the best rollout over its decode steps, the prefill's share removed);
+- the matmuls alone: one decode step's inner products on the native engines' own packed weights
+  (every layer's and the head, batch 8, in order, so the weights stream from memory as in the
+  step), which leaves the rest of the step (attention, norms, RoPE, sampling, the loop) as the
+  difference;
+- the ``onednn`` engine's split from ``torch.profiler`` (self CPU time): matmuls, attention (SDPA),
+  sampling (Gumbel draw, log-softmax, argmax over the vocabulary) and the rest;
+- the bounds: the weights' bytes ÷ the measured **read** bandwidth (a 512 MB ``sum``; half the bytes
+  for bf16), and the matmuls' FLOPs (2 × weights × rows) ÷ the measured fp32 GEMM peak (a 2048²
+  ``torch.mm``); and the bandwidth each matmul kernel reaches at batch 8 on the model's shapes.
 
 Writes ``benchmarks/results/decode_bound.md``.
 
@@ -67,21 +70,44 @@ def main() -> None:
     from rlsuite.suite import pinned_models
     from rlsuite.suite.config import ModelConfig
     from rlsuite.suite.engines.base import SamplingParams
+    from rlsuite.suite.engines import make_engine
+    from rlsuite.suite.engines.native import NativeBF16KVSampler, NativeKVSampler, bf16_supported
     from rlsuite.suite.engines.onednn import OneDNNKVSampler
+    from rlsuite.suite.config import RolloutConfig
     from rlsuite.suite.models import load_model
 
     folder = pinned_models.verified_dir(pinned_models.get(a.model)) if a.model in pinned_models.PINNED else a.model
     model, tok, _ = load_model(ModelConfig(name=str(folder)))
-    eng = OneDNNKVSampler(model, tok)
+    auto = make_engine("auto", model, tok, RolloutConfig())
+    auto_kind = {NativeKVSampler: "native", OneDNNKVSampler: "onednn"}.get(type(auto), type(auto).__name__)
+    engines = {f"auto ({auto_kind})": auto, "onednn": OneDNNKVSampler(model, tok)}
+    if bf16_supported() is None:
+        engines["native_bf16"] = NativeBF16KVSampler(model, tok)
+    eng = engines["onednn"]
     msgs = [{"role": "user", "content": "What is 12 + 34? Reply with only the number."}]
     ids = tok.apply_chat_template(msgs, add_generation_prompt=True)
     ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
     sp = SamplingParams(max_new_tokens=NEW, temperature=1.0, stop_ids=())  # no stop: every row decodes NEW tokens
     sp1 = SamplingParams(max_new_tokens=1, temperature=1.0, stop_ids=())
     g = torch.Generator().manual_seed(0)
-    rollout = best(lambda: eng.generate([ids] * ROWS, sp, g), a.reps)
-    prefill = best(lambda: eng.generate([ids] * ROWS, sp1, g), a.reps)
-    step = (rollout - prefill) / (NEW - 1)
+    steps: dict[str, list[float]] = {k: [] for k in engines}
+    for r in range(a.reps):  # the engines alternate, so they see the same machine
+        for k, e in (list(engines.items()) if r % 2 == 0 else list(engines.items())[::-1]):
+            rollout = best(lambda: e.generate([ids] * ROWS, sp, g), 2)
+            prefill = best(lambda: e.generate([ids] * ROWS, sp1, g), 2)
+            steps[k].append((rollout - prefill) / (NEW - 1))
+    step_of = {k: min(v) for k, v in steps.items()}
+    step = step_of["onednn"]
+
+    def matmuls_alone(e) -> float:
+        """One decode step's inner products on engine ``e``'s packed weights, in layer order."""
+        ws = [w for i, w in enumerate(e._flat) if e._transposed(i)] + [e._head_t]
+        dt = torch.bfloat16 if ws[0].dtype == torch.bfloat16 else torch.float32
+        xs = {w.shape[1]: torch.randn(ROWS, w.shape[1], dtype=dt) for w in ws}
+        return best(lambda: [torch.ops.mkldnn._linear_pointwise(xs[w.shape[1]], w, None, "none", [], "")
+                             for w in ws], a.reps)
+
+    alone = {k: matmuls_alone(e) for k, e in engines.items() if isinstance(e, NativeKVSampler) and e._packed}
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         eng.generate([ids] * ROWS, sp, g)
     groups = {"matmuls (oneDNN inner product)": ("mkldnn::_linear_pointwise",),
@@ -131,16 +157,26 @@ def main() -> None:
         f"Machine: {cpu_model()} ({platform.machine()}), {os.cpu_count()} cores, {a.threads} torch thread(s); torch "
         f"{torch.__version__}. Command: `{' '.join(['python', 'benchmarks/decode_bound.py', *sys.argv[1:]])}`. "
         f"1-minute load average {os.getloadavg()[0]:.2f} at the end.", "",
-        f"Engine `onednn` (the default's resolution on a CPU), {ROWS} rows × {NEW} new tokens from one chat prompt "
-        f"({len(ids)} tokens), no stop token; best of {a.reps}. Rollout {1e3 * rollout:.0f} ms, prefill + first token "
-        f"{1e3 * prefill:.0f} ms: **decode step {1e3 * step:.1f} ms**.", "",
+        f"{ROWS} rows × {NEW} new tokens from one chat prompt ({len(ids)} tokens), no stop token; the engines "
+        f"alternate ({a.reps} rounds, best of 2 each; the decode step = (rollout − prefill and first token) / "
+        f"{NEW - 1}).", "",
+        "| engine | decode step ms (best; rounds) | × the fp32 step's larger bound | matmuls alone ms | "
+        "rest of the step ms |",
+        "|---|---|---|---|---|",
+        *[f"| `{k}` | **{1e3 * step_of[k]:.1f}** ({', '.join(f'{1e3 * x:.1f}' for x in steps[k])}) | "
+          f"{step_of[k] / max(bound_bw, bound_fl):.2f} | "
+          + (f"{1e3 * alone[k]:.1f} | {1e3 * (step_of[k] - alone[k]):.1f} |" if k in alone else "— | — |")
+          for k in engines], "",
         f"Bounds: the {wbytes / 1e6:.0f} MB of fp32 matmul weights (layers + LM head) at the measured read bandwidth "
-        f"{bw / 1e9:.1f} GB/s (a 512 MB `sum`) take **{1e3 * bound_bw:.1f} ms**; "
-        f"their {2 * ROWS * n_w / 1e9:.2f} GFLOP "
-        f"at the fp32 GEMM peak {peak / 1e9:.0f} GFLOP/s (2048² `torch.mm`) take **{1e3 * bound_fl:.1f} ms**. The step "
-        f"is {step / max(bound_bw, bound_fl):.2f}× the larger bound (the goal: ≤ 1.5×).", "",
-        f"Split of one profiled rollout ({1e3 * prof_step:.1f} ms a token with the profiler's overhead), "
-        "self CPU time:", "",
+        f"{bw / 1e9:.1f} GB/s (a 512 MB `sum`) take **{1e3 * bound_bw:.1f} ms** (bf16: half the bytes, "
+        f"{1e3 * bound_bw / 2:.1f} ms); their {2 * ROWS * n_w / 1e9:.2f} GFLOP "
+        f"at the fp32 GEMM peak {peak / 1e9:.0f} GFLOP/s (2048² `torch.mm`) take **{1e3 * bound_fl:.1f} ms**. The "
+        f"default's step is {step_of[next(iter(engines))] / max(bound_bw, bound_fl):.2f}× the larger bound (the goal: "
+        "≤ 1.5×). Matmuls alone: one step's oneDNN inner products on the engine's own packed weights, every layer's "
+        "and the head's in order (so the weights stream from memory as in a step); the rest is attention, norms, "
+        "RoPE, cache writes, sampling over the vocabulary and the token loop.", "",
+        f"Split of one profiled rollout of the Python `onednn` engine (decode step {1e3 * step:.1f} ms; "
+        f"{1e3 * prof_step:.1f} ms a token with the profiler's overhead), self CPU time:", "",
         "| part | ms per token | share |", "|---|---|---|", *rows, "",
         f"Batch-{ROWS} matmuls on the model's shapes, µs per call (weight bytes ÷ time):", "",
         "| weight [out × in] | oneDNN packed (the engine) | ATen `linear` (MKL) |", "|---|---|---|", *kernels, "",

@@ -28,19 +28,26 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "mismatch.md"
 BEGIN, END = "<!-- vllm section: benchmarks/vllm_mismatch.py -->", "<!-- end of the vllm section -->"
-PRESET = ["task.style=question", "task.max_operand=20", "task.ops=+", "task.val_fraction=0.1",
-          "rollout.prompts_per_step=4", "rollout.group_size=8", "rollout.max_new_tokens=16",
-          "rollout.temperature=0.7", "optim.lr=2.0e-5", "algo.kl_coef=0.0", "rollout.old_logp=recompute",
-          "eval.every=1.0", "eval.max_prompts=48", "rollout.engine=vllm"]
+BASE = ["task.style=question", "task.max_operand=20", "task.ops=+", "task.val_fraction=0.1",
+        "rollout.prompts_per_step=4", "rollout.group_size=8", "rollout.max_new_tokens=16",
+        "rollout.temperature=0.7", "optim.lr=2.0e-5", "algo.kl_coef=0.0", "rollout.old_logp=recompute",
+        "eval.every=1.0", "eval.max_prompts=48"]
+"""The real-model preset with π_old recomputed, any engine (``benchmarks/bf16_engine.py`` uses it too)."""
+PRESET = BASE + ["rollout.engine=vllm"]
 ARMS = {"fp32": [], "bf16": ["rollout.mismatch=bf16"],
         "bf16+token_tis": ["rollout.mismatch=bf16", "loss.is_correction=token_tis"],
         "bf16+token_mis": ["rollout.mismatch=bf16", "loss.is_correction=token_mis"]}
 
 
 def run_arm(py: str, arm: str, seed: int, updates: int, out: Path, threads: int) -> Path:
-    sets = [x for s in PRESET + ARMS[arm] + [f"train.num_threads={threads}"] for x in ("--set", s)]
+    return run_arm_cmd(py, arm, PRESET + ARMS[arm], seed, updates, out, threads)
+
+
+def run_arm_cmd(py: str, arm: str, settings: list[str], seed: int, updates: int, out: Path, threads: int) -> Path:
+    """One ``rlsuite run`` of GRPO on SmolLM2 with ``settings`` (``--set`` values) under ``py``."""
+    sets = [x for s in settings + [f"train.num_threads={threads}"] for x in ("--set", s)]
     cmd = [py, "-m", "rlsuite.suite.cli", "run", "--task", "arith", "--algo", "grpo", "--model", "smollm2-135m",
-           "--seed", str(seed), "--budget", f"updates={updates}", "--out", str(out / arm)] + sets
+           "--seed", str(seed), "--budget", f"updates={updates}", "--out", str(out / arm.replace(" ", "_"))] + sets
     t0 = time.time()
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO.parent,
                          env=dict(os.environ, TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1"))

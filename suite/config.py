@@ -158,7 +158,7 @@ class RolloutConfig:
     generator (the original stream). ``row``: a counter-based hash (splitmix64) of (step stream,
     global row, token position, vocab id), so any split of the rows gives the same samples;
     required by ``dist.world_size`` > 1; ``kv`` engine only."""
-    engine: Literal["auto", "kv", "native", "onednn", "hf", "s3r", "vllm"] = "auto"
+    engine: Literal["auto", "kv", "native", "native_bf16", "onednn", "hf", "s3r", "vllm"] = "auto"
     """``kv``: the hand-written KV-cached sampler (Llama-style models); ``native``: the kv sampler
     with its forward (prefill and decode) and its token loop in C++ (CPU, fp32; built on first
     use with the system's C++ compiler and ninja; same sampling rules, logits within ~1e-6 of
@@ -166,6 +166,10 @@ class RolloutConfig:
     oneDNN on weights packed once per sync (CPU, fp32; for real-size models, whose decode step
     is bound by reading the weights; same sampling rules, logits within float rounding of ``kv``:
     ``suite/engines/onednn.py``);
+    ``native_bf16`` (opt-in): the native step with its matmuls in bf16 on bf16 copies of the
+    weights (oneDNN's bf16 inner product: AVX-512-BF16 or AMX; half the bytes a decode step
+    reads), so μ is a low-precision sampler and π_old (the fp32 trainer's) differs from it:
+    ``mismatch/*`` measure the gap, ``loss.is_correction`` corrects it;
     ``hf``: HF ``generate``;
     ``s3r``: self-sparse speculative rollouts on the KV sampler (exactly the dense distribution);
     ``vllm``: vLLM, in this process, on whatever platform it was built for: CUDA (the ``vllm``
@@ -469,6 +473,12 @@ class EvalConfig:
     """Completions saved to samples.jsonl per eval split."""
     batch_size: int = 256
     """Sequences per eval generation call."""
+    cache_base: bool = field(default=True, metadata=OUTSIDE_ID)
+    """Memoise the evals of the starting weights (step 0) under ``$RLSUITE_CACHE/base_evals``, keyed by
+    everything they depend on (the weights' sha256, prompts, answers, task and eval settings, the
+    resolved engine, the suite's source, torch, threads and the CPU), so runs from one base compute
+    them once per machine (:func:`rlsuite.suite.evaluate.memo_base_eval`; results with grade errors are
+    not kept). Not in the run id: the rows are the same."""
 
     ranges: ClassVar[dict[str, str]] = {
         "every": "(0, 1]", "max_prompts": "[0, inf)", "n_samples": "[0, inf)", "ks": "[1, inf)",

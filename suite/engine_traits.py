@@ -34,6 +34,7 @@ TRAITS: dict[str, EngineTraits] = {
     "auto": _KV,
     "kv": _KV,
     "native": _KV,
+    "native_bf16": _KV,
     "onednn": _KV,
     "s3r": EngineTraits(row_rng=False, layerwise_sync=True, untruncated_logprobs=True, multi_process=True),
     "hf": EngineTraits(row_rng=False, layerwise_sync=False, untruncated_logprobs=True, multi_process=True),

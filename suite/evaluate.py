@@ -144,3 +144,59 @@ def _rows(task, examples, prompts_text, flat, texts, grades, cap: int, mode: str
     return [{"prompt": prompts_text[i], "completion": texts[r], "reward": grades[r].reward,
              "parsed": grades[r].parsed, "gold": task.gold(examples[i]), "mode": mode}
             for r, (i, _) in enumerate(flat[:cap])]
+
+
+_SOURCE_HASH: Optional[str] = None
+
+
+def source_hash() -> str:
+    """sha256 of the suite's and the tasks' source (``.py`` and the native step's ``.cpp``): any
+    code change that could change an eval changes it."""
+    global _SOURCE_HASH
+    if _SOURCE_HASH is None:
+        from pathlib import Path
+
+        root = Path(__file__).resolve().parent.parent
+        h = hashlib.sha256()
+        for sub in ("suite", "tasks"):
+            for f in sorted((root / sub).rglob("*")):
+                if f.suffix in (".py", ".cpp") and f.is_file():
+                    h.update(str(f.relative_to(root)).encode() + b"\0" + f.read_bytes())
+        _SOURCE_HASH = h.hexdigest()
+    return _SOURCE_HASH
+
+
+def weights_hash(model) -> str:
+    """sha256 of a model's state (names, dtypes, shapes and bytes)."""
+    h = hashlib.sha256()
+    for k, v in model.state_dict().items():
+        t = v.detach().cpu().contiguous()
+        h.update(f"{k}|{t.dtype}|{tuple(t.shape)}".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def memo_base_eval(parts: dict[str, Any], compute) -> tuple[dict[str, Any], bool]:
+    """``compute()``'s result (a JSON-able dict with an ``errors`` count), memoised under
+    ``$RLSUITE_CACHE/base_evals/<sha256 of parts>``: the evals of a run's starting weights, which
+    every run from the same base repeats. ``parts`` must pin everything the result depends on
+    (weights, prompts, answers, task and eval settings, engine, code, torch, threads, CPU); the
+    build runs under the cache's file lock, so array jobs on one node compute it once. A result
+    with grade errors is not kept (a broken grader is never frozen). Returns (result, computed)."""
+    import os
+    from pathlib import Path
+
+    from rlsuite.suite.cache import build_once
+
+    key = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
+    root = Path(os.environ.get("RLSUITE_CACHE", Path.home() / ".cache" / "rlsuite")) / "base_evals"
+    held: dict[str, Any] = {}
+
+    def build(tmp):
+        held["r"] = r = compute()
+        return {"parts": parts, "result": r} if not r["errors"] else None
+
+    info, _ = build_once(root / key, build)
+    if "r" in held:
+        return held["r"], True
+    return info["result"], False

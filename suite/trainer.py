@@ -47,6 +47,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import hashlib
+import json
 import os
 import socket
 import sys
@@ -67,7 +69,7 @@ from rlsuite.suite.config import RunSpec
 from rlsuite.suite.distributed import world as current_world
 from rlsuite.suite.engines import RolloutEngine, make_engine
 from rlsuite.suite.errors import BadInput, Diverged, Interrupted
-from rlsuite.suite.evaluate import evaluate
+from rlsuite.suite.evaluate import evaluate, memo_base_eval, source_hash, weights_hash
 from rlsuite.suite.fast_forward import shared_positions
 from rlsuite.suite.hooks import Context
 from rlsuite.suite.lifecycle import CountingGrader as _CountingGrader
@@ -586,6 +588,24 @@ class Trainer:
         return True
 
     # -- eval --------------------------------------------------------------------------
+    def _base_eval_key(self, split: str, examples, ids, engine) -> dict[str, Any]:
+        """What an eval of the starting weights depends on (:func:`rlsuite.suite.evaluate.memo_base_eval`)."""
+        from rlsuite.suite.runfolder import cpu_model
+        from rlsuite.suite.warmstart import cpu_isa
+
+        s = self.spec
+        blob = json.dumps([[p[0], p[1]] for p in ids], default=str) + json.dumps(
+            [str(self.task.gold(e)) for e in examples])
+        return {"split": split, "weights": weights_hash(self.model),
+                "prompts_and_answers": hashlib.sha256(blob.encode()).hexdigest(),
+                "task": s.to_dict().get("task"), "identity": s.to_dict().get("identity"),
+                "eval": {k: v for k, v in dataclasses.asdict(s.eval).items() if k != "cache_base"},
+                "rollout": s.to_dict().get("rollout"), "stop_ids": list(self.stop_ids),
+                "seed": s.seed if s.rollout.mismatch != "none" else None,  # the engine's perturbed weights
+                "engine": [self.engine_info.kind, type(engine).__name__], "model": s.model.name,
+                "source": source_hash(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+                "cpu": [cpu_model(), cpu_isa()]}
+
     def run_eval(self, split: str, final: bool = False) -> dict[str, Any]:
         current = None  # sharded and the engine lags: every rank gathers the current policy for rank 0's eval
         if self.shard is not None and self.engine.version != self.budget.counters["updates"]:
@@ -598,24 +618,34 @@ class Trainer:
         engine = self.engine
         if engine.version != self.budget.counters["updates"]:
             engine = current or make_engine(s.rollout.engine, self.model, self.tok, s.rollout)  # the current policy
-        counted = _CountingGrader(self.task)  # grade errors of the eval, counted (never a silent "wrong")
-        problems: list[dict] = []  # per-problem results of the final evals (problems.jsonl)
-        res, samples = evaluate(engine, self.tok, counted, examples, [p[0] for p in ids], [p[1] for p in ids],
-                                s.eval, s.rollout.max_new_tokens, self.stop_ids, s.rollout.max_turns,
-                                s.rollout.max_obs_tokens, per_problem=problems if final else None)
-        if counted.graded and counted.errors == counted.graded:
+
+        def compute() -> dict[str, Any]:
+            counted = _CountingGrader(self.task)  # grade errors of the eval, counted (never a silent "wrong")
+            problems: list[dict] = []  # per-problem results of the final evals (problems.jsonl)
+            res, samples = evaluate(engine, self.tok, counted, examples, [p[0] for p in ids], [p[1] for p in ids],
+                                    s.eval, s.rollout.max_new_tokens, self.stop_ids, s.rollout.max_turns,
+                                    s.rollout.max_obs_tokens, per_problem=problems if final else None)
+            return {"res": res, "samples": samples, "problems": problems, "graded": counted.graded,
+                    "errors": counted.errors, "first": counted.first}
+
+        if s.eval.cache_base and not final and self.budget.counters["updates"] == 0 and self.shard is None:
+            out, _ = memo_base_eval(self._base_eval_key(split, examples, ids, engine), compute)
+        else:
+            out = compute()
+        res, samples, problems = out["res"], out["samples"], out["problems"]
+        if out["graded"] and out["errors"] == out["graded"]:
             from rlsuite.tasks.base import GraderError
 
-            raise GraderError(f"task '{self.task.name}': the grader could not grade any of the {counted.graded} "
-                              f"{split} completions at step {self.step_no} (first error: {counted.first})")
-        if counted.errors:
-            print(f"warning: {split} eval at step {self.step_no}: the grader could not grade {counted.errors} of "
-                  f"{counted.graded} completions (first: {counted.first}); they count as not correct",
+            raise GraderError(f"task '{self.task.name}': the grader could not grade any of the {out['graded']} "
+                              f"{split} completions at step {self.step_no} (first error: {out['first']})")
+        if out["errors"]:
+            print(f"warning: {split} eval at step {self.step_no}: the grader could not grade {out['errors']} of "
+                  f"{out['graded']} completions (first: {out['first']}); they count as not correct",
                   file=sys.stderr, flush=True)
         row = {"step": self.step_no, **self.budget.row(), "split": split,
                **{f"eval/{self.task.name}/{k}": v for k, v in res.items()},
                "n_samples": s.eval.n_samples, "n_prompts": len(examples), "temperature": s.eval.temperature,
-               "top_p": s.eval.top_p, "eval_seed": s.eval.seed, "final": final, "grade_errors": counted.errors}
+               "top_p": s.eval.top_p, "eval_seed": s.eval.seed, "final": final, "grade_errors": out["errors"]}
         self.folder.append("evals.jsonl", [row])
         self.folder.append("samples.jsonl", [{"step": self.step_no, "split": split, "final": final, **x}
                                              for x in samples])

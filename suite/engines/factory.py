@@ -21,7 +21,7 @@ from rlsuite.suite.engines.base import KV_ARCHITECTURES
 from rlsuite.suite.engine_traits import EngineTraits
 from rlsuite.suite.errors import BadInput
 
-KV_KINDS = ("kv", "native", "onednn", "s3r")
+KV_KINDS = ("kv", "native", "native_bf16", "onednn", "s3r")
 """The settings whose engine is the hand-written KV forward (Llama-style models only)."""
 
 
@@ -52,6 +52,10 @@ def engine_class(kind: str, model) -> type:
         from rlsuite.suite.engines.native import NativeKVSampler  # builds its C++ step on first use
 
         return NativeKVSampler
+    if kind == "native_bf16":
+        from rlsuite.suite.engines.native import NativeBF16KVSampler
+
+        return NativeBF16KVSampler
     if kind == "onednn":
         from rlsuite.suite.engines.onednn import OneDNNKVSampler
 
@@ -96,7 +100,8 @@ def resolve_engine(kind: str, model) -> EngineInfo:
 
 
 def make_engine(kind: str, model, tokenizer, rollout=None):
-    """``kv`` / ``native`` / ``onednn`` / ``hf`` / ``s3r`` / ``vllm`` / ``auto`` (:func:`auto_kind`)."""
+    """``kv`` / ``native`` / ``native_bf16`` / ``onednn`` / ``hf`` / ``s3r`` / ``vllm`` / ``auto``
+    (:func:`auto_kind`)."""
     cls = engine_class(kind, model)
     if kind == "vllm":
         return cls(model, tokenizer, rollout)

@@ -10,17 +10,20 @@ and moves two things to ``suite/native/kv_decode.cpp``:
 * the forward of new tokens (one per row in decoding, the prompt in a prefill): RMSNorm, RoPE,
   the cache write, attention over the cached keys (its (row, head) pairs across torch's
   threads) and the SwiGLU activation are loops (AVX-512 where the CPU has it, checked at run
-  time; plain loops and ATen's kernels elsewhere), and the
-  matmuls are MKL/oneDNN GEMMs on weights transposed once per weight sync (``[in, out]``: 172
-  vs 287 µs for the step's matmuls on the vs_trl shape at 2 threads, against ``at::linear`` on
-  ``[out, in]``);
+  time; plain loops and ATen's kernels elsewhere), and the matmuls run on copies of the weights
+  made once per weight sync (:attr:`NativeKVSampler.packed`): oneDNN's inner product on weights
+  packed in its blocked layout where oneDNN serves (the ``onednn`` engine's kernel, called through
+  the dispatcher; SmolLM2-135M, batch 8, 1 thread, AMD EPYC: a decode step 44–50 ms against the
+  onednn engine's 61 and 88–90 on MKL's GEMM), else MKL GEMMs on weights transposed to
+  ``[in, out]`` (172 vs 287 µs for the step's matmuls on the vs_trl shape at 2 threads, against
+  ``at::linear`` on ``[out, in]``);
 * the token loop (``generate_loop``) in the common case — noise from a ``torch.Generator`` or
   greedy, no top-p/top-k, no stop strings, no top-K outputs, no attention statistic: the same
   ATen ops on the same generator as :func:`~rlsuite.suite.engines.sampling.sample_step` and the tracker, so it
   samples exactly what the Python loop over the same step samples (tested bit for bit), with
   no Python per token. Other settings run the Python loop over the C++ step.
 
-The transposed copies double the engine's weight memory.
+The packed or transposed copies double the engine's weight memory.
 
 Numerics: fp32 throughout like the eager step, but not bit-identical to it (other summation
 orders in the norms, the attention softmax and the GEMMs; differences of order 1e-6 in the logits,
@@ -262,3 +265,39 @@ class NativeKVSampler(KVSampler):
         logits = self._ext.decode(ids, pos, key_mask.bool().contiguous(), start, [c for layer in cache for c in layer],
                                   *self._model_args())
         return logits, None
+
+
+def bf16_supported() -> Optional[str]:
+    """Why oneDNN's bf16 inner product cannot run here (None when it can): it needs a CPU with
+    bf16 instructions (AVX-512-BF16 or AMX; oneDNN refuses the reorder elsewhere)."""
+    if not (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")):
+        return "this torch build has no oneDNN linear kernels"
+    try:
+        w = torch.ops.mkldnn._reorder_linear_weight(torch.ones(16, 16, dtype=torch.bfloat16))
+        torch.ops.mkldnn._linear_pointwise(torch.ones(2, 16, dtype=torch.bfloat16), w, None, "none", [], "")
+    except RuntimeError as e:
+        return f"oneDNN refused bf16 on this CPU ({str(e).splitlines()[0][:120]})"
+    return None
+
+
+class NativeBF16KVSampler(NativeKVSampler):
+    """``rollout.engine=native_bf16`` (opt-in): :class:`NativeKVSampler` whose matmuls run in bf16
+    on bf16 copies of the weights packed for oneDNN (activations cast to bf16 at each matmul,
+    accumulation and outputs fp32; norms, RoPE, attention and sampling stay fp32). A decode step
+    of a real-size model reads half the bytes. μ is then a low-precision sampler: π_old (the fp32
+    trainer's) differs from it, ``mismatch/*`` report the gap and ``loss.is_correction`` corrects
+    it (``benchmarks/decode_bound.py`` and ``benchmarks/bf16_engine.py`` measure both)."""
+
+    traits = TRAITS["native_bf16"]
+    packed = True
+
+    def __init__(self, model, tokenizer) -> None:
+        why = bf16_supported()
+        if why is not None:
+            raise BadInput(f"rollout.engine=native_bf16 cannot run: {why}; use rollout.engine=native")
+        super().__init__(model, tokenizer)
+
+    def _copy(self, i: int, t: Tensor) -> Tensor:
+        if not self._transposed(i):
+            return t.contiguous()
+        return torch.ops.mkldnn._reorder_linear_weight(t.detach().to(torch.bfloat16).contiguous())

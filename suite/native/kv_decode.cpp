@@ -4,11 +4,15 @@
 // temporaries per op), and the token loop of a rollout around it (`generate_loop`). Built on
 // first use by suite/native_decode.py (torch.utils.cpp_extension).
 //
-// The matmuls are MKL/oneDNN through at::mm_out / at::addmm_ on weights stored transposed
-// ([in, out], packed once per weight sync by the Python side) into buffers allocated once per
-// call; the residual adds ride in the GEMM (beta = 1). Measured on the vs_trl shape (batch 32,
-// hidden 128): this layout takes 172 µs for a step's nine matmuls at 2 threads where
-// at::linear on [out, in] weights took 287 µs.
+// The matmuls run on copies of the weights the Python side makes once per weight sync
+// (`packed`): where oneDNN serves, its inner product on weights packed in oneDNN's blocked
+// layout ([out, in]; fp32, or bf16 for rollout.engine=native_bf16), called through the
+// dispatcher (linear_packed); else MKL through at::mm_out / at::addmm_ on weights stored
+// transposed ([in, out]) into buffers allocated once per call, the residual adds riding in the
+// GEMM (beta = 1). Measured on the vs_trl shape (batch 32, hidden 128): the transposed layout
+// takes 172 µs for a step's nine matmuls at 2 threads where at::linear on [out, in] weights took
+// 287 µs; on SmolLM2-135M (batch 8, 1 thread) the packed one is what makes the step fast (the LM
+// head 4.3 ms packed vs 14.0 through MKL, benchmarks/results/decode_bound_avx512.md).
 //
 // On x86 CPUs with AVX-512 (checked at run time; the file is compiled without -march, so one
 // build serves every x86 CPU) the attention, the softmax and the SwiGLU activation are
@@ -102,17 +106,20 @@ Tensor activate(const Tensor& g, int64_t act) {
 
 // x @ W^T (+ bias) through oneDNN's inner product on a weight packed by
 // torch.ops.mkldnn._reorder_linear_weight ([out, in], oneDNN's blocked layout): the op the
-// onednn engine calls from Python, here through the dispatcher (boxed: its Scalar?[] argument)
+// onednn engine calls from Python, here through the dispatcher (boxed: its Scalar?[] argument).
+// A bf16 weight (rollout.engine=native_bf16) takes x and the bias cast to bf16 and gives its
+// bf16 output back as fp32.
 Tensor linear_packed(const Tensor& x, const Tensor& wp, const Tensor& bias) {
   static const c10::OperatorHandle op =
       c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
-  std::vector<c10::IValue> stack{c10::IValue(x), c10::IValue(wp),
-                                 bias.numel() ? c10::IValue(bias) : c10::IValue(),
+  const bool bf16 = wp.scalar_type() == at::kBFloat16;
+  std::vector<c10::IValue> stack{c10::IValue(bf16 ? x.to(at::kBFloat16) : x), c10::IValue(wp),
+                                 bias.numel() ? c10::IValue(bf16 ? bias.to(at::kBFloat16) : bias) : c10::IValue(),
                                  c10::IValue(std::string("none")),
                                  c10::IValue(c10::List<c10::optional<at::Scalar>>()),
                                  c10::IValue(std::string(""))};
   op.callBoxed(&stack);
-  return stack[0].toTensor();
+  return bf16 ? stack[0].toTensor().to(at::kFloat) : stack[0].toTensor();
 }
 
 // y = x @ wt (+ bias); y += x @ wt (+ bias) when `accumulate`   x [R, in], wt [in, out]; with
