@@ -371,3 +371,45 @@ def test_an_in_place_sync_keeps_a_tied_head_apart_from_the_embedding():
         head = torch.randn_like(emb)
         eng.load_weights({"lm_head.weight": head}, 2)
         assert torch.equal(eng.w["embed_tokens.weight"], emb) and torch.equal(eng.w["lm_head.weight"], head)
+
+
+def test_the_bf16_engine_samples_from_bf16_matmuls_and_is_refused_where_onednn_has_no_bf16(tmp_path, capsys,
+                                                                                            monkeypatch):
+    """``rollout.engine=native_bf16``: its weight copies are bf16 (oneDNN-packed), its log-probs
+    differ from the fp32 engine's by bf16 rounding (more than float rounding, less than 0.1 on
+    the tiny model), a weight sync repacks them, and a run through it logs the gap as ``mismatch/*``
+    against the fp32 trainer. Where oneDNN has no bf16 it is refused with one message (exit 2)."""
+    from rlsuite.suite.runfolder import read_jsonl
+
+    if native.bf16_supported() is not None:
+        with pytest.raises(BadInput, match="rollout.engine=native_bf16 cannot run: .*use rollout.engine=native"):
+            native.NativeBF16KVSampler(*load_model(ModelConfig())[:2])
+        return
+    model, tok, _ = load_model(ModelConfig())
+    bf = native.NativeBF16KVSampler(model, tok)
+    assert bf._flat[1].dtype == torch.bfloat16 and bf._head_t.dtype == torch.bfloat16
+    prompts = [tok.encode(p, add_special_tokens=False) for p in PROMPTS for _ in range(4)]
+    params = SamplingParams(max_new_tokens=12, temperature=1.0, stop_ids=(tok.eos_token_id,))
+    rec, _ = collect(bf, tok, prompts, params, torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        ref = policy_forward(model, rec.tokens, rec.attn_mask, 1.0).logp * rec.loss_mask
+    gap = (ref - rec.behav_logp).abs().max()
+    assert 1e-4 < gap < 0.1, gap
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    bf.load_weights(model.state_dict(), 1)
+    fresh = native.NativeBF16KVSampler(model, tok)
+    a = bf.generate(prompts, params, torch.Generator().manual_seed(2))
+    b = fresh.generate(prompts, params, torch.Generator().manual_seed(2))
+    assert a.ids == b.ids and a.logp == b.logp
+    code = main(["run", *SMALL, "--set", "rollout.engine=native_bf16", "--out", str(tmp_path / "run")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    rows = read_jsonl(out.strip().splitlines()[-1].split("run_dir: ")[1] + "/metrics.jsonl")
+    assert all(r["mismatch/logp_abs_diff_max"] > 1e-4 for r in rows)
+    monkeypatch.setattr(native, "bf16_supported", lambda: "oneDNN refused bf16 on this CPU (test)")
+    code = main(["run", *SMALL, "--set", "rollout.engine=native_bf16", "--out", str(tmp_path / "no")])
+    err = capsys.readouterr().err
+    assert code == 2 and "rollout.engine=native_bf16 cannot run: oneDNN refused bf16" in err
+    assert not list((tmp_path / "no").rglob("metrics.jsonl"))

@@ -81,8 +81,9 @@ def test_every_engine_conforms_to_the_protocol_and_declares_its_traits():
             want = list(inspect.signature(getattr(RolloutEngine, name)).parameters)
             got = list(inspect.signature(getattr(cls, name)).parameters)
             assert got[:len(want)] == want, (kind, name, got, want)
-    assert TRAITS["auto"] is TRAITS["kv"] and engines_with("row_rng") == ["auto", "kv", "native", "onednn"]
-    assert engines_with("layerwise_sync") == ["auto", "kv", "native", "onednn", "s3r"]
+    assert TRAITS["auto"] is TRAITS["kv"]
+    assert engines_with("row_rng") == ["auto", "kv", "native", "native_bf16", "onednn"]
+    assert engines_with("layerwise_sync") == ["auto", "kv", "native", "native_bf16", "onednn", "s3r"]
     s = S3RSampler.__new__(S3RSampler)
     s.reset_stats()
     assert set(s.stats()) <= {"rollout/s3r_acceptance_rate", "rollout/s3r_mean_accepted_length",
