@@ -8,15 +8,17 @@ whole val split and the two test evals the whole test split — with one torch t
   in a temporary `git worktree` and imported through `rlsuite.sweeps.study.namespace_path`;
 * **after**: this checkout.
 
-The sides alternate (AB, BA, AB, …; `--rounds`, default 2), one run at a time, so both see the same
-machine. Per run it reports the process wall time, the steps' rollout phase (generation, grading and
+The sides alternate (AB, BA, AB, …; `--rounds`, default 3), one run at a time, so both see the same
+machine; each side has its own fresh `$RLSUITE_CACHE`, so the after side's first run computes the
+step-0 evals of the base (`eval.cache_base`) and the later ones read them (reported cold / warm).
+Per run it reports the process wall time, the steps' rollout phase (generation, grading and
 the π_old scoring pass where one runs: `perf/rollout_time`), the update (`perf/train_time`), the
 rest (start-up and evals: wall − steps), samples per second (6,400 ÷ wall), and the update's achieved
 GFLOP/s (the run's own `budget/flops_train` ÷ update time) against a one-thread fp32 GEMM peak
 measured on the model's own matmul shapes (the forward's q/k/v, output, gate/up, down and head
 projections over one step's tokens). Writes `benchmarks/results/chain_throughput.md`.
 
-    python benchmarks/chain_throughput.py [--before REF] [--rounds 2] [--seed 0]
+    python benchmarks/chain_throughput.py [--before REF] [--rounds 3] [--seed 0]
 """
 
 from __future__ import annotations
@@ -42,8 +44,10 @@ RESULTS = ROOT / "benchmarks" / "results" / "chain_throughput.md"
 CLI = "import sys; from rlsuite.suite.cli import main; sys.exit(main(sys.argv[1:]))"
 
 
-def one(side: str, pythonpath: str, seed: int, out: Path) -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+def one(side: str, pythonpath: str, seed: int, out: Path, cache: Path) -> dict:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+           "RLSUITE_CACHE": str(cache)}  # a side's own cache: the first run of "after" computes the base evals
+    memo = "warm" if (cache / "base_evals").is_dir() and any((cache / "base_evals").iterdir()) else "cold"
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
     args = ["run", "--task", "chain", "--algo", "grpo", "--seed", str(seed), "--out", str(out),
@@ -64,7 +68,7 @@ def one(side: str, pythonpath: str, seed: int, out: Path) -> dict:
             "rest": wall - steps, "samples": rows[-1]["budget/samples"], "steps": len(rows),
             "flops_train": rows[-1]["budget/flops_train"],
             "tokens_per_step": rows[-1]["budget/train_tokens"] / len(rows),
-            "resolved": env_json.get("resolved", {}), "run_id": run_dir.name,
+            "resolved": env_json.get("resolved", {}), "run_id": run_dir.name, "memo": memo if side == "after" else "—",
             "evals": [(e["step"], e["split"], e["n_prompts"], e["eval/chain/greedy_acc"]) for e in evals]}
 
 
@@ -93,7 +97,7 @@ def gemm_peak(tokens: int, reps: int = 5) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--before", default="bd55cf6", help="the git ref of the 'before' side")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--results", type=Path, default=RESULTS)
     a = ap.parse_args()
@@ -109,7 +113,7 @@ def main() -> None:
         for rnd in range(a.rounds):
             order = ["before", "after"] if rnd % 2 == 0 else ["after", "before"]
             for side in order:
-                r = one(side, sides[side], a.seed, tmp / f"{side}_{rnd}")
+                r = one(side, sides[side], a.seed, tmp / f"{side}_{rnd}", tmp / f"cache_{side}")
                 r["round"], r["load"] = rnd + 1, os.getloadavg()[0]
                 results.append(r)
                 print(f"round {rnd + 1} {side}: {r['wall']:.1f} s, {r['samples'] / r['wall']:.1f} samples/s "
@@ -120,13 +124,16 @@ def main() -> None:
     peak = statistics.median(gemm_peak(int(results[0]["tokens_per_step"])) for _ in range(3))
     by = {s: [r for r in results if r["side"] == s] for s in ("before", "after")}
     ratios = [b["wall"] / f["wall"] for b, f in zip(by["before"], by["after"])]
+    warm = [(b["wall"] / f["wall"]) for b, f in zip(by["before"], by["after"]) if f["memo"] == "warm"]
+    cold = [(b["wall"] / f["wall"]) for b, f in zip(by["before"], by["after"]) if f["memo"] == "cold"]
 
     def med(side: str, key: str) -> float:
         return statistics.median(r[key] for r in by[side])
 
     rows = []
     for r in results:
-        rows.append(f"| {r['round']} | {r['side']} | {r['resolved'].get('rollout.engine', '?')} | {r['wall']:.1f} | "
+        rows.append(f"| {r['round']} | {r['side']} | {r['resolved'].get('rollout.engine', '?')} | {r['memo']} | "
+                    f"{r['wall']:.1f} | "
                     f"{r['rollout']:.1f} | {r['train']:.1f} | {r['rest']:.1f} | {r['samples'] / r['wall']:.1f} | "
                     f"{r['flops_train'] / r['train'] / 1e9:.1f} | {r['load']:.2f} |")
     same_evals = all(r["evals"] == results[0]["evals"] for r in results)
@@ -140,10 +147,13 @@ def main() -> None:
         + ", ".join(sorted({f'{s} {n}' for _, s, n, _ in results[0]['evals']})) + " prompts). "
         f"before = git `{a.before}` (a worktree), after = this checkout. Run ids: before "
         f"`{by['before'][0]['run_id']}`, after `{by['after'][0]['run_id']}`.", "",
-        "| round | side | engine | wall s | rollout s | update s | start-up + evals s | samples/s | update GFLOP/s | "
-        "load after |", "|---|---|---|---|---|---|---|---|---|---|", *rows, "",
+        "| round | side | engine | base evals memo | wall s | rollout s | update s | start-up + evals s | samples/s | "
+        "update GFLOP/s | load after |", "|---|---|---|---|---|---|---|---|---|---|---|", *rows, "",
         f"**Samples per second: after / before = {statistics.median(ratios):.2f}×** (median over rounds; per round "
-        + ", ".join(f"{x:.2f}" for x in ratios) + "). Medians: rollout phase "
+        + ", ".join(f"{x:.2f}" for x in ratios) + "; the after side's first run computes the step-0 evals of the "
+        "base into its fresh `$RLSUITE_CACHE` (`cold`), the later ones read them (`warm`, `eval.cache_base`): "
+        + (f"cold {statistics.median(cold):.2f}×" if cold else "no cold run")
+        + (f", warm {statistics.median(warm):.2f}×" if warm else ", no warm run") + "). Medians: rollout phase "
         f"{med('before', 'rollout'):.1f} → {med('after', 'rollout'):.1f} s, update {med('before', 'train'):.1f} → "
         f"{med('after', 'train'):.1f} s, start-up + evals {med('before', 'rest'):.1f} → "
         f"{med('after', 'rest'):.1f} s.", "",

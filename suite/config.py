@@ -476,7 +476,8 @@ class EvalConfig:
     cache_base: bool = field(default=True, metadata=OUTSIDE_ID)
     """Memoise the evals of the starting weights (step 0) under ``$RLSUITE_CACHE/base_evals``, keyed by
     everything they depend on (the weights' sha256, prompts, answers, task and eval settings, the
-    resolved engine, the suite's source, torch, threads and the CPU), so runs from one base compute
+    resolved engine, the suite's source and the task class's file, torch, threads and the CPU), so
+    runs from one base compute
     them once per machine (:func:`rlsuite.suite.evaluate.memo_base_eval`; results with grade errors are
     not kept). Not in the run id: the rows are the same."""
 

@@ -149,10 +149,18 @@ def _rows(task, examples, prompts_text, flat, texts, grades, cap: int, mode: str
 _SOURCE_HASH: Optional[str] = None
 
 
-def source_hash() -> str:
+def source_hash(cls: Optional[type] = None) -> str:
     """sha256 of the suite's and the tasks' source (``.py`` and the native step's ``.cpp``): any
-    code change that could change an eval changes it."""
+    code change that could change an eval changes it. With ``cls``: of the file that defines it
+    (a task registered from another package)."""
     global _SOURCE_HASH
+    if cls is not None:
+        import inspect
+
+        try:
+            return hashlib.sha256(open(inspect.getsourcefile(cls) or "", "rb").read()).hexdigest()
+        except (OSError, TypeError):
+            return f"unreadable:{cls.__module__}.{cls.__qualname__}"
     if _SOURCE_HASH is None:
         from pathlib import Path
 

@@ -603,7 +603,8 @@ class Trainer:
                 "rollout": s.to_dict().get("rollout"), "stop_ids": list(self.stop_ids),
                 "seed": s.seed if s.rollout.mismatch != "none" else None,  # the engine's perturbed weights
                 "engine": [self.engine_info.kind, type(engine).__name__], "model": s.model.name,
-                "source": source_hash(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+                "source": source_hash(), "task_source": source_hash(type(self.task)),
+                "torch": torch.__version__, "threads": torch.get_num_threads(),
                 "cpu": [cpu_model(), cpu_isa()]}
 
     def run_eval(self, split: str, final: bool = False) -> dict[str, Any]:

@@ -143,3 +143,14 @@ def require_sandbox() -> None:
 @pytest.fixture
 def gsm8k_dir() -> Path:
     return data_dir("gsm8k")
+
+
+@pytest.fixture(autouse=True)
+def _base_evals_computed(request, monkeypatch):
+    """In-process runs compute their step-0 evals: tests monkeypatch graders, sandboxes and models
+    below what the memo's key can see (``eval.cache_base``; its own tests and every subprocess run
+    use the memo)."""
+    if request.module.__name__.rsplit(".", 1)[-1] != "test_base_eval_cache":
+        import rlsuite.suite.trainer as trainer
+
+        monkeypatch.setattr(trainer, "memo_base_eval", lambda parts, compute: (compute(), True))

