@@ -138,11 +138,35 @@ class Tracker:
         """Release what is held after a failure (best effort; errors are ignored)."""
 
 
+def _quiet_writer_threads() -> None:
+    """TensorBoard writes from a background thread that, on an error (a full disk), prints its own
+    traceback through ``threading.excepthook`` and then re-raises the error in the foreground at the
+    writer's next call, where :class:`Trackers` turns it into its one-line warning. Installed once:
+    a hook that leaves exceptions of those writer threads to that warning and passes every other
+    thread's to the previous hook."""
+    import threading
+
+    from tensorboard.summary.writer.event_file_writer import _AsyncWriterThread
+
+    if getattr(threading.excepthook, "_rlsuite_tensorboard", False):
+        return
+    previous = threading.excepthook
+
+    def hook(args):
+        if not isinstance(args.thread, _AsyncWriterThread):
+            previous(args)
+
+    hook._rlsuite_tensorboard = True
+    threading.excepthook = hook
+
+
 class TensorBoardTracker(Tracker):
     name, extra = "tensorboard", "tensorboard"
 
     def start(self, run_id, spec, resumed, step, run_dir):
         from torch.utils.tensorboard import SummaryWriter  # needs the tensorboard package
+
+        _quiet_writer_threads()
 
         self.dir = Path(self.cfg.dir) / run_id if self.cfg.dir else Path(run_dir) / "tensorboard"
         self.writer = SummaryWriter(str(self.dir), purge_step=step + 1 if resumed else 0)

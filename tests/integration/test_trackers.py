@@ -356,3 +356,30 @@ def test_sweep_run_log_sets_train_log_for_every_run_without_changing_ids(tmp_pat
     runs, plain = expand(seen["sweep"]), expand(load("quickstart"))
     assert runs and all(r.log.trackers == ("wandb", "tensorboard") for r in runs)
     assert [r.run_id for r in runs] == [r.run_id for r in plain]
+
+
+def test_tensorboard_on_a_full_disk_is_one_warning_without_a_thread_traceback(tmp_path):
+    """ENOSPC inside TensorBoard's background writer thread: the run completes with one warning
+    line naming the tracker, and no traceback of the writer thread (it printed 25 lines). A
+    subprocess, so that the interpreter's own thread-exception hook prints (pytest replaces it)."""
+    import subprocess
+    import sys
+
+    boot = ("import sys\n"
+            "from tensorboard.summary.writer import record_writer\n"
+            "def full(self, data):\n"
+            "    raise OSError(28, 'No space left on device (injected)')\n"
+            "record_writer.RecordWriter.write = full\n"
+            "from rlsuite.suite.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    args = ["run", "--task", "arith", "--algo", "grpo", "--set", "model.warm_start=none", "--set",
+            "eval.max_prompts=4", "--set", "rollout.prompts_per_step=2", "--set", "rollout.group_size=2",
+            "--budget", "updates=2", "--log", "tensorboard", "--out", str(tmp_path)]
+    res = subprocess.run([sys.executable, "-c", boot, *args], capture_output=True, text=True, timeout=300)
+    err = res.stderr
+    assert res.returncode == 0, err
+    assert "Traceback" not in err and "Exception in thread" not in err, err
+    warnings = [line for line in err.splitlines() if line.startswith("warning: tracker tensorboard")]
+    assert len(warnings) == 1 and "No space left on device" in warnings[0], err
+    rd = Path(res.stdout.strip().splitlines()[-1].split("run_dir: ")[1])
+    assert json.loads((rd / "status.json").read_text())["state"] == "completed"
