@@ -392,8 +392,13 @@ class LogConfig:
     line of its own (``off``: nothing). Also the warm start's SFT loop. Not in the run id."""
     progress_every_s: float = field(default=30.0, metadata=OUTSIDE_ID)
     """Seconds between two progress lines of ``progress=lines``. Not in the run id."""
+    tracker_timeout_s: float = field(default=60.0, metadata=OUTSIDE_ID)
+    """The longest one tracker call (its start, a row, its finish) may take: each runs off the
+    training thread, and past this (or at once on a stop signal: SIGINT, SIGTERM, SIGUSR2) the
+    tracker is switched off with one warning and the run goes on without waiting for it (a server
+    that accepts and never answers cannot stall a run). Not in the run id."""
 
-    ranges: ClassVar[dict[str, str]] = {"progress_every_s": "(0, inf)"}
+    ranges: ClassVar[dict[str, str]] = {"progress_every_s": "(0, inf)", "tracker_timeout_s": "(0, inf)"}
 
 
 def available_cores() -> int:

@@ -40,7 +40,10 @@ Backends (:data:`TRACKERS`), each imported only when used (its extra: ``pip inst
 :class:`Trackers` is the fan-out the trainer calls: any exception of a backend (a missing
 package, a write error, a server) prints one warning on stderr naming the tracker, the error
 and, for a missing package, the extra to install; that backend is switched off and the run goes
-on: a tracker never fails a run.
+on: a tracker never fails a run. Each call runs in a daemon thread and is waited for at most
+``log.tracker_timeout_s`` (a server that accepts and never answers), and at most
+:attr:`Trackers.STOP_GRACE_S` once a stop signal has arrived; past that the tracker is switched
+off the same way and the run goes on (or stops) without it.
 """
 
 from __future__ import annotations
@@ -50,9 +53,10 @@ import math
 import os
 import re
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any, ClassVar, Optional
+from typing import Any, Callable, ClassVar, Optional
 
 STATE_FILE = "trackers.json"
 """In the run folder: what a resumed run needs to continue its tracker runs (the MLflow run id)."""
@@ -320,20 +324,24 @@ class Trackers:
     Each call goes to every live backend; an exception of one is reported once on ``stream``
     (default stderr) and that backend is dropped: a tracker never fails a run."""
 
-    def __init__(self, trackers: list[Tracker], run_dir: Path, run_id: str, stream=None) -> None:
+    def __init__(self, trackers: list[Tracker], run_dir: Path, run_id: str, stream=None, timeout_s: float = 60.0,
+                 stopping: Optional[Callable[[], bool]] = None) -> None:
         self.trackers, self.run_dir, self.run_id, self._stream = list(trackers), Path(run_dir), run_id, stream
+        self.timeout_s, self.stopping = float(timeout_s), stopping or (lambda: False)
         self.started = False
         self.failed: dict[str, str] = {}  # name → the warning printed
 
     @classmethod
-    def for_run(cls, spec, run_dir: Path, active: bool = True) -> "Trackers":
+    def for_run(cls, spec, run_dir: Path, active: bool = True,
+                stopping: Optional[Callable[[], bool]] = None) -> "Trackers":
         names = list(dict.fromkeys(spec.log.trackers)) if active else []
-        return cls([TRACKERS[n](spec.log) for n in names], Path(run_dir), Path(run_dir).name)
+        return cls([TRACKERS[n](spec.log) for n in names], Path(run_dir), Path(run_dir).name,
+                   timeout_s=spec.log.tracker_timeout_s, stopping=stopping)
 
     def __bool__(self) -> bool:
         return bool(self.trackers)
 
-    def _fail(self, t: Tracker, what: str, e: BaseException) -> None:
+    def _fail(self, t: Tracker, what: str, e: BaseException, close: bool = True) -> None:
         self.trackers.remove(t)
         hint = ""
         if isinstance(e, ImportError):
@@ -346,17 +354,52 @@ class Trackers:
             print(msg, file=self._stream or sys.stderr, flush=True)
         except (OSError, ValueError):
             pass
+        if not close:  # its call still hangs in its thread: closing would hang the same way
+            return
         try:
             t.close()  # what a partial start or a failed call left open
         except Exception:  # noqa: BLE001 - best effort
             pass
 
-    def _each(self, what: str, *args) -> None:
-        for t in list(self.trackers):
+    STOP_GRACE_S = 10.0
+    """After a stop signal a tracker call gets at most this long (a last row, W&B's preemption mark)."""
+
+    def _call(self, t: Tracker, what: str, args: tuple) -> None:
+        """``t.what(*args)`` in a daemon thread, waited for at most ``timeout_s`` and not past a stop
+        signal; an exception, the deadline or the signal switches ``t`` off (one warning)."""
+        done, box = threading.Event(), {}
+
+        def run() -> None:
             try:
                 getattr(t, what)(*args)
-            except Exception as e:  # noqa: BLE001 - a tracker never fails a run
-                self._fail(t, what, e)
+            except BaseException as e:  # noqa: BLE001 - reported by the waiting thread
+                box["error"] = e
+            finally:
+                done.set()
+
+        threading.Thread(target=run, name=f"rlsuite-tracker-{t.name}", daemon=True).start()
+        deadline = time.monotonic() + self.timeout_s
+        while not done.wait(min(0.25, max(0.0, deadline - time.monotonic()))):
+            if self.stopping() and deadline - time.monotonic() > self.STOP_GRACE_S:
+                deadline = time.monotonic() + self.STOP_GRACE_S  # stopping: a short grace, then go on
+                continue
+            if time.monotonic() >= deadline:
+                if self.stopping():
+                    self._fail(t, what, TimeoutError(f"a stop signal arrived and it did not answer within "
+                                                     f"{self.STOP_GRACE_S:g} s"), close=False)
+                    return
+                self._fail(t, what, TimeoutError(f"no answer within log.tracker_timeout_s={self.timeout_s:g} s"),
+                           close=False)
+                return
+        if "error" in box:
+            e = box["error"]
+            if not isinstance(e, Exception):  # KeyboardInterrupt/SystemExit raised inside the library
+                e = RuntimeError(f"{type(e).__name__}: {e}")
+            self._fail(t, what, e)
+
+    def _each(self, what: str, *args) -> None:
+        for t in list(self.trackers):
+            self._call(t, what, args)  # a tracker never fails a run
 
     def start(self, spec: dict, resumed: bool, step: int) -> None:
         """The attempt starts at ``step`` (``resumed``: from its checkpoint)."""

@@ -156,7 +156,8 @@ class Trainer:
         self.rollouts = RolloutStage(r, spec.model.chat_template, spec.seed, task, self.splits, tokenizer, self.engine,
                                      algo, self.needs, self.world, self.budget, self.P, self._note_grade_errors,
                                      self.stop_ids)
-        self.trackers = Trackers.for_run(spec, run_dir, self.world.main)  # log.trackers (suite/trackers.py), rank 0
+        self.trackers = Trackers.for_run(spec, run_dir, self.world.main,  # log.trackers (suite/trackers.py), rank 0
+                                         stopping=lambda: self.signals.signal is not None)
         self.progress_out = RunProgress(spec.log, self.budget, self.world.main)  # stderr progress (suite/progress.py)
 
     def _update_fields(self) -> frozenset[str]:
@@ -717,10 +718,13 @@ class Trainer:
         f.set_status(state="running", reason=None, step=self.step_no, budget=self.budget.counters,
                      started_at=now_iso(), host=socket.gethostname(), pid=os.getpid(), attempt=attempt)
         f.start_heartbeat()
-        self.trackers.start(s.to_dict() | {"run_id": f.path.name}, resumed, self.step_no)
-        self.progress_out.start(self.step_no)
-        self.signals.install()
+        self.signals.install()  # before the trackers start: a stop signal while one hangs is acted on
         try:
+            self.trackers.start(s.to_dict() | {"run_id": f.path.name}, resumed, self.step_no)
+            self.progress_out.start(self.step_no)
+            sig = self.signals.agreed(self.world)  # arrived while a tracker started: stop before any work
+            if sig is not None:
+                raise sig
             if not resumed:  # the base on both splits: a final test score is compared with a step-0 test score
                 self.run_eval("val")
                 self.run_eval("test")

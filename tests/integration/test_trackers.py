@@ -383,3 +383,71 @@ def test_tensorboard_on_a_full_disk_is_one_warning_without_a_thread_traceback(tm
     assert len(warnings) == 1 and "No space left on device" in warnings[0], err
     rd = Path(res.stdout.strip().splitlines()[-1].split("run_dir: ")[1])
     assert json.loads((rd / "status.json").read_text())["state"] == "completed"
+
+
+def _silent_server():
+    """A TCP server that accepts every connection and never answers (a hung tracker server)."""
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(64)
+    held = []
+
+    def serve():
+        while True:
+            try:
+                held.append(srv.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv, f"http://127.0.0.1:{srv.getsockname()[1]}"
+
+
+def test_a_tracker_server_that_never_answers_is_bounded_and_a_stop_signal_is_acted_on(tmp_path):
+    """MLflow against a server that accepts and never answers: with ``log.tracker_timeout_s=2`` the run
+    completes with one warning naming the deadline; with the default deadline a SIGTERM while the
+    tracker hangs ends the run as ``cancelled`` (exit 143, its checkpoint written) within the stop
+    grace, instead of waiting on the server."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pytest.importorskip("mlflow")
+    srv, uri = _silent_server()
+    base = [sys.executable, "-m", "rlsuite.suite.cli", "run", "--task", "arith", "--algo", "grpo", "--set",
+            "model.warm_start=none", "--set", "eval.max_prompts=4", "--set", "rollout.prompts_per_step=2",
+            "--set", "rollout.group_size=2", "--budget", "updates=2", "--log", "mlflow",
+            "--set", f"log.mlflow_uri={uri}"]
+    env = {**__import__("os").environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}
+    try:
+        t0 = time.monotonic()
+        res = subprocess.run(base + ["--set", "log.tracker_timeout_s=2", "--out", str(tmp_path / "a")],
+                             capture_output=True, text=True, timeout=240, env=env)
+        assert res.returncode == 0, res.stderr
+        warnings = [x for x in res.stderr.splitlines() if x.startswith("warning: tracker mlflow")]
+        assert len(warnings) == 1 and "no answer within log.tracker_timeout_s=2 s" in warnings[0], res.stderr
+        assert time.monotonic() - t0 < 120
+        proc = subprocess.Popen(base + ["--out", str(tmp_path / "b")], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
+        status = None
+        for _ in range(300):  # the run folder exists and the tracker is hanging at its start
+            found = list((tmp_path / "b").glob("*/status.json"))
+            if found and json.loads(found[0].read_text()).get("state") == "running":
+                status = found[0]
+                break
+            time.sleep(0.1)
+        assert status is not None
+        time.sleep(1.0)
+        t1 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 143, err
+        assert time.monotonic() - t1 < 60
+        assert json.loads(status.read_text())["state"] == "cancelled"
+        assert "a stop signal arrived" in err
+    finally:
+        srv.close()
