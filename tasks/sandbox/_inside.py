@@ -259,8 +259,10 @@ _ALWAYS = ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_open", "pid
 _METADATA = ("chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lchown", "fchownat", "utime", "utimes",
              "futimesat", "utimensat", "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr",
              "fremovexattr", "setxattrat", "removexattrat", "file_setattr", "truncate")
-# ioctl commands that set inode flags or fsxattrs (chattr), on any file an fd is open on
-_IOCTL_SETATTR = (0x40086602, 0x40046602, 0x401C5820)  # FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS, FS_IOC_FSSETXATTR
+# ioctl commands that set inode flags, fsxattrs (chattr) or the inode generation, on any file an fd is open on:
+# FS_IOC_SETFLAGS, FS_IOC32_SETFLAGS, FS_IOC_FSSETXATTR, FS_IOC_SETVERSION, FS_IOC32_SETVERSION and ext4's
+# EXT4_IOC_SETVERSION, EXT4_IOC32_SETVERSION (_IOW('v', 2, long|int), _IOW('f', 4, long|int))
+_IOCTL_SETATTR = (0x40086602, 0x40046602, 0x401C5820, 0x40087602, 0x40047602, 0x40086604, 0x40046604)
 
 
 def seccomp_program(self_pid, allow_fork, full, signal_scoped):

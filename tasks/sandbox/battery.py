@@ -123,7 +123,19 @@ class Env:
             xattrs = tuple(sorted(os.listxattr(self.meta_target)))
         except OSError:
             xattrs = ()
-        return (st.st_mode, st.st_uid, st.st_gid, st.st_mtime_ns, st.st_atime_ns, st.st_nlink, st.st_size, xattrs)
+        try:  # the inode generation (FS_IOC_GETVERSION; filesystems without it: None)
+            import fcntl
+            import struct
+
+            fd = os.open(self.meta_target, os.O_RDONLY)
+            try:
+                generation = struct.unpack("l", fcntl.ioctl(fd, 0x80087601, b"\0" * 8))[0]
+            finally:
+                os.close(fd)
+        except OSError:
+            generation = None
+        return (st.st_mode, st.st_uid, st.st_gid, st.st_mtime_ns, st.st_atime_ns, st.st_nlink, st.st_size, generation,
+                xattrs)
 
     def outside_paths(self) -> list[str]:
         return [f"/tmp/{self.marker}-evil", str(self.root / f"{self.marker}-evil"),
@@ -258,6 +270,13 @@ def setflags(fd):
     import fcntl, struct
     return fcntl.ioctl(fd, 0x40086602, struct.pack("l", 0x40))  # FS_IOC_SETFLAGS: nodump
 on_fd(os.O_RDONLY, "ioctl-setflags", setflags)
+def setversion(cmd):
+    def f(fd):
+        import fcntl, struct
+        return fcntl.ioctl(fd, cmd, struct.pack("l", 7))  # the inode generation
+    return f
+on_fd(os.O_RDONLY, "ioctl-fs-setversion", setversion(0x40087602))  # FS_IOC_SETVERSION
+on_fd(os.O_RDONLY, "ioctl-ext4-setversion", setversion(0x40086604))  # EXT4_IOC_SETVERSION
 # an O_PATH descriptor needs no access right at all: fchmodat2 / setxattrat on it directly
 on_fd(os.O_PATH, "fchmodat2-empty-path", lambda fd: libc.syscall(452, fd, b"", 0o4755, AT_EMPTY_PATH))
 on_fd(os.O_PATH, "utimensat-empty-path", lambda fd: libc.syscall(280 if os.uname().machine == "x86_64" else 88,

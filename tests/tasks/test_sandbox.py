@@ -113,6 +113,8 @@ def test_metadata_calls_are_in_every_filter():
         checked = {k for code, _, _, k in prog if code == 0x15}
         assert {_NR[ARCH][n] for n in _METADATA if n in _NR[ARCH]} <= checked
         assert 0x40086602 in checked and prog[-3][3] == RET_ALLOW  # FS_IOC_SETFLAGS
+        # the inode generation: FS_IOC_SETVERSION and ext4's EXT4_IOC_SETVERSION, long and int forms
+        assert {0x40087602, 0x40047602, 0x40086604, 0x40046604} <= checked
 
 
 def test_seccomp_program_fits_and_differs_by_policy():
