@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from vllm_mismatch import BASE, RESULTS, run_arm_cmd, summarise
+from vllm_mismatch import BASE, run_arm_cmd, summarise, write_section
 
 BEGIN, END = "<!-- bf16 engine section: benchmarks/bf16_engine.py -->", "<!-- end of the bf16 engine section -->"
 ARMS = {"native (fp32)": ["rollout.engine=native"], "native_bf16": ["rollout.engine=native_bf16"],
@@ -103,12 +103,7 @@ def main(argv=None) -> int:
                      f"{g(r['ratio_min'])} | {g(r['ratio_max'])} | {g(r['truncated'])} | {g(r['weight_mean'])} | "
                      f"{g(r['val_start'])} → {g(r['val_end'])} | {r['rollout_s']:.2f} | {r['step_s']:.2f} |")
     lines += ["", END]
-    text = "\n".join(lines)
-    old = RESULTS.read_text()
-    if BEGIN in old:
-        old = old.split(BEGIN)[0].rstrip() + "\n\n" + old.split(END, 1)[1].lstrip()
-    RESULTS.write_text(old.rstrip() + "\n\n" + text + "\n")
-    print(text)
+    write_section("\n".join(lines), BEGIN, END)
     return 0
 
 

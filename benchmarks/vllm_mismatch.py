@@ -116,13 +116,18 @@ def main(argv=None) -> int:
                          capture_output=True, text=True).stdout.strip()
     from rlsuite.suite.runfolder import cpu_model
 
-    text = section(res, args, cpu_model() or platform.processor(), ver)
+    write_section(section(res, args, cpu_model() or platform.processor(), ver), BEGIN, END)
+    return 0
+
+
+def write_section(text: str, begin: str, end: str) -> None:
+    """Put ``text`` (starting with ``begin``, ending with ``end``) in ``mismatch.md`` in place of the
+    section between those markers (appended when absent), and print it."""
     old = RESULTS.read_text()
-    if BEGIN in old:
-        old = old.split(BEGIN)[0].rstrip() + "\n\n" + old.split(END, 1)[1].lstrip()
+    if begin in old:
+        old = old.split(begin)[0].rstrip() + "\n\n" + old.split(end, 1)[1].lstrip()
     RESULTS.write_text(old.rstrip() + "\n\n" + text + "\n")
     print(text)
-    return 0
 
 
 if __name__ == "__main__":
