@@ -42,7 +42,8 @@ HEADER = ["# `chain` preset search (#34 §2): every preset tried", "",
           "Goal: GRPO gains ≥ 10 points of greedy test accuracy (whole test split) with the final KL to the "
           "base ≥ 0.05, on tuning seeds (≥ 100). Each row is one run (`benchmarks/chain_preset_search.py`); "
           "overrides are on top of the `chain` preset; `KL to base` = `stats/kl_ref` of the last step; "
-          "`|approx_kl|` = the mean per-step |k1 KL(π_old ‖ π_θ)| of the updates.", "",
+          "`|approx_kl|` = the mean per-step |k1 KL(π_old ‖ π_θ)| of the updates (0 by construction with one "
+          "update per rollout batch: π_old is the weights that sampled it).", "",
           "| when | machine | candidate | overrides | seed | test before → after | gain (points) | KL to base | "
           "mean \\|approx_kl\\| | steps | wall s | goal met |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
