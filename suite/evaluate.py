@@ -149,18 +149,20 @@ def _rows(task, examples, prompts_text, flat, texts, grades, cap: int, mode: str
 _SOURCE_HASH: Optional[str] = None
 
 
-def source_hash(cls: Optional[type] = None) -> str:
-    """sha256 of the suite's and the tasks' source (``.py`` and the native step's ``.cpp``): any
-    code change that could change an eval changes it. With ``cls``: of the file that defines it
-    (a task registered from another package)."""
-    global _SOURCE_HASH
-    if cls is not None:
-        import inspect
+def class_file_hash(cls: type) -> str:
+    """sha256 of the file that defines ``cls`` (a task registered from another package)."""
+    import inspect
 
-        try:
-            return hashlib.sha256(open(inspect.getsourcefile(cls) or "", "rb").read()).hexdigest()
-        except (OSError, TypeError):
-            return f"unreadable:{cls.__module__}.{cls.__qualname__}"
+    try:
+        return hashlib.sha256(open(inspect.getsourcefile(cls) or "", "rb").read()).hexdigest()
+    except (OSError, TypeError):
+        return f"unreadable:{cls.__module__}.{cls.__qualname__}"
+
+
+def source_hash() -> str:
+    """sha256 of the suite's and the tasks' source (``.py`` and the native step's ``.cpp``): any
+    code change that could change an eval changes it (computed once per process)."""
+    global _SOURCE_HASH
     if _SOURCE_HASH is None:
         from pathlib import Path
 
@@ -191,13 +193,11 @@ def memo_base_eval(parts: dict[str, Any], compute) -> tuple[dict[str, Any], bool
     (weights, prompts, answers, task and eval settings, engine, code, torch, threads, CPU); the
     build runs under the cache's file lock, so array jobs on one node compute it once. A result
     with grade errors is not kept (a broken grader is never frozen). Returns (result, computed)."""
-    import os
-    from pathlib import Path
-
     from rlsuite.suite.cache import build_once
+    from rlsuite.suite.warmstart import cache_root
 
     key = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
-    root = Path(os.environ.get("RLSUITE_CACHE", Path.home() / ".cache" / "rlsuite")) / "base_evals"
+    root = cache_root() / "base_evals"
     held: dict[str, Any] = {}
 
     def build(tmp):

@@ -69,7 +69,7 @@ from rlsuite.suite.config import RunSpec
 from rlsuite.suite.distributed import world as current_world
 from rlsuite.suite.engines import RolloutEngine, make_engine
 from rlsuite.suite.errors import BadInput, Diverged, Interrupted
-from rlsuite.suite.evaluate import evaluate, memo_base_eval, source_hash, weights_hash
+from rlsuite.suite.evaluate import class_file_hash, evaluate, memo_base_eval, source_hash, weights_hash
 from rlsuite.suite.fast_forward import shared_positions
 from rlsuite.suite.hooks import Context
 from rlsuite.suite.lifecycle import CountingGrader as _CountingGrader
@@ -87,7 +87,7 @@ from rlsuite.suite.step_metrics import old_logp_metrics, rollout_metrics, s_kl
 from rlsuite.suite.stop import stop_ids
 from rlsuite.suite.trackers import Trackers
 from rlsuite.suite.types import Batch, Rollout, cat_rollouts, real_width
-from rlsuite.suite.update_plan import computed_positions, lr_factor, micro_batches, old_logp_from_update
+from rlsuite.suite.update_plan import computed_positions, lr_factor, micro_batches, old_logp_from_update, update_fields
 
 
 class Trainer:
@@ -153,6 +153,7 @@ class Trainer:
         self._is_metrics: dict[str, float] = {}  # loss.is_correction's, of the step's first draw
         self.kl_coef = float(algo.cfg.kl_coef)  # β of the KL term; moves with algo.kl_target (adaptive)
         self._kl_reading: Optional[float] = None  # the step's KL at π_old (the adaptive controller's input)
+        self._start_weights: Optional[str] = None  # sha256 of the starting weights (the base-eval memo's key)
         self.rollouts = RolloutStage(r, spec.model.chat_template, spec.seed, task, self.splits, tokenizer, self.engine,
                                      algo, self.needs, self.world, self.budget, self.P, self._note_grade_errors,
                                      self.stop_ids)
@@ -162,9 +163,7 @@ class Trainer:
 
     def _update_fields(self) -> frozenset[str]:
         """The fields the training forward computes for this algorithm (besides logp)."""
-        want = frozenset({"entropy"}) | (self.needs & {"hidden", "attn_stat", "topk"})
-        head = "values" in self.needs and (self.algo.critic or self.spec.model.critic) != "separate"
-        return want | ({"values"} if head else frozenset())
+        return update_fields(self.needs, self.algo.critic or self.spec.model.critic)
 
     old_from_update = True
     """Allow :meth:`_old_from_update` (False: every step runs the scoring pass; the tests compare)."""
@@ -594,17 +593,19 @@ class Trainer:
         from rlsuite.suite.runfolder import cpu_model
         from rlsuite.suite.warmstart import cpu_isa
 
-        s = self.spec
+        s, d = self.spec, self.spec.to_dict()
         blob = json.dumps([[p[0], p[1]] for p in ids], default=str) + json.dumps(
             [str(self.task.gold(e)) for e in examples])
-        return {"split": split, "weights": weights_hash(self.model),
+        if self._start_weights is None:  # the same weights for val and test: hashed once
+            self._start_weights = weights_hash(self.model)
+        return {"split": split, "weights": self._start_weights,
                 "prompts_and_answers": hashlib.sha256(blob.encode()).hexdigest(),
-                "task": s.to_dict().get("task"), "identity": s.to_dict().get("identity"),
+                "task": d.get("task"), "identity": d.get("identity"),
                 "eval": {k: v for k, v in dataclasses.asdict(s.eval).items() if k != "cache_base"},
-                "rollout": s.to_dict().get("rollout"), "stop_ids": list(self.stop_ids),
+                "rollout": d.get("rollout"), "stop_ids": list(self.stop_ids),
                 "seed": s.seed if s.rollout.mismatch != "none" else None,  # the engine's perturbed weights
                 "engine": [self.engine_info.kind, type(engine).__name__], "model": s.model.name,
-                "source": source_hash(), "task_source": source_hash(type(self.task)),
+                "source": source_hash(), "task_source": class_file_hash(type(self.task)),
                 "torch": torch.__version__, "threads": torch.get_num_threads(),
                 "cpu": [cpu_model(), cpu_isa()]}
 

@@ -11,6 +11,15 @@ from rlsuite.suite.fast_forward import shared_positions
 from rlsuite.suite.types import Batch, real_width
 
 
+def update_fields(needs: frozenset[str], critic: str) -> frozenset[str]:
+    """The fields the training forward computes besides log-probs, for an entry that ``needs`` these
+    inputs with critic kind ``critic`` (the entry's, else ``model.critic``): entropy, the hidden
+    states / attention statistics / top-K it asks for, and values from a head critic."""
+    head = "values" in needs and critic != "separate"
+    return frozenset({"entropy"}) | (needs & {"hidden", "attn_stat", "topk"}) | (
+        frozenset({"values"}) if head else frozenset())
+
+
 def old_logp_from_update(spec, algo, update_fields: frozenset[str], rows: int) -> bool:
     """Whether π_old of a fresh on-policy batch of ``rows`` rows comes from the update's own
     forward instead of a scoring pass (the trainer's ``_old_from_update``; the dry run's cost plan

@@ -355,7 +355,7 @@ def _algo(spec):
 
 def flops_per_sample(spec, arch: Arch, tokens: int) -> dict[str, int]:
     """FLOPs of one sample of ``tokens`` tokens, by kind of pass (the trainer's formulas)."""
-    from rlsuite.suite.update_plan import old_logp_from_update
+    from rlsuite.suite.update_plan import old_logp_from_update, update_fields
 
     algo = _algo(spec)
     needs, r, epochs = algo.needs, spec.rollout, spec.train.epochs
@@ -364,8 +364,7 @@ def flops_per_sample(spec, arch: Arch, tokens: int) -> dict[str, int]:
     out = {"rollout": 2 * P * tokens}
     on_policy = r.staleness == 0 and r.mismatch == "none" and r.top_p == 1.0 and r.top_k == 0
     aliased = r.old_logp == "behaviour" and on_policy and critic in (None, "separate")
-    fields = frozenset({"entropy"}) | (needs & {"hidden", "attn_stat", "topk"}) | (
-        {"values"} if critic not in (None, "separate") else frozenset())
+    fields = update_fields(needs, algo.critic or spec.model.critic)
     from_update = r.old_logp == "recompute" and on_policy and old_logp_from_update(
         spec, algo, fields, r.prompts_per_step * r.group_size)  # π_old from the update's forward: no pass
     if not (aliased or from_update):

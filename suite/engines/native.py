@@ -208,16 +208,17 @@ class NativeKVSampler(KVSampler):
         packed again (a reorder cannot write into an existing tensor); the other entries are the
         engine's own tensors, already updated."""
         for i, (t, dst) in enumerate(zip(self._sources(), self._flat + [self._head_t])):
-            if t is None or not self._transposed(i) and dst.data_ptr() == t.data_ptr():
+            if t is None:
                 continue
-            if self._packed and self._transposed(i):
-                new = self._copy(i, t)
+            if self._transposed(i) and self._packed:
                 if i == len(self._flat):
-                    self._head_t = new
+                    self._head_t = self._copy(i, t)
                 else:
-                    self._flat[i] = new
-            else:
-                dst.copy_(t.t() if self._transposed(i) else t)
+                    self._flat[i] = self._copy(i, t)
+            elif self._transposed(i):
+                dst.copy_(t.t())
+            elif dst.data_ptr() != t.data_ptr():
+                dst.copy_(t)
 
     long_prefill = 256
     """Prefills wider than this many slots run through the eager forward: the C++ attention is
