@@ -13,6 +13,11 @@ from pathlib import Path
 from typing import Callable, Optional
 
 
+def cache_root() -> Path:
+    """``$RLSUITE_CACHE`` (default ``~/.cache/rlsuite``): the root of every build-once cache."""
+    return Path(os.environ.get("RLSUITE_CACHE", Path.home() / ".cache" / "rlsuite"))
+
+
 def build_once(folder: Path, build: Callable[[Path], Optional[dict]]) -> tuple[Optional[dict], bool]:
     """Return ``(info, built)``: the ``info.json`` of ``folder``, building it first when missing.
 

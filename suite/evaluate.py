@@ -193,8 +193,7 @@ def memo_base_eval(parts: dict[str, Any], compute) -> tuple[dict[str, Any], bool
     (weights, prompts, answers, task and eval settings, engine, code, torch, threads, CPU); the
     build runs under the cache's file lock, so array jobs on one node compute it once. A result
     with grade errors is not kept (a broken grader is never frozen). Returns (result, computed)."""
-    from rlsuite.suite.cache import build_once
-    from rlsuite.suite.warmstart import cache_root
+    from rlsuite.suite.cache import build_once, cache_root
 
     key = hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
     root = cache_root() / "base_evals"

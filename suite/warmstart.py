@@ -34,14 +34,11 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
+from rlsuite.suite.cache import cache_root  # noqa: F401  (re-exported: callers name it from here)
 from rlsuite.suite.runfolder import cpu_model  # re-exported: the manifests and benchmarks name the CPU with it
 
 WARM_SEED = 0  # the same base for every run of a comparison, whatever its seed
 BASES = Path(__file__).resolve().parent / "bases"
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("RLSUITE_CACHE", Path.home() / ".cache" / "rlsuite"))
 
 
 _ISA = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
