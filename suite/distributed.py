@@ -22,8 +22,10 @@ Exactness strategy (a W-process run equals the one-process run with the same glo
   across nodes). Wall-clock charges and stop signals are agreed across ranks (max), so every
   rank stops at the same step.
 
-Launch: :func:`launch_local` spawns W processes on this machine (``rlsuite run --set
-dist.world_size=W``; a file store in a temporary folder for the rendezvous); inside a
+Launch: :func:`launch_local` starts W processes on this machine (``rlsuite run --set
+dist.world_size=W``; a file store in a temporary folder for the rendezvous; the processes come
+from :func:`rank_context`: forked from a server that has the heavy modules imported, each with
+the launcher's environment and working folder, as a spawned process would have them); inside a
 submitit job with W tasks :func:`init_from_submitit` uses ``submitit.JobEnvironment()`` for
 the ranks and the first node as ``MASTER_ADDR``. NCCL (CUDA) is implemented but untested here.
 """
@@ -196,6 +198,39 @@ def init_from_submitit(world_size: int, device: str) -> World:
     return init(backend_for(device), f"tcp://{addr}:{port}", env.global_rank, env.num_tasks, env.local_rank)
 
 
+PRELOAD = ("torch", "torch.distributed", "transformers.models.llama.modeling_llama", "rlsuite.suite.runner")
+"""What the rank server imports once (about 5 s of CPU that every spawned rank paid again)."""
+
+
+def rank_context():
+    """The ``multiprocessing`` context local ranks start from: ``forkserver`` with :data:`PRELOAD`
+    imported in the server (``spawn`` where the platform has no forkserver). A forked rank inherits
+    the server's environment and folder, not the launcher's at launch time: start its target
+    through :func:`in_launch_env`."""
+    import multiprocessing as mp
+
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(list(PRELOAD))  # read when the server starts (once per process)
+    return ctx
+
+
+def launch_env() -> tuple[dict, str]:
+    """The launcher's environment and working folder, for :func:`in_launch_env`."""
+    return dict(os.environ), os.getcwd()
+
+
+def in_launch_env(env_cwd: tuple[dict, str], target: Callable, *args) -> Any:
+    """Run ``target(*args)`` in a started rank with the environment and working folder the
+    launcher had (``env_cwd`` from :func:`launch_env`), as a spawned process would."""
+    env, cwd = env_cwd
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    return target(*args)
+
+
 def _local_worker(rank: int, size: int, backend: str, init_method: str, spec, out: str, queue, run) -> None:
     """One spawned rank of :func:`launch_local`: join the group, ``run(spec, out)``, report (code, error)."""
     from rlsuite.suite.config import resolve_threads
@@ -222,24 +257,24 @@ def _local_worker(rank: int, size: int, backend: str, init_method: str, spec, ou
 
 
 def launch_local(spec, out: Path, run: Callable[[Any, Path], tuple[int, Path]], grace_s: float = 60.0) -> int:
-    """Run ``spec`` as ``dist.world_size`` spawned processes on this machine, each calling
+    """Run ``spec`` as ``dist.world_size`` processes on this machine (:func:`rank_context`), each calling
     ``run(spec, out)`` (the runner's ``execute``, passed down: a module-level function, so the
     spawned processes can import it); return rank 0's exit code. SIGINT, SIGTERM and SIGUSR2 are
     forwarded to the ranks, which agree on the step at which they stop. Once a rank ends with a
     non-zero code (or dies), the others get ``grace_s`` seconds to end too, then are stopped (a
     rank blocked in a collective whose peer is gone never returns); the run is then recorded
     ``failed`` unless rank 0 reported."""
-    import multiprocessing as mp
-
     W = spec.dist.world_size
     backend = backend_for(spec.train.device)
     if backend == "nccl" and torch.cuda.device_count() < W:
         raise BadInput(f"dist.world_size={W} needs {W} GPUs on this machine (one per process); "
                        f"found {torch.cuda.device_count()}")
     tmp = tempfile.mkdtemp(prefix="rlsuite-dist-")
-    ctx = mp.get_context("spawn")
+    ctx = rank_context()
     queue = ctx.SimpleQueue()
-    procs = [ctx.Process(target=_local_worker, args=(r, W, backend, f"file://{tmp}/store", spec, str(out), queue, run),
+    env = launch_env()
+    procs = [ctx.Process(target=in_launch_env, args=(env, _local_worker, r, W, backend, f"file://{tmp}/store", spec,
+                                                     str(out), queue, run),
                          name=f"rlsuite-rank{r}") for r in range(W)]
     results: dict[int, tuple] = {}
 

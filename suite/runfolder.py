@@ -36,8 +36,12 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 STATES = ("running", "completed", "diverged", "failed", "preempted", "cancelled")
-#: Seconds without a heartbeat after which a ``running`` status from another host is stale.
-STALE_AFTER_S = float(os.environ.get("RLSUITE_STALE_AFTER_S", "180"))
+
+
+def stale_after_s() -> float:
+    """Seconds without a heartbeat after which a ``running`` status from another host is stale (``RLSUITE_STALE_AFTER_S``,
+    default 180; read at each call, so a rank started from a preloaded server sees the launcher's)."""
+    return float(os.environ.get("RLSUITE_STALE_AFTER_S", "180"))
 
 
 def now_iso() -> str:
@@ -147,7 +151,7 @@ def is_stale(status: dict) -> bool:
         updated = _dt.datetime.fromisoformat(status["updated_at"]).timestamp()
     except (KeyError, ValueError, TypeError):
         return True
-    return time.time() - updated > STALE_AFTER_S
+    return time.time() - updated > stale_after_s()
 
 DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 #: Free bytes below which a write error without an errno (torch.save's "iostream error",
@@ -222,7 +226,7 @@ def _live_elsewhere(rec: dict) -> bool:
         beat = float(rec["heartbeat_unix"])
     except (KeyError, TypeError, ValueError):
         return False
-    return time.time() - beat <= STALE_AFTER_S
+    return time.time() - beat <= stale_after_s()
 
 
 def lock_holder(path: Path) -> Optional[dict]:
@@ -252,7 +256,7 @@ class RunLock:
     The file holds ``host``, ``pid``, ``run_id``, ``started_at`` and ``heartbeat`` (refreshed every
     ``beat_s`` seconds by a thread). Acquiring fails (:class:`RunLocked`) when another process holds
     the flock, or when the record is another host's with a heartbeat younger than
-    ``STALE_AFTER_S`` (a stale record of a dead process or host is taken over). The kernel drops
+    ``stale_after_s()`` (a stale record of a dead process or host is taken over). The kernel drops
     the flock when the process dies however it dies; :meth:`release` also removes the file (and
     the output folders the lock created, when empty)."""
 

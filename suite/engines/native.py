@@ -35,8 +35,9 @@ longer ones, and calls that need the attention statistic (``behav_attn_stat``), 
 eager forward.
 
 Built on first use with ``torch.utils.cpp_extension`` (a C++ compiler and ninja; about 16 s
-once, then cached under ``$TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``, by
-source, torch version and flags); compiled with ``-O3`` (and ``-fopenmp`` on Linux, sharing
+once, then cached under ``$RLSUITE_CACHE/native/<digest>/``, the digest of the source, torch
+version and flags; the build reads its own copy of the source there, so checkouts at other paths
+(a study's worktree, a clone) share one build instead of rebuilding it in turn); compiled with ``-O3`` (and ``-fopenmp`` on Linux, sharing
 torch's OpenMP runtime) and no ``-march`` — the AVX-512 code sits in functions picked at run
 time — so a cache shared across machines stays valid.
 Refused with one message where it cannot serve: a CUDA device or non-fp32 weights (use
@@ -94,6 +95,23 @@ def toolchain() -> Optional[str]:
     return None
 
 
+def staged_source(code: bytes, digest: str) -> Path:
+    """The extension's source copied into its build folder ``$RLSUITE_CACHE/native/<digest>/``
+    (written once, atomically; never rewritten, so its mtime stays older than the build's objects).
+    torch's build files name the source by its path: built from a checkout's own path, every
+    checkout at another path (a worktree, a clone) would rebuild the cached extension, and the
+    next one again."""
+    from rlsuite.suite.cache import cache_root
+
+    dest = cache_root() / "native" / digest / SOURCE.name
+    if not dest.is_file() or dest.read_bytes() != code:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{SOURCE.name}.{os.getpid()}.tmp")
+        tmp.write_bytes(code)
+        os.replace(tmp, dest)
+    return dest
+
+
 def load_extension():
     """The compiled module (built once per process; cached on disk by source, torch version and
     build flags)."""
@@ -119,9 +137,12 @@ def load_extension():
     # kernels do); elsewhere only the simd pragmas
     cflags = ["-O3", "-fopenmp" if sys.platform.startswith("linux") else "-fopenmp-simd"]
     ldflags = ["-fopenmp"] if "-fopenmp" in cflags else []
-    digest = hashlib.sha256(SOURCE.read_bytes() + torch.__version__.encode() + " ".join(cflags).encode()).hexdigest()[:12]
+    code = SOURCE.read_bytes()
+    digest = hashlib.sha256(code + torch.__version__.encode() + " ".join(cflags).encode()).hexdigest()[:12]
     try:
-        _EXT = load(name=f"rlsuite_kv_decode_{digest}", sources=[str(SOURCE)], extra_cflags=cflags,
+        src = staged_source(code, digest)
+        _EXT = load(name=f"rlsuite_kv_decode_{digest}", sources=[str(src)], build_directory=str(src.parent),
+                    extra_cflags=cflags,
                     extra_ldflags=ldflags, verbose=False)
     except Exception as e:  # a failed build: the compiler's own error lines, and the way out
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]

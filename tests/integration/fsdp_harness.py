@@ -1,6 +1,6 @@
 """Helpers of tests/integration/test_fsdp.py and benchmarks/fsdp.py: build a trainer the way the
 runner does, step it and record what the step-1/step-2 equivalence checks compare; run that
-in W spawned gloo ranks (``dist.shard=fsdp``) or in this process.
+in W gloo ranks (started as the launcher starts them) (``dist.shard=fsdp``) or in this process.
 
 Spawned workers import this module by name, so it holds no test functions.
 """
@@ -118,14 +118,15 @@ def spawn_probe(specs: list, world_size: int, out: Path, steps: int = 2, timeout
                 deltas: bool = True) -> list[list[dict]]:
     """:func:`probe` of each spec in ``world_size`` spawned gloo ranks (one group for all specs);
     per spec, every rank's result."""
-    import multiprocessing as mp
+    from rlsuite.suite.distributed import in_launch_env, launch_env, rank_context
 
-    ctx = mp.get_context("spawn")
+    ctx = rank_context()  # the launcher's own way of starting ranks
     queue = ctx.SimpleQueue()
     tmp = tempfile.mkdtemp(prefix="rlsuite-fsdp-")
     result = str(Path(tmp) / "result")
-    procs = [ctx.Process(target=_worker, args=(r, world_size, f"{tmp}/store", specs, str(out), result, queue, steps,
-                                                    deltas))
+    env = launch_env()
+    procs = [ctx.Process(target=in_launch_env, args=(env, _worker, r, world_size, f"{tmp}/store", specs, str(out),
+                                                     result, queue, steps, deltas))
              for r in range(world_size)]
     for p in procs:
         p.start()
@@ -188,12 +189,14 @@ def _run_worker(rank: int, size: int, store: str, spec, out: str, stop_at, queue
 def spawn_run(spec, out: Path, world_size: int, stop_at=None, timeout_s: float = 900) -> int:
     """``execute(spec, out)`` in ``world_size`` spawned ranks (one process for a world size of 1);
     rank 0's exit code."""
-    import multiprocessing as mp
+    from rlsuite.suite.distributed import in_launch_env, launch_env, rank_context
 
-    ctx = mp.get_context("spawn")
+    ctx = rank_context()
     queue = ctx.SimpleQueue()
     tmp = tempfile.mkdtemp(prefix="rlsuite-fsdp-")
-    procs = [ctx.Process(target=_run_worker, args=(r, world_size, f"{tmp}/store", spec, str(out), stop_at, queue))
+    env = launch_env()
+    procs = [ctx.Process(target=in_launch_env, args=(env, _run_worker, r, world_size, f"{tmp}/store", spec, str(out),
+                                                     stop_at, queue))
              for r in range(world_size)]
     for p in procs:
         p.start()

@@ -199,3 +199,30 @@ def test_a_rank_that_dies_fails_the_run_and_a_rerun_completes_it(tmp_path):
     code, run_dir = execute(spec, tmp_path)  # the same spec again: resumes from the checkpoint
     assert code == 0 and run_dir == run
     assert [r["step"] for r in read_jsonl(run / "metrics.jsonl")] == list(range(1, 41))
+
+
+def _report_env(queue, key: str) -> None:
+    import sys as _sys
+
+    queue.put((os.environ.get(key), os.getcwd(), "torch" in _sys.modules))
+
+
+def test_ranks_start_with_the_launchers_environment_and_folder_of_the_moment(tmp_path, monkeypatch):
+    """Ranks are forked from a server that imported the heavy modules once; each still gets the
+    environment and working folder the launcher has when it starts the rank (what a spawned
+    process gets), not the server's from its own start."""
+    from rlsuite.suite.distributed import in_launch_env, launch_env, rank_context
+
+    ctx = rank_context()
+    seen = []
+    for i, folder in enumerate((tmp_path / "a", tmp_path / "b")):
+        folder.mkdir()
+        monkeypatch.setenv("RLSUITE_TEST_LAUNCH", f"value-{i}")
+        monkeypatch.chdir(folder)
+        q = ctx.SimpleQueue()
+        p = ctx.Process(target=in_launch_env, args=(launch_env(), _report_env, q, "RLSUITE_TEST_LAUNCH"))
+        p.start()
+        p.join(120)
+        assert p.exitcode == 0
+        seen.append(q.get())
+    assert seen == [("value-0", str(tmp_path / "a"), True), ("value-1", str(tmp_path / "b"), True)]

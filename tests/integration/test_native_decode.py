@@ -249,9 +249,26 @@ def test_build_failures_name_the_cause(monkeypatch, tmp_path):
     broken.write_text("#include <ATen/ATen.h>\nint decode( { this is not C++ }\n")
     monkeypatch.setattr(native, "_EXT", None)
     monkeypatch.setattr(native, "SOURCE", broken)
-    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    monkeypatch.setenv("RLSUITE_CACHE", str(tmp_path / "cache"))
     with pytest.raises(BadInput, match=r"could not build kv_decode.cpp: .*error.*; use rollout.engine=kv"):
         native.load_extension()
+
+
+def test_checkouts_at_other_paths_build_from_one_staged_source(monkeypatch, tmp_path):
+    """torch's build files name the source by its path: the build reads the copy under
+    ``$RLSUITE_CACHE/native/<digest>/``, the same path from any checkout, written once."""
+    monkeypatch.setenv("RLSUITE_CACHE", str(tmp_path / "cache"))
+    code = native.SOURCE.read_bytes()
+    first = native.staged_source(code, "d1")
+    assert first == tmp_path / "cache" / "native" / "d1" / "kv_decode.cpp" and first.read_bytes() == code
+    before = first.stat().st_mtime_ns
+    other = tmp_path / "worktree" / "kv_decode.cpp"  # a second checkout's copy of the same source
+    other.parent.mkdir()
+    other.write_bytes(code)
+    monkeypatch.setattr(native, "SOURCE", other)
+    assert native.staged_source(other.read_bytes(), "d1") == first
+    assert first.stat().st_mtime_ns == before  # not rewritten: ninja sees nothing newer than its objects
+    assert list(first.parent.iterdir()) == [first]  # no temporary file left
 
 
 def test_unsupported_models_are_refused():
