@@ -19,6 +19,13 @@ One process, one vLLM instance (an engine starts once per process), then, in ord
             one the ``kv`` engine samples from): a χ² goodness-of-fit p-value per prompt (bins with
             expected count < 5 pooled); and the same counts of the ``kv`` engine as a control.
 ``greedy``  temperature 0 through vLLM equals the policy's argmax continuation token for token.
+``semantics`` the same sampling settings mean the same thing as in the ``kv`` engine:
+            top-p 0.6 and top-k 4 at temperature 1 (first tokens of ``n // 2`` samples per prompt
+            against the policy's distribution truncated by the suite's ``truncate_logits``: a χ²
+            p-value on its support, no sample outside it, and vLLM's reported log-prob of each
+            sampled token equal to the truncated distribution's within 1e-4, the untruncated one
+            NaN); greedy with a stop string, a stop id and the length cap: the same tokens, the same
+            stop reason and the same ``stopped`` flag as the ``kv`` engine.
 """
 
 from __future__ import annotations
@@ -160,7 +167,58 @@ def main(argv=None) -> dict:
             same &= nxt == t
             seq.append(t)
     out["greedy"] = {"same_as_policy_argmax": bool(same)}
+    out["semantics"] = semantics(model, tok, spec, eng, prompts, max(200, args.n // 2), args.seed)
     return out
+
+
+def semantics(model, tok, spec, eng, prompts, n: int, seed: int) -> dict:
+    """Top-p / top-k, stop strings, stop ids and the length cap through vLLM against the kv engine
+    (see the module docstring)."""
+    import math
+
+    from rlsuite.suite.engines import make_engine
+    from rlsuite.suite.engines.base import SamplingParams
+    from rlsuite.suite.engines.sampling import truncate_logits
+
+    kv = make_engine("kv", model, tok, spec.rollout)
+    res: dict = {}
+    for name, (top_p, top_k) in {"top_p": (0.6, 0), "top_k": (1.0, 4)}.items():
+        params = SamplingParams(max_new_tokens=1, temperature=1.0, top_p=top_p, top_k=top_k, stop_ids=())
+        row = {"p": [], "p_kv": [], "outside_support": 0, "trunc_logp_max_abs_diff": 0.0, "logp_nan": True, "support": []}
+        for j, p in enumerate(prompts[:2]):
+            lp = _logp_of(model, p, [0], 1.0)[0]
+            probs = torch.softmax(truncate_logits(lp[None], top_p, top_k)[0], -1)
+            keep = probs > 0
+            gen = eng.generate([p] * n, params, torch.Generator().manual_seed(seed + 10 + j))
+            first = torch.tensor([ids[0] for ids in gen.ids])
+            counts = torch.bincount(first, minlength=probs.numel())
+            row["outside_support"] += int(counts[~keep].sum())
+            row["support"].append(int(keep.sum()))
+            row["p"].append(_chi2(counts[keep], probs[keep] / probs[keep].sum())[0] if int(keep.sum()) > 1 else 1.0)
+            ctrl = kv.generate([p] * n, params, torch.Generator().manual_seed(seed + 10 + j))  # the control
+            c_kv = torch.bincount(torch.tensor([ids[0] for ids in ctrl.ids]), minlength=probs.numel())
+            row["outside_support"] += int(c_kv[~keep].sum())
+            row["p_kv"].append(_chi2(c_kv[keep], probs[keep] / probs[keep].sum())[0] if int(keep.sum()) > 1 else 1.0)
+            want = probs.log()[first]
+            got = torch.tensor([t[0] for t in gen.trunc_logp], dtype=torch.double)
+            row["trunc_logp_max_abs_diff"] = max(row["trunc_logp_max_abs_diff"], float((got - want).abs().max()))
+            row["logp_nan"] &= all(math.isnan(x[0]) for x in gen.logp)
+        res[name] = row
+
+    # greedy stops: a stop string and a stop id taken from the unstopped greedy continuation of prompt 0
+    free = kv.generate(prompts, SamplingParams(max_new_tokens=10, temperature=0.0, stop_ids=()), None)
+    ids0 = free.ids[0]
+    stop_text = tok.decode(ids0[3:5])
+    cases = {"length": SamplingParams(max_new_tokens=6, temperature=0.0, stop_ids=()),
+             "stop_string": SamplingParams(max_new_tokens=10, temperature=0.0, stop_ids=(), stop_strings=(stop_text,)),
+             "stop_id": SamplingParams(max_new_tokens=10, temperature=0.0, stop_ids=(ids0[4],))}
+    for name, params in cases.items():
+        a, b = eng.generate(prompts, params, None), kv.generate(prompts, params, None)
+        res[name] = {"same_ids": a.ids == b.ids, "same_reasons": a.stop_reason == b.stop_reason,
+                     "same_stopped": a.stopped == b.stopped, "vllm_reasons": a.stop_reason, "kv_reasons": b.stop_reason,
+                     "lengths": [len(x) for x in a.ids]}
+    res["stop_string"]["text"] = stop_text
+    return res
 
 
 if __name__ == "__main__":

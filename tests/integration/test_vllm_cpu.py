@@ -83,6 +83,27 @@ def test_vllm_samples_the_policys_distribution_and_greedy_is_argmax(tiny):
     assert tiny["greedy"]["same_as_policy_argmax"]
 
 
+def assert_same_semantics(sem: dict) -> None:
+    """Top-p / top-k sample the truncated distribution (χ² on its support, nothing outside it; the
+    kv engine's samples as the control) and report its log-probs (the untruncated ones NaN); greedy
+    stops and the length cap as in kv. Each p-value is uniform under the null: P(any of 8 < 1e-4)
+    ≈ 0.08%."""
+    for name in ("top_p", "top_k"):
+        r = sem[name]
+        assert r["outside_support"] == 0 and min(r["p"]) > 1e-4 and min(r["p_kv"]) > 1e-4, (name, r)
+        assert r["trunc_logp_max_abs_diff"] <= 1e-4 and r["logp_nan"], (name, r)
+    assert all(k <= 4 for k in sem["top_k"]["support"]) and max(sem["top_p"]["support"]) > 1, sem
+    for name, reason in (("length", "length"), ("stop_string", "string"), ("stop_id", "eos")):
+        r = sem[name]
+        assert r["same_ids"] and r["same_reasons"] and r["same_stopped"], (name, r)
+        assert r["vllm_reasons"][0] == reason, (name, r)
+    assert sem["length"]["lengths"] == [6] * len(sem["length"]["lengths"])
+
+
+def test_sampling_settings_mean_in_vllm_what_they_mean_in_the_kv_engine(tiny):
+    assert_same_semantics(tiny["semantics"])
+
+
 def test_grpo_trains_through_vllm_with_the_engine_in_step_with_the_trainer(tmp_path):
     """``rlsuite run ... --set rollout.engine=vllm`` (the tiny model, 3 updates): completes from the
     committed base, and at every step the engine's log-probs (μ) match the trainer's π_old within
@@ -123,3 +144,4 @@ def test_real_model_through_vllm():
     assert r["sync"]["after_push_max_abs_dlogp"] <= 1e-4 and r["sync"]["after_push_topk_max_abs_dlogp"] <= 1e-4
     assert min(r["dist"]["p_vllm"]) > 1e-3 and len(r["dist"]["p_vllm"]) == 3, r["dist"]
     assert r["greedy"]["same_as_policy_argmax"]
+    assert_same_semantics(r["semantics"])
