@@ -184,7 +184,8 @@ def semantics(model, tok, spec, eng, prompts, n: int, seed: int) -> dict:
     res: dict = {}
     for name, (top_p, top_k) in {"top_p": (0.6, 0), "top_k": (1.0, 4)}.items():
         params = SamplingParams(max_new_tokens=1, temperature=1.0, top_p=top_p, top_k=top_k, stop_ids=())
-        row = {"p": [], "p_kv": [], "outside_support": 0, "trunc_logp_max_abs_diff": 0.0, "logp_nan": True, "support": []}
+        row = {"p": [], "p_kv": [], "outside_support": 0, "trunc_logp_max_abs_diff": 0.0, "logp_nan": True,
+               "support": []}
         for j, p in enumerate(prompts[:2]):
             lp = _logp_of(model, p, [0], 1.0)[0]
             probs = torch.softmax(truncate_logits(lp[None], top_p, top_k)[0], -1)
