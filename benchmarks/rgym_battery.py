@@ -10,6 +10,14 @@ problems a run uses (test + val + the train prompts of a 4,096-sample budget at 
 
     python benchmarks/rgym_battery.py screen [--only LABEL ...] [--workers 2]
     python benchmarks/rgym_battery.py confirm --only LABEL ... [--n-test 300]
+    python benchmarks/rgym_battery.py pilot --only LABEL ... [--seeds 100 101] [--temperature 0.6]
+
+``pilot`` (the learnability check): one GRPO run per tuning seed on the *mixture* of the labels
+(the composite battery task: one run trains on all and evaluates each), the SmolLM2 settings of
+``sweeps/real_model.yaml`` (4 prompts × 8 samples a step, lr 2e-5, no KL term, π_old = μ) at the
+screen's temperature, greedy accuracy on each dataset's ``--n-test`` test problems before and after;
+the table gives each dataset's gain per seed and its mean with the standard error of a difference
+of two proportions at that n.
 
 Each stage appends its table to ``benchmarks/results/rgym_battery.md`` (with the command, the
 CPU model and the date). Evaluation uses the suite's own code path (``rlsuite eval``: the task's
@@ -58,7 +66,6 @@ CANDIDATES = {  # label -> (kind, dataset spec)
     "lcm_3x20": ("arithmetic", "lcm:min_numbers=2,max_numbers=3,min_value=2,max_value=20"),
     "add_1d_3t": ("arithmetic", "basic_arithmetic:min_terms=3,max_terms=3,max_digits=1,operators=[+,-],"
                                 "allow_parentheses=false,allow_negation=false"),
-    "aiw_sib": ("logic", "aiw:task_types=[siblings],max_entities=6"),
     "aiw_6": ("logic", "aiw:max_entities=6"),
     "family_4": ("logic", "family_relationships:min_family_size=3,max_family_size=4"),
     "seq_simple": ("sequence", "number_sequence:min_terms=4,max_terms=5,min_value=-20,max_value=20,max_complexity=1"),
@@ -115,6 +122,67 @@ def evaluate(label: str, n_test: int, temperature: float) -> dict:
             "space_lower": space["space_is_lower_bound"], "wall_s": time.time() - t0, "cpu_s": cpu}
 
 
+PILOT = ["rollout.prompts_per_step=4", "rollout.group_size=8", "rollout.max_new_tokens=32", "optim.lr=2e-5",
+         "algo.kl_coef=0.0", "rollout.old_logp=behaviour", "eval.every=1.0", "eval.greedy=true", "eval.n_samples=0",
+         "eval.max_prompts=0", "task.n_val=20"]
+
+
+def pilot(labels: list[str], seed: int, n_test: int, temperature: float, samples: int, out: Path) -> dict:
+    """One GRPO run on the mixture of ``labels``: per dataset, greedy test accuracy before and after."""
+    specs = [CANDIDATES[x][1] for x in labels]
+    sets = [f"task.datasets={json.dumps(specs)}", f"task.n_test={n_test}", "task.extract=auto",
+            f"task.instruction={INSTRUCTION}", f"rollout.temperature={temperature}", *PILOT]
+    args = [sys.executable, "-m", "rlsuite.suite.cli", "run", "--task", "reasoning_gym", "--algo", "grpo",
+            "--model", MODEL, "--seed", str(seed), "--budget", f"samples={samples}", "--out", str(out)]
+    for x in sets:
+        args += ["--set", x]
+    t0, c0 = time.time(), os.times()
+    res = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    c1 = os.times()
+    if res.returncode != 0:
+        raise RuntimeError(f"pilot seed {seed} failed (exit {res.returncode}):\n{res.stderr[-3000:]}")
+    run_dir = Path(res.stdout.strip().splitlines()[-1].split("run_dir: ")[1])
+    evals = [json.loads(x) for x in (run_dir / "evals.jsonl").read_text().splitlines()]
+    test = [e for e in evals if e["split"] == "test"]
+    first, last = test[0], test[-1]
+    names = [spec.split(":")[0] for spec in specs]
+    keys = [n if names[:i].count(n) == 0 else f"{n}_{names[:i].count(n) + 1}" for i, n in enumerate(names)]
+    per = {lab: (first[f"eval/reasoning_gym/greedy_acc_{k}"], last[f"eval/reasoning_gym/greedy_acc_{k}"])
+           for lab, k in zip(labels, keys)}
+    rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    cpu = (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
+    return {"seed": seed, "per": per, "steps": len(rows), "errors": sum(r.get("reward/grade_errors", 0) for r in rows),
+            "reward_first": rows[0].get("reward/mean"), "reward_last": rows[-1].get("reward/mean"),
+            "wall_s": time.time() - t0, "cpu_s": cpu, "run_dir": str(run_dir)}
+
+
+def render_pilot(runs: list[dict], labels: list[str], n_test: int, argv: list[str], temperature: float,
+                 samples: int) -> str:
+    lines = [f"## pilot: GRPO on the mixture, {samples} samples a run, greedy on {n_test} test problems a dataset "
+             f"({dt.date.today().isoformat()})", "",
+             f"`python benchmarks/rgym_battery.py {' '.join(argv)}`; machine: {_cpu()} ({platform.machine()}), "
+             f"{os.cpu_count()} cores, the runs side by side, 1 torch thread each. One run per seed trains "
+             f"{MODEL} on the mixture of the labels (`{' '.join(PILOT)}`, temperature {temperature}); "
+             "gain = greedy test accuracy after − before, in points; SE = √(2·p(1−p)/n) at the mean accuracy "
+             "(two proportions on the same problems, an upper bound for paired ones).", "",
+             "| label | kind | before | " + " | ".join(f"after (seed {r['seed']})" for r in runs)
+             + " | mean gain | ± SE | learns |", "|---|---|---|" + "---|" * len(runs) + "---|---|---|"]
+    for lab in labels:
+        before = runs[0]["per"][lab][0]
+        gains = [100 * (r["per"][lab][1] - r["per"][lab][0]) for r in runs]
+        mean = sum(gains) / len(gains)
+        pbar = min(max((before + before + mean / 100) / 2, 1e-3), 1 - 1e-3)
+        se = 100 * math.sqrt(2 * pbar * (1 - pbar) / n_test)  # the problems are shared: seeds do not shrink it
+        lines.append(f"| {lab} | {CANDIDATES[lab][0]} | {before:.3f} | "
+                     + " | ".join(f"{r['per'][lab][1]:.3f} ({g:+.1f})" for r, g in zip(runs, gains))
+                     + f" | {mean:+.1f} | {se:.1f} | {'yes' if mean > 2 * se else 'not shown'} |")
+    lines += ["", "Runs: " + "; ".join(f"seed {r['seed']}: {r['steps']} steps, reward {r['reward_first']:.3f} → "
+                                       f"{r['reward_last']:.3f}, grade errors {r['errors']:.0f}, {r['wall_s']:.0f} s "
+                                       f"wall, {r['cpu_s']:.0f} CPU s" for r in runs)
+              + f"; {sum(r['cpu_s'] for r in runs) / 3600:.2f} CPU-hours. `learns` = mean gain > 2 SE.", ""]
+    return "\n".join(lines)
+
+
 def kept(r: dict, n_test: int) -> tuple[bool, str]:
     if "error" in r:
         return False, f"refused: {r['error']}"
@@ -162,18 +230,34 @@ def _cpu() -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("stage", choices=["screen", "confirm"])
+    ap.add_argument("stage", choices=["screen", "confirm", "pilot"])
     ap.add_argument("--only", nargs="+", default=None, help=f"labels ({', '.join(CANDIDATES)})")
     ap.add_argument("--n-test", type=int, default=None, help="test problems (screen 100, confirm 300)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of avg@4 / pass@4")
     ap.add_argument("--results", type=Path, default=RESULTS)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[100, 101], help="pilot: tuning seeds (≥ 100)")
+    ap.add_argument("--samples", type=int, default=768, help="pilot: the run's budget in samples")
     a = ap.parse_args()
     labels = a.only or list(CANDIDATES)
     bad = [x for x in labels if x not in CANDIDATES]
     if bad:
         ap.error(f"unknown label(s) {', '.join(bad)}; valid: {', '.join(CANDIDATES)}")
-    n_test = a.n_test or (100 if a.stage == "screen" else 300)
+    n_test = a.n_test or (100 if a.stage in ("screen", "pilot") else 300)
+    head = "# A reasoning-gym battery for SmolLM2-135M-Instruct (issue 34 §1)\n\n"
+    if a.stage == "pilot":
+        if len(labels) < 2 or min(a.seeds) < 100:
+            ap.error("pilot: give two or more labels (--only) and tuning seeds ≥ 100")
+        import tempfile
+
+        out = Path(tempfile.mkdtemp(prefix="rlsuite-rgym-pilot-"))
+        with cf.ThreadPoolExecutor(a.workers) as pool:
+            runs = list(pool.map(lambda sd: pilot(labels, sd, n_test, a.temperature, a.samples, out), a.seeds))
+        text = render_pilot(runs, labels, n_test, sys.argv[1:], a.temperature, a.samples)
+        print(text)
+        old = a.results.read_text() if a.results.exists() else head
+        a.results.write_text(old.rstrip() + "\n\n" + text)
+        return
     with cf.ThreadPoolExecutor(a.workers) as pool:
         rows = []
         for r in pool.map(lambda lab: evaluate(lab, n_test, a.temperature), labels):
@@ -181,7 +265,6 @@ def main() -> None:
             rows.append(r)
     text = render(a.stage, rows, n_test, sys.argv[1:], a.workers, a.temperature)
     print(text)
-    head = "# A reasoning-gym battery for SmolLM2-135M-Instruct (issue 34 §1)\n\n"
     old = a.results.read_text() if a.results.exists() else head
     a.results.write_text(old.rstrip() + "\n\n" + text)
 
