@@ -66,6 +66,7 @@ CANDIDATES = {  # label -> (kind, dataset spec)
     "lcm_3x20": ("arithmetic", "lcm:min_numbers=2,max_numbers=3,min_value=2,max_value=20"),
     "add_1d_3t": ("arithmetic", "basic_arithmetic:min_terms=3,max_terms=3,max_digits=1,operators=[+,-],"
                                 "allow_parentheses=false,allow_negation=false"),
+    "aiw_sib": ("logic", "aiw:task_types=[siblings],task_type_weights=[1.0],max_entities=6"),
     "aiw_6": ("logic", "aiw:max_entities=6"),
     "family_4": ("logic", "family_relationships:min_family_size=3,max_family_size=4"),
     "seq_simple": ("sequence", "number_sequence:min_terms=4,max_terms=5,min_value=-20,max_value=20,max_complexity=1"),

@@ -3,7 +3,9 @@ arXiv 2505.24760), one dataset or a mixture (the *battery*), graded by each data
 
 Data: ``reasoning_gym.create_dataset(name, seed=gen_seed, size=pool, **params)`` for each entry of
 ``task.datasets`` (``"name"`` or ``"name:key=value,key=value"``, values parsed as YAML scalars or
-lists: ``"basic_arithmetic:min_terms=2,max_terms=2,max_digits=2"``). The package is pinned
+lists: ``"basic_arithmetic:min_terms=2,max_terms=2,max_digits=2"``; a string given for an
+enum-typed parameter names its member by value or name, ``"aiw:task_types=[siblings],
+task_type_weights=[1.0]"``). The package is pinned
 (``reasoning-gym==0.1.25``): generators change between versions, and the dataset, its parameters,
 ``pool`` and ``gen_seed`` are fields of the run id, so a problem set is named by its configuration.
 
@@ -105,6 +107,42 @@ def parse_dataset_spec(spec: str) -> tuple[str, dict[str, Any]]:
     return name.strip(), params
 
 
+def enum_params(config_cls, params: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with the strings given for an enum-typed field of the dataset's config dataclass
+    (``Enum`` or a list of one) turned into members by value or name (``aiw:task_types=[siblings]``
+    → ``[TaskType.SIBLINGS]``): a spec string cannot name a member otherwise. A string that is
+    neither is a ``ValueError`` listing the valid values."""
+    import dataclasses
+    import enum
+    import typing
+
+    try:
+        hints = typing.get_type_hints(config_cls)
+    except Exception:  # noqa: BLE001 - unresolvable annotations: pass the values through
+        return params
+    out = dict(params)
+    for f in dataclasses.fields(config_cls) if dataclasses.is_dataclass(config_cls) else ():
+        if f.name not in out:
+            continue
+        hint = hints.get(f.name)
+        args = [a for a in (typing.get_args(hint) or (hint,)) if isinstance(a, type)]
+        enum_cls = next((a for a in args if issubclass(a, enum.Enum)), None)
+        if enum_cls is None:
+            continue
+
+        def member(v, cls=enum_cls, field=f.name):
+            if isinstance(v, cls) or not isinstance(v, str):
+                return v
+            for m in cls:
+                if v in (m.value, m.name, m.name.lower()):
+                    return m
+            raise ValueError(f"{field}={v!r} is not one of {', '.join(str(m.value) for m in cls)}")
+
+        v = out[f.name]
+        out[f.name] = [member(x) for x in v] if isinstance(v, list) else member(v)
+    return out
+
+
 def space_estimate(n: int, distinct: int) -> tuple[float, bool]:
     """The size of a uniform problem space from ``n`` draws with ``distinct`` distinct values:
     the occupancy estimate solving ``distinct = N(1 − (1 − 1/N)^n)``; when no value repeats, the
@@ -196,6 +234,7 @@ class ReasoningGym(Task):
             if name not in DATASETS:
                 raise BadInput(f"reasoning_gym: unknown dataset {name!r}; valid: {', '.join(sorted(DATASETS))}")
             try:
+                params = enum_params(DATASETS[name][1], params)
                 self._ds[label] = rg.create_dataset(name, seed=self.cfg.gen_seed, size=self.cfg.pool, **params)
             except (TypeError, ValueError, AssertionError) as e:
                 raise BadInput(f"reasoning_gym: dataset {name!r} refuses parameters {params}: {e}") from None

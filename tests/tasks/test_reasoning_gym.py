@@ -73,6 +73,19 @@ def test_unknown_dataset_and_bad_parameters_are_clear_errors():
         task(datasets=("basic_arithmetic:min_terms=5,max_terms=2",)).splits()
 
 
+def test_enum_parameters_are_named_by_their_value_in_a_spec():
+    """``aiw``'s ``task_types`` takes ``TaskType`` members; the spec's strings become members (by
+    value or name), and a string that is neither is one clear error with the valid values."""
+    only = task(datasets=("aiw:task_types=[siblings],task_type_weights=[1.0],max_entities=4",), pool=300,
+                n_test=20, n_val=5)
+    qs = [it.question for k in ("train", "val", "test") for it in only.splits()[k]]
+    assert qs and all("sisters" in q or "brothers" in q for q in qs)
+    assert not any("colleague" in q or "friend" in q for q in qs)
+    with pytest.raises(BadInput, match=r"refuses parameters.*task_types='cousins' is not one of siblings, friends, "
+                                       r"colleagues"):
+        task(datasets=("aiw:task_types=[cousins],task_type_weights=[1.0]",)).splits()
+
+
 def test_a_wrong_package_version_is_refused(monkeypatch):
     monkeypatch.setattr(rgt, "PINNED", "0.0.1")
     with pytest.raises(BadInput, match="pinned to 0.0.1"):
