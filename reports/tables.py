@@ -557,14 +557,6 @@ def planned_table(scored: Scored, cfg: ReportConfig) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=list(PLANNED_COLUMNS))
 
 
-def stability_table(scored: Scored) -> pd.DataFrame:
-    """Unstable runs with their reasons. Columns: `task, algorithm, seed, run_id, state, reasons`."""
-    s = scored.scores
-    bad = s[~s["stable"].astype(bool)]
-    return bad[["task", "algorithm", "seed", "run_id", "state", "reasons"]].sort_values(
-        ["task", "algorithm", "seed"], key=lambda c: c.astype(str)).reset_index(drop=True)
-
-
 def stability_counts(scored: Scored) -> pd.DataFrame:
     """How often each flag fired, per algorithm. Columns: `algorithm, flag, runs`."""
     s = scored.scores

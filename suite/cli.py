@@ -53,7 +53,10 @@ def log_names(values: Sequence[str]) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import rlsuite
+
     ap = argparse.ArgumentParser(prog="rlsuite", description="Fair benchmark suite for RL on LLMs.")
+    ap.add_argument("--version", action="version", version=f"rlsuite {rlsuite.__version__}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="train one (task, algorithm, seed) run into a run folder")
     _add_spec_args(run)

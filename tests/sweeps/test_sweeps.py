@@ -189,3 +189,35 @@ tuning: {lr: [0.001, 0.0003], seeds: [1000]}
     bad = write(tmp_path, (tmp_path / "s.yaml").read_text().replace("seeds: [1000]", "seeds: [0]"), "bad.yaml")
     assert main(["sweep", "tune", str(bad), "--out", str(tmp_path / "o")]) == 2
     assert "overlap the final seeds" in capsys.readouterr().err
+
+
+def test_quickstart_answers_only_a_missing_report_extra_with_a_plain_table(tmp_path, monkeypatch, capsys):
+    """Without the report extra (seaborn, matplotlib, plotly: pyproject's `report`) the quickstart
+    prints a plain table; any other import failure inside the reports is a bug and is raised."""
+    import argparse
+    import builtins
+    import tomllib
+
+    from rlsuite.sweeps import cli as sweeps_cli
+    from rlsuite.sweeps import launch
+
+    extra = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    names = {r.split(">")[0].split("=")[0].split("[")[0] for r in extra["project"]["optional-dependencies"]["report"]}
+    assert set(sweeps_cli.REPORT_EXTRA) == names
+    monkeypatch.setattr(launch, "run_sweep", lambda *a, **k: (tmp_path, {"counts": {"completed": 0}}))
+    real_import = builtins.__import__
+    args = argparse.Namespace(out=tmp_path, workers=1, reps=10)
+    for missing, raised in (("matplotlib.pyplot", False), ("rlsuite.reports.no_such_module", True)):
+        def fake(name, *a, missing=missing, **k):
+            if name == "rlsuite.reports.build":
+                raise ModuleNotFoundError(f"No module named '{missing}'", name=missing)
+            return real_import(name, *a, **k)
+
+        monkeypatch.setattr(builtins, "__import__", fake)
+        if raised:
+            with pytest.raises(ModuleNotFoundError, match="no_such_module"):
+                sweeps_cli.cmd_quickstart(args)
+        else:
+            assert sweeps_cli.cmd_quickstart(args) == 0
+            assert "report extra not installed" in capsys.readouterr().err
+        monkeypatch.setattr(builtins, "__import__", real_import)

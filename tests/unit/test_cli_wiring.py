@@ -86,3 +86,19 @@ def test_an_old_key_is_exit_2_with_one_line_naming_its_new_key(tmp_path, capsys)
     err = capsys.readouterr().err
     assert code == 2 and "train.is_correction was moved: set loss.is_correction instead" in err
     assert "algo.clip_eps was moved: set algo.clip_eps_low and algo.clip_eps_high instead" in err
+
+
+def test_version_is_the_package_version(capsys):
+    import pytest
+
+    import tomllib
+    from pathlib import Path
+
+    import rlsuite
+    from rlsuite.suite.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    project = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
+    assert capsys.readouterr().out.strip() == f"rlsuite {rlsuite.__version__}" == f"rlsuite {project['version']}"
