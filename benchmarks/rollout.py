@@ -17,6 +17,14 @@ results go to ``benchmarks/results/rollout_real.md``.
 
     python benchmarks/rollout.py [--batches 8 32 64] [--new-tokens 32] [--reps 5] [--threads 1] [--no-native]
     python benchmarks/rollout.py --model smollm2-135m [--batches 8 16 32 64] [--reps 3]
+    .venv-vllm/bin/python benchmarks/rollout.py --model smollm2-135m --engines kv native onednn vllm \
+        --batches 8 32 64 --new-tokens 64 256 --reps 2
+
+``--engines`` picks the engines of the real-model table (default: generate kv native onednn);
+``vllm`` (vLLM on its CPU platform, ``rollout.engine=vllm``, fp32, eager) needs the interpreter of
+the vLLM environment (``scripts/vllm_cpu_env.sh``). With several ``--new-tokens`` the table has a
+row per (batch, length); every engine is warmed up once per batch with a 4-token call, then the
+engines alternate within every timed rep.
 """
 
 from __future__ import annotations
@@ -67,16 +75,21 @@ def memory_bandwidth(mb: int = 512, reps: int = 5) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batches", type=int, nargs="+", default=[8, 32, 64])
-    ap.add_argument("--new-tokens", type=int, default=32)
+    ap.add_argument("--new-tokens", type=int, nargs="+", default=[32])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-native", action="store_true", help="skip rollout.engine=native (the kv sampler in C++)")
     ap.add_argument("--model", default=None, help="a real model (pinned name, folder or hub id); default: tiny")
+    ap.add_argument("--engines", nargs="+", default=["generate", "kv", "native", "onednn"],
+                    choices=["generate", "kv", "native", "onednn", "vllm"], help="--model: the engines to time")
     ap.add_argument("--results", type=Path, default=None,
                     help="default benchmarks/results/rollout.md (rollout_real.md with --model)")
     args = ap.parse_args()
     if args.model is not None:
         return real_main(args)
+    if len(args.new_tokens) != 1:
+        ap.error("several --new-tokens are for --model (the real-model table)")
+    args.new_tokens = args.new_tokens[0]
     args.results = args.results or ROOT / "benchmarks" / "results" / "rollout.md"
     torch.set_num_threads(args.threads)
     model, tok, _ = load_model(ModelConfig())
@@ -147,7 +160,7 @@ def main() -> None:
 
 
 def real_main(args) -> None:
-    """``--model``: tokens/s of HF generate, the kv sampler and the native one on a real model."""
+    """``--model``: tokens/s of the chosen engines on a real model, per (batch, new tokens)."""
     from rlsuite.suite.prompts import encode_text
 
     torch.set_num_threads(args.threads)
@@ -158,73 +171,101 @@ def real_main(args) -> None:
     P = non_embedding_params(model)  # includes the unembedding matmul
     weight_bytes = 4 * P  # fp32 weights a decode step reads (the embedding table: only B rows of it)
     head = cfg.vocab_size * cfg.hidden_size  # the LM head's weights (a prefill applies it at the last position only)
-    from rlsuite.suite.engines.onednn import OneDNNKVSampler
+    engines, notes = {}, {}
+    for name in args.engines:
+        if name == "generate":
+            engines[name] = HFGenerateEngine(model, tok)
+        elif name == "kv":
+            engines[name] = KVSampler(model, tok)
+        elif name == "native":
+            from rlsuite.suite.engines.native import NativeKVSampler
 
-    engines = {"generate": HFGenerateEngine(model, tok), "kv": KVSampler(model, tok)}
-    if not args.no_native:
-        from rlsuite.suite.engines.native import NativeKVSampler
+            engines[name] = NativeKVSampler(model, tok)  # builds the extension first (not timed)
+        elif name == "onednn":
+            from rlsuite.suite.engines.onednn import OneDNNKVSampler
 
-        engines["native"] = NativeKVSampler(model, tok)  # builds the extension first (not timed)
-    engines["onednn"] = OneDNNKVSampler(model, tok)
-    params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0)  # no stop ids: fixed length
+            engines[name] = OneDNNKVSampler(model, tok)
+        elif name == "vllm":
+            import vllm
+
+            from rlsuite.suite.engines import make_engine
+            from rlsuite.suite.spec import resolve
+
+            spec = resolve("arith", "grpo", args.model, 0, sets=[("rollout.engine", "vllm")])
+            t0 = time.perf_counter()
+            eng = make_engine("vllm", model, tok, spec.rollout)
+            start_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            eng.load_weights(model.state_dict(), 1)  # the policy's weights (a push, as after an update)
+            notes["vllm"] = (f"vLLM {vllm.__version__} on its CPU platform (`rollout.engine=vllm`: fp32, eager, "
+                             f"KV cache {spec.rollout.vllm_cpu_kv_gib} GiB, per-request seeds, `processed_logprobs`); "
+                             f"its start took {start_s:.1f} s and one weight push {time.perf_counter() - t0:.2f} s "
+                             "(not in the table)")
+            engines[name] = eng
+    names = list(engines)
     load_before = os.getloadavg()[0]
-    times: dict[tuple[int, str], list[float]] = {}
+    times: dict[tuple[int, int, str], list[float]] = {}
+    prompts_of = {}
     for bsz in args.batches:
         prompts = [encode_text([{"role": "user", "content": f"What is {10 + i % 90} + {10 + (7 * i + 3) % 90}? "
                                  "Reply with only the number."}], tok, "auto")[0] for i in range(bsz)]
-        for rep in range(args.reps + 1):
-            msg = [f"batch {bsz} rep {rep}:"]
-            for name, eng in engines.items():
-                g = torch.Generator().manual_seed(rep)
-                t0 = time.perf_counter()
-                out = eng.generate(prompts, params, g)
-                dt = time.perf_counter() - t0
-                assert all(len(x) == args.new_tokens for x in out.ids)
-                msg.append(f"{name} {dt:.3f}s")
-                if rep:  # the first rep warms up
-                    times.setdefault((bsz, name), []).append(dt)
-            print("  ".join(msg), flush=True)
+        prompts_of[bsz] = prompts
+        for eng in engines.values():  # warm-up (not timed)
+            eng.generate(prompts, SamplingParams(max_new_tokens=4, temperature=1.0), torch.Generator().manual_seed(0))
+        for L in args.new_tokens:
+            params = SamplingParams(max_new_tokens=L, temperature=1.0)  # no stop ids: fixed length
+            for rep in range(1, args.reps + 1):
+                msg = [f"batch {bsz} new {L} rep {rep}:"]
+                for name, eng in engines.items():
+                    g = torch.Generator().manual_seed(rep)
+                    t0 = time.perf_counter()
+                    out = eng.generate(prompts, params, g)
+                    dt = time.perf_counter() - t0
+                    assert all(len(x) == L for x in out.ids), name
+                    msg.append(f"{name} {dt:.3f}s")
+                    times.setdefault((bsz, L, name), []).append(dt)
+                print("  ".join(msg), flush=True)
     load_after = os.getloadavg()[0]
     peak = statistics.median(matmul_peak(args.threads, 2048) for _ in range(3))
     bw = statistics.median(memory_bandwidth() for _ in range(3))
-    prompt_len = len(prompts[0])
-    names = list(engines)
-    lines = [f"# Rollout on a real model ({args.model}): KV sampler vs HF generate (fp32, CPU)", "",
+    prompt_len = len(prompts_of[args.batches[0]][0])
+    ref = "kv" if "kv" in names else names[0]
+    others = [n for n in names if n != ref]
+    lines = [f"# Rollout on a real model ({args.model}): the engines side by side (fp32, CPU)", "",
              f"Machine: {cpu_model()} ({platform.machine()}), {os.cpu_count()} cores, {args.threads} torch thread(s); "
              f"torch {torch.__version__}, transformers {__import__('transformers').__version__}. Command: "
-             f"`python benchmarks/rollout.py {' '.join(sys.argv[1:])}`. 1-minute load average {load_before:.2f} "
-             f"before, {load_after:.2f} after (the other core runs another job; the engines alternate within every "
-             "rep, so all see the same load).", "",
+             f"`{Path(sys.executable).name} benchmarks/rollout.py {' '.join(sys.argv[1:])}`. 1-minute load average "
+             f"{load_before:.2f} before, {load_after:.2f} after (the engines alternate within every rep, so all see "
+             "the same load).", "",
              f"Model: {args.model}, {n_all / 1e6:.1f}M parameters ({cfg.num_hidden_layers} layers, hidden "
              f"{cfg.hidden_size}, vocabulary {cfg.vocab_size:,}), fp32. Prompts: \"What is a + b? Reply with only the "
              f"number.\" through the chat template ({prompt_len} tokens, distinct operands per row, no padding). "
-             f"Sampling: temperature 1, no top-k/top-p, **fixed length: {args.new_tokens} new tokens per row on every "
-             "engine (no stop token, EOS included)**. HF generate is the suite's `rollout.engine=hf` (`generate` with "
-             "`output_logits`, then μ's log-probs); kv is `rollout.engine=kv`; native `rollout.engine=native`; "
-             "onednn `rollout.engine=onednn` (`suite/engines/onednn.py`). "
-             f"{args.reps} timed reps per batch after a warm-up; medians; tok/s = new tokens ÷ the whole call "
-             "(prefill included).", "",
+             "Sampling: temperature 1, no top-k/top-p, **fixed length: every row generates the table's new tokens on "
+             "every engine (no stop token, EOS included)**. generate = `rollout.engine=hf` (`generate` with "
+             "`output_logits`, then μ's log-probs); kv, native, onednn = `rollout.engine=kv|native|onednn`. "
+             + "".join(f"{notes[n]}. " for n in names if n in notes)
+             + f"{args.reps} timed reps per row after a 4-token warm-up per batch; medians; tok/s = new tokens ÷ the "
+             "whole call (prefill included).", "",
              f"Bounds, measured after the timings in the same process: fp32 matmul {peak / 1e9:.0f} GFLOP/s (2048² "
              f"`torch.mm`), memory bandwidth {bw / 1e9:.1f} GB/s (512 MB `copy_`). A decode step reads the "
              f"{weight_bytes / 1e6:.0f} MB of fp32 weights once (bandwidth bound {1e3 * weight_bytes / bw:.0f} ms a "
              f"step at any batch) and does 2·P·B FLOPs (P = {P / 1e6:.1f}M with the LM head); the prefill "
-             f"2·(P − LM head)·B·{prompt_len} FLOPs + the head at the last position (the kv engines share a prefill "
-             "only between identical prompts: none here); the first new token comes from the prefill.", "",
-             "| batch | " + " | ".join(f"{n} s" for n in names) + " | " + " | ".join(f"{n} tok/s" for n in names)
-             + " | kv vs generate | native vs generate | onednn vs generate "
-             "| bound s (prefill FLOPs + decode max(FLOP, bandwidth)) |",
-             "|---" * (2 + 2 * len(names) + 3) + "|"]
+             f"2·(P − LM head)·B·{prompt_len} FLOPs + the head at the last position; the first new token comes from "
+             "the prefill. `bound s` = prefill FLOPs + (new − 1) × max(decode FLOPs, weight read); `at bound` = bound "
+             "÷ the engine's time.", "",
+             "| batch | new tokens | " + " | ".join(f"{n} s" for n in names) + " | "
+             + " | ".join(f"{n} tok/s" for n in names) + " | " + " | ".join(f"{n} vs {ref}" for n in others)
+             + " | bound s | " + " | ".join(f"{n} at bound" for n in names) + " |",
+             "|---" * (3 + 3 * len(names) + len(others)) + "|"]
     for bsz in args.batches:
-        med = {n: statistics.median(times[(bsz, n)]) for n in names}
-        per_step = max(2 * P * bsz / peak, weight_bytes / bw)
-        bound = 2 * (P - head) * bsz * prompt_len / peak + 2 * head * bsz / peak + (args.new_tokens - 1) * per_step
-        lines.append(f"| {bsz} | " + " | ".join(f"{med[n]:.2f}" for n in names) + " | "
-                     + " | ".join(f"{bsz * args.new_tokens / med[n]:,.0f}" for n in names)
-                     + f" | {med['generate'] / med['kv']:.2f}x | "
-                     + (f"{med['generate'] / med['native']:.2f}x" if "native" in med else "–")
-                     + f" | {med['generate'] / med['onednn']:.2f}x"
-                     + f" | {bound:.2f} (kv at {bound / med['kv']:.0%}, onednn at {bound / med['onednn']:.0%}) |")
-        print(f"batch {bsz}: speedup: {med['generate'] / med['kv']:.2f}x")
+        for L in args.new_tokens:
+            med = {n: statistics.median(times[(bsz, L, n)]) for n in names}
+            per_step = max(2 * P * bsz / peak, weight_bytes / bw)
+            bound = 2 * (P - head) * bsz * prompt_len / peak + 2 * head * bsz / peak + (L - 1) * per_step
+            lines.append(f"| {bsz} | {L} | " + " | ".join(f"{med[n]:.2f}" for n in names) + " | "
+                         + " | ".join(f"{bsz * L / med[n]:,.0f}" for n in names) + " | "
+                         + " | ".join(f"{med[ref] / med[n]:.2f}x" for n in others)
+                         + f" | {bound:.2f} | " + " | ".join(f"{bound / med[n]:.0%}" for n in names) + " |")
     text = "\n".join(lines) + "\n"
     results = args.results or ROOT / "benchmarks" / "results" / "rollout_real.md"
     results.parent.mkdir(parents=True, exist_ok=True)
