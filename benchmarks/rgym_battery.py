@@ -238,7 +238,7 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=1.0, help="sampling temperature of avg@4 / pass@4")
     ap.add_argument("--results", type=Path, default=RESULTS)
     ap.add_argument("--seeds", type=int, nargs="+", default=[100, 101], help="pilot: tuning seeds (≥ 100)")
-    ap.add_argument("--samples", type=int, default=768, help="pilot: the run's budget in samples")
+    ap.add_argument("--samples", type=int, default=384, help="pilot: the run's budget in samples (12 steps)")
     a = ap.parse_args()
     labels = a.only or list(CANDIDATES)
     bad = [x for x in labels if x not in CANDIDATES]
