@@ -77,6 +77,22 @@ CANDIDATES = {  # label -> (kind, dataset spec)
 }
 
 
+def run_timed(args: list[str], **kw) -> tuple[subprocess.CompletedProcess, float]:
+    """``subprocess.run(args, capture_output=True, text=True, **kw)`` and the CPU seconds of that child
+    alone (``os.wait4``'s rusage: ``os.times()``'s children totals would also count a child another
+    worker thread reaped meanwhile)."""
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        p = subprocess.Popen(args, stdout=out, stderr=err, text=True, **kw)
+        _, status, ru = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        res = subprocess.CompletedProcess(args, p.returncode, out.read(), err.read())
+    return res, ru.ru_utime + ru.ru_stime
+
+
 def sets_for(spec: str, n_test: int, temperature: float) -> list[str]:
     return [f"task.datasets={json.dumps([spec])}", f"task.n_test={n_test}", "task.n_val=50",
             "task.extract=auto", f"task.instruction={INSTRUCTION}", "eval.max_prompts=0",
@@ -99,24 +115,21 @@ def evaluate(label: str, n_test: int, temperature: float) -> dict:
             "args = ['eval', '--task', 'reasoning_gym', '--model', 'smollm2-135m', '--split', 'test', '--json']\n"
             "for s in json.loads(sys.argv[1]): args += ['--set', s]\n"
             "sys.exit(main(args))\n")
-    t0, c0 = time.time(), os.times()
+    t0 = time.time()
     sets = json.dumps(sets_for(spec, n_test, temperature))
-    res = subprocess.run([sys.executable, "-c", code, sets], capture_output=True, text=True, cwd=ROOT,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
-    c1 = os.times()
+    res, cpu = run_timed([sys.executable, "-c", code, sets], cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     if res.returncode != 0:  # bad input (too few distinct problems, ...) is a row with its reason
         why = (res.stderr.strip().splitlines() or ["?"])[-1]
         if "BadInput" not in why and res.returncode != 2:  # an internal failure: a row that says so, never a score
             print(f"{label}: eval failed (exit {res.returncode}):\n{res.stderr[-3000:]}", file=sys.stderr)
             why = f"eval FAILED (exit {res.returncode}): {why}"
         return {"label": label, "kind": kind, "spec": spec, "error": why.split("BadInput: ")[-1],
-                "cpu_s": (os.times().children_user - c0.children_user)}
+                "cpu_s": cpu}
     lines = res.stdout.strip().splitlines()
     space = json.loads(next(x for x in lines if x.startswith("SPACE "))[6:])
     m = json.loads(lines[-1])
     g = lambda k: m[f"eval/reasoning_gym/{k}"]  # noqa: E731
     avg, n = g(f"avg@{SAMPLES}"), m["n_prompts"]
-    cpu = (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
     return {"label": label, "kind": kind, "spec": spec, "n": n, "greedy": g("greedy_acc"), "avg4": avg,
             "pass4": g(f"pass@{SAMPLES}"), "se_avg4": math.sqrt(max(avg * (1 - avg), 1e-12) / n),
             "distinct": space["distinct"], "space": space["space_estimate"],
@@ -137,9 +150,8 @@ def pilot(labels: list[str], seed: int, n_test: int, temperature: float, samples
             "--model", MODEL, "--seed", str(seed), "--budget", f"samples={samples}", "--out", str(out)]
     for x in sets:
         args += ["--set", x]
-    t0, c0 = time.time(), os.times()
-    res = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    c1 = os.times()
+    t0 = time.time()
+    res, cpu = run_timed(args, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     if res.returncode != 0:
         raise RuntimeError(f"pilot seed {seed} failed (exit {res.returncode}):\n{res.stderr[-3000:]}")
     run_dir = Path(res.stdout.strip().splitlines()[-1].split("run_dir: ")[1])
@@ -151,7 +163,6 @@ def pilot(labels: list[str], seed: int, n_test: int, temperature: float, samples
     per = {lab: (first[f"eval/reasoning_gym/greedy_acc_{k}"], last[f"eval/reasoning_gym/greedy_acc_{k}"])
            for lab, k in zip(labels, keys)}
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    cpu = (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
     return {"seed": seed, "per": per, "steps": len(rows), "errors": sum(r.get("reward/grade_errors", 0) for r in rows),
             "reward_first": rows[0].get("reward/mean"), "reward_last": rows[-1].get("reward/mean"),
             "wall_s": time.time() - t0, "cpu_s": cpu, "run_dir": str(run_dir)}

@@ -8,6 +8,9 @@ enum-typed parameter names its member by value or name, ``"aiw:task_types=[sibli
 task_type_weights=[1.0]"``). The package is pinned
 (``reasoning-gym==0.1.25``): generators change between versions, and the dataset, its parameters,
 ``pool`` and ``gen_seed`` are fields of the run id, so a problem set is named by its configuration.
+A dataset whose problems depend on Python's string-hash seed (a generator that draws from a set:
+``ransom_note`` in 0.1.25) would give every process other problems; it is refused (exit 2) after a
+probe in two processes with different ``PYTHONHASHSEED`` (:func:`hash_seed_dependence`, cached).
 
 Splits, per dataset: the generator draws item ``idx`` from ``Random(seed + idx)``, so two seeds'
 pools overlap and a seed split would leak; here the ``pool`` items are **deduplicated by their
@@ -143,6 +146,63 @@ def enum_params(config_cls, params: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+PROBE_ITEMS = 64
+"""Items of a dataset generated under two string-hash seeds by :func:`hash_seed_dependence`."""
+
+
+def fingerprint(spec: str, gen_seed: int, n: int = PROBE_ITEMS) -> str:
+    """sha256 of the first ``n`` questions and answers of ``spec`` generated with ``gen_seed``."""
+    import reasoning_gym as rg
+    from reasoning_gym.factory import DATASETS
+
+    name, params = parse_dataset_spec(spec)
+    ds = rg.create_dataset(name, seed=gen_seed, size=n, **enum_params(DATASETS[name][1], params))
+    text = "\x00".join(f"{ds[i]['question']}\x01{ds[i]['answer']}" for i in range(n))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def hash_seed_dependence(spec: str, gen_seed: int) -> Optional[str]:
+    """Why ``spec``'s problems depend on Python's string-hash seed, or None when they do not.
+
+    Some generators draw from a ``set`` turned into a list (``ransom_note`` 0.1.25: ``rng.choice(
+    list(self.letters))``), whose order follows ``PYTHONHASHSEED``, random per process: the same seed
+    then gives other problems in every process. Probed once per machine: :data:`PROBE_ITEMS` items
+    generated in two processes with hash seeds 1 and 2 must match; the answer is cached under
+    ``$RLSUITE_CACHE/reasoning_gym/hash_seed/``. A probe process that fails is an error, never a pass.
+    """
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from rlsuite.suite.cache import cache_root
+
+    key = hashlib.sha256(f"{PINNED}|{spec}|{gen_seed}|{PROBE_ITEMS}".encode()).hexdigest()[:16]
+    path = cache_root() / "reasoning_gym" / "hash_seed" / f"{key}.json"
+    if path.is_file():
+        return json.loads(path.read_text())["why"]
+    code = ("import sys\nfrom rlsuite.tasks.reasoning_gym import fingerprint\n"
+            "print(fingerprint(sys.argv[1], int(sys.argv[2])))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, spec, str(gen_seed)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONHASHSEED": hs})
+             for hs in ("1", "2")]
+    prints = []
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        if p.returncode != 0:
+            raise RuntimeError(f"reasoning_gym: the hash-seed probe of {spec!r} failed (exit {p.returncode}):\n"
+                               f"{err[-2000:]}")
+        prints.append(out.strip().splitlines()[-1])
+    why = None if prints[0] == prints[1] else (
+        f"its first {PROBE_ITEMS} problems differ between two processes with different string-hash seeds "
+        "(PYTHONHASHSEED 1 and 2): its generator iterates a set")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"spec": spec, "gen_seed": gen_seed, "version": PINNED, "why": why}))
+    os.replace(tmp, path)
+    return why
+
+
 def space_estimate(n: int, distinct: int) -> tuple[float, bool]:
     """The size of a uniform problem space from ``n`` draws with ``distinct`` distinct values:
     the occupancy estimate solving ``distinct = N(1 − (1 − 1/N)^n)``; when no value repeats, the
@@ -230,7 +290,8 @@ class ReasoningGym(Task):
             rg = _import_rg()
             from reasoning_gym.factory import DATASETS
 
-            name, params = parse_dataset_spec(self.cfg.datasets[self.labels.index(label)])
+            spec = self.cfg.datasets[self.labels.index(label)]
+            name, params = parse_dataset_spec(spec)
             if name not in DATASETS:
                 raise BadInput(f"reasoning_gym: unknown dataset {name!r}; valid: {', '.join(sorted(DATASETS))}")
             try:
@@ -238,6 +299,10 @@ class ReasoningGym(Task):
                 self._ds[label] = rg.create_dataset(name, seed=self.cfg.gen_seed, size=self.cfg.pool, **params)
             except (TypeError, ValueError, AssertionError) as e:
                 raise BadInput(f"reasoning_gym: dataset {name!r} refuses parameters {params}: {e}") from None
+            why = hash_seed_dependence(spec, self.cfg.gen_seed)  # after the parameters were accepted
+            if why is not None:
+                raise BadInput(f"reasoning_gym: dataset {spec!r} is not reproducible: {why}; no two processes would "
+                               "train and test on the same problems: pick another dataset")
         return self._ds[label]
 
     def splits(self) -> dict[str, list[Item]]:

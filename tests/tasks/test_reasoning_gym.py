@@ -86,6 +86,22 @@ def test_enum_parameters_are_named_by_their_value_in_a_spec():
         task(datasets=("aiw:task_types=[cousins],task_type_weights=[1.0]",)).splits()
 
 
+def test_a_dataset_whose_problems_follow_the_string_hash_seed_is_refused(tmp_path, monkeypatch):
+    """``ransom_note`` (0.1.25) draws letters from ``list(a set)``: its problems change with
+    PYTHONHASHSEED, so every process would get others. The probe (two processes, hash seeds 1 and 2)
+    refuses it with the cause and caches the answer; a deterministic dataset passes."""
+    monkeypatch.setenv("RLSUITE_CACHE", str(tmp_path))
+    spec = "ransom_note:max_note_length=3,max_magazine_length=8"
+    with pytest.raises(BadInput, match=r"not reproducible: .*string-hash seeds \(PYTHONHASHSEED 1 and 2\).*set"):
+        task(datasets=(spec,), pool=300, n_test=20, n_val=5).splits()
+    assert rgt.hash_seed_dependence("gcd:max_value=150", 0) is None
+    cached = sorted((tmp_path / "reasoning_gym" / "hash_seed").glob("*.json"))
+    assert len(cached) == 2
+    monkeypatch.setattr(rgt.subprocess if hasattr(rgt, "subprocess") else __import__("subprocess"), "Popen",
+                        lambda *a, **k: pytest.fail("a cached answer started a probe"))
+    assert rgt.hash_seed_dependence("gcd:max_value=150", 0) is None and "set" in rgt.hash_seed_dependence(spec, 0)
+
+
 def test_a_wrong_package_version_is_refused(monkeypatch):
     monkeypatch.setattr(rgt, "PINNED", "0.0.1")
     with pytest.raises(BadInput, match="pinned to 0.0.1"):
