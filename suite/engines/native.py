@@ -37,9 +37,9 @@ eager forward.
 Built on first use with ``torch.utils.cpp_extension`` (a C++ compiler and ninja; about 16 s
 once, then cached under ``$RLSUITE_CACHE/native/<digest>/``, the digest of the source, torch
 version and flags; the build reads its own copy of the source there, so checkouts at other paths
-(a study's worktree, a clone) share one build instead of rebuilding it in turn); compiled with ``-O3`` (and ``-fopenmp`` on Linux, sharing
-torch's OpenMP runtime) and no ``-march`` — the AVX-512 code sits in functions picked at run
-time — so a cache shared across machines stays valid.
+(a study's worktree, a clone) share one build instead of rebuilding it in turn); compiled with
+``-O3`` (and ``-fopenmp`` on Linux, sharing torch's OpenMP runtime) and no ``-march`` — the
+AVX-512 code sits in functions picked at run time — so a cache shared across machines stays valid.
 Refused with one message where it cannot serve: a CUDA device or non-fp32 weights (use
 ``rollout.engine=kv``), an activation other than SiLU/GELU/ReLU, or no compiler / ninja.
 """
@@ -142,8 +142,7 @@ def load_extension():
     try:
         src = staged_source(code, digest)
         _EXT = load(name=f"rlsuite_kv_decode_{digest}", sources=[str(src)], build_directory=str(src.parent),
-                    extra_cflags=cflags,
-                    extra_ldflags=ldflags, verbose=False)
+                    extra_cflags=cflags, extra_ldflags=ldflags, verbose=False)
     except Exception as e:  # a failed build: the compiler's own error lines, and the way out
         lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
         errors = [ln for ln in lines if ": error" in ln or ": fatal error" in ln] or lines[-3:] or [type(e).__name__]
