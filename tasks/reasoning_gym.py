@@ -10,7 +10,7 @@ task_type_weights=[1.0]"``). The package is pinned
 ``pool`` and ``gen_seed`` are fields of the run id, so a problem set is named by its configuration.
 A dataset whose problems depend on Python's string-hash seed (a generator that draws from a set:
 ``ransom_note`` in 0.1.25) would give every process other problems; it is refused (exit 2) after a
-probe in two processes with different ``PYTHONHASHSEED`` (:func:`hash_seed_dependence`, cached).
+probe in a second process with another ``PYTHONHASHSEED`` (:func:`hash_seed_dependence`, cached).
 
 Splits, per dataset: the generator draws item ``idx`` from ``Random(seed + idx)``, so two seeds'
 pools overlap and a seed split would leak; here the ``pool`` items are **deduplicated by their
@@ -167,7 +167,7 @@ def hash_seed_dependence(spec: str, gen_seed: int) -> Optional[str]:
     Some generators draw from a ``set`` turned into a list (``ransom_note`` 0.1.25: ``rng.choice(
     list(self.letters))``), whose order follows ``PYTHONHASHSEED``, random per process: the same seed
     then gives other problems in every process. Probed once per machine: :data:`PROBE_ITEMS` items
-    generated in two processes with hash seeds 1 and 2 must match; the answer is cached under
+    generated here and in a process with another hash seed must match; the answer is cached under
     ``$RLSUITE_CACHE/reasoning_gym/hash_seed/``. A probe process that fails is an error, never a pass.
     """
     import json
@@ -181,21 +181,20 @@ def hash_seed_dependence(spec: str, gen_seed: int) -> Optional[str]:
     path = cache_root() / "reasoning_gym" / "hash_seed" / f"{key}.json"
     if path.is_file():
         return json.loads(path.read_text())["why"]
+    here = os.environ.get("PYTHONHASHSEED")
+    other = "2" if here == "1" else "1"  # a string-hash seed other than this process's
     code = ("import sys\nfrom rlsuite.tasks.reasoning_gym import fingerprint\n"
             "print(fingerprint(sys.argv[1], int(sys.argv[2])))")
-    procs = [subprocess.Popen([sys.executable, "-c", code, spec, str(gen_seed)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONHASHSEED": hs})
-             for hs in ("1", "2")]
-    prints = []
-    for p in procs:
-        out, err = p.communicate(timeout=600)
-        if p.returncode != 0:
-            raise RuntimeError(f"reasoning_gym: the hash-seed probe of {spec!r} failed (exit {p.returncode}):\n"
-                               f"{err[-2000:]}")
-        prints.append(out.strip().splitlines()[-1])
-    why = None if prints[0] == prints[1] else (
-        f"its first {PROBE_ITEMS} problems differ between two processes with different string-hash seeds "
-        "(PYTHONHASHSEED 1 and 2): its generator iterates a set")
+    proc = subprocess.Popen([sys.executable, "-c", code, spec, str(gen_seed)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONHASHSEED": other})
+    mine = fingerprint(spec, gen_seed)
+    out, err = proc.communicate(timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"reasoning_gym: the hash-seed probe of {spec!r} failed (exit {proc.returncode}):\n"
+                           f"{err[-2000:]}")
+    why = None if out.strip().splitlines()[-1] == mine else (
+        f"its first {PROBE_ITEMS} problems differ between this process and one with another string-hash seed "
+        f"(PYTHONHASHSEED={other}): its generator iterates a set")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps({"spec": spec, "gen_seed": gen_seed, "version": PINNED, "why": why}))
