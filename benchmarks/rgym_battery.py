@@ -158,8 +158,9 @@ def pilot(labels: list[str], seed: int, n_test: int, temperature: float, samples
     evals = [json.loads(x) for x in (run_dir / "evals.jsonl").read_text().splitlines()]
     test = [e for e in evals if e["split"] == "test"]
     first, last = test[0], test[-1]
-    names = [spec.split(":")[0] for spec in specs]
-    keys = [n if names[:i].count(n) == 0 else f"{n}_{names[:i].count(n) + 1}" for i, n in enumerate(names)]
+    from rlsuite.tasks.reasoning_gym import battery_labels
+
+    keys = battery_labels(specs)
     per = {lab: (first[f"eval/reasoning_gym/greedy_acc_{k}"], last[f"eval/reasoning_gym/greedy_acc_{k}"])
            for lab, k in zip(labels, keys)}
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -171,37 +171,24 @@ def real_main(args) -> None:
     P = non_embedding_params(model)  # includes the unembedding matmul
     weight_bytes = 4 * P  # fp32 weights a decode step reads (the embedding table: only B rows of it)
     head = cfg.vocab_size * cfg.hidden_size  # the LM head's weights (a prefill applies it at the last position only)
+    from rlsuite.suite.engines import make_engine
+    from rlsuite.suite.spec import resolve
+
+    rollout = resolve("arith", "grpo", args.model, 0).rollout  # only the vLLM engine reads it (its KV cache)
     engines, notes = {}, {}
     for name in args.engines:
-        if name == "generate":
-            engines[name] = HFGenerateEngine(model, tok)
-        elif name == "kv":
-            engines[name] = KVSampler(model, tok)
-        elif name == "native":
-            from rlsuite.suite.engines.native import NativeKVSampler
-
-            engines[name] = NativeKVSampler(model, tok)  # builds the extension first (not timed)
-        elif name == "onednn":
-            from rlsuite.suite.engines.onednn import OneDNNKVSampler
-
-            engines[name] = OneDNNKVSampler(model, tok)
-        elif name == "vllm":
+        t0 = time.perf_counter()
+        engines[name] = make_engine("hf" if name == "generate" else name, model, tok, rollout)  # native: builds first
+        if name == "vllm":
             import vllm
 
-            from rlsuite.suite.engines import make_engine
-            from rlsuite.suite.spec import resolve
-
-            spec = resolve("arith", "grpo", args.model, 0, sets=[("rollout.engine", "vllm")])
-            t0 = time.perf_counter()
-            eng = make_engine("vllm", model, tok, spec.rollout)
             start_s = time.perf_counter() - t0
             t0 = time.perf_counter()
-            eng.load_weights(model.state_dict(), 1)  # the policy's weights (a push, as after an update)
+            engines[name].load_weights(model.state_dict(), 1)  # the policy's weights (a push, as after an update)
             notes["vllm"] = (f"vLLM {vllm.__version__} on its CPU platform (`rollout.engine=vllm`: fp32, eager, "
-                             f"KV cache {spec.rollout.vllm_cpu_kv_gib} GiB, per-request seeds, `processed_logprobs`); "
+                             f"KV cache {rollout.vllm_cpu_kv_gib} GiB, per-request seeds, `processed_logprobs`); "
                              f"its start took {start_s:.1f} s and one weight push {time.perf_counter() - t0:.2f} s "
                              "(not in the table)")
-            engines[name] = eng
     names = list(engines)
     load_before = os.getloadavg()[0]
     times: dict[tuple[int, int, str], list[float]] = {}

@@ -110,6 +110,13 @@ def parse_dataset_spec(spec: str) -> tuple[str, dict[str, Any]]:
     return name.strip(), params
 
 
+def battery_labels(datasets: Sequence[str]) -> list[str]:
+    """Each dataset spec's label in a battery: its dataset's name, ``name_2`` for that name's second
+    entry, … (the ``<label>`` of the ``acc_<label>`` eval metrics)."""
+    names = [parse_dataset_spec(s)[0] for s in datasets]
+    return [n if names[:i].count(n) == 0 else f"{n}_{names[:i].count(n) + 1}" for i, n in enumerate(names)]
+
+
 def enum_params(config_cls, params: dict[str, Any]) -> dict[str, Any]:
     """``params`` with the strings given for an enum-typed field of the dataset's config dataclass
     (``Enum`` or a list of one) turned into members by value or name (``aiw:task_types=[siblings]``
@@ -176,6 +183,7 @@ def hash_seed_dependence(spec: str, gen_seed: int) -> Optional[str]:
     import sys
 
     from rlsuite.suite.cache import cache_root
+    from rlsuite.suite.runfolder import atomic_write_json
 
     key = hashlib.sha256(f"{PINNED}|{spec}|{gen_seed}|{PROBE_ITEMS}".encode()).hexdigest()[:16]
     path = cache_root() / "reasoning_gym" / "hash_seed" / f"{key}.json"
@@ -196,9 +204,7 @@ def hash_seed_dependence(spec: str, gen_seed: int) -> Optional[str]:
         f"its first {PROBE_ITEMS} problems differ between this process and one with another string-hash seed "
         f"(PYTHONHASHSEED={other}): its generator iterates a set")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps({"spec": spec, "gen_seed": gen_seed, "version": PINNED, "why": why}))
-    os.replace(tmp, path)
+    atomic_write_json(path, {"spec": spec, "gen_seed": gen_seed, "version": PINNED, "why": why})
     return why
 
 
@@ -280,8 +286,7 @@ class ReasoningGym(Task):
         self._splits: Optional[dict[str, list[Item]]] = None
         self._ds: dict[str, Any] = {}
         self._space: dict[str, dict[str, Any]] = {}
-        names = [parse_dataset_spec(s)[0] for s in cfg.datasets]
-        self.labels = [n if names[:i].count(n) == 0 else f"{n}_{names[:i].count(n) + 1}" for i, n in enumerate(names)]
+        self.labels = battery_labels(cfg.datasets)
 
     # -- data ------------------------------------------------------------------------------
     def _dataset(self, label: str):

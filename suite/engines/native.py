@@ -102,13 +102,12 @@ def staged_source(code: bytes, digest: str) -> Path:
     checkout at another path (a worktree, a clone) would rebuild the cached extension, and the
     next one again."""
     from rlsuite.suite.cache import cache_root
+    from rlsuite.suite.runfolder import atomic_write_text
 
     dest = cache_root() / "native" / digest / SOURCE.name
     if not dest.is_file() or dest.read_bytes() != code:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{SOURCE.name}.{os.getpid()}.tmp")
-        tmp.write_bytes(code)
-        os.replace(tmp, dest)
+        atomic_write_text(dest, code.decode("utf-8"), durable=False)
     return dest
 
 
