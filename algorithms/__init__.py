@@ -1,19 +1,29 @@
 """Algorithm entries. Importing this package registers every built-in entry.
 
-Add an algorithm: write one file here (see ``grpo.py``), decorate its class with
-``@register`` and import the module below. Outside packages use the entry-point group
+Add an algorithm (three steps, README "Add an algorithm"): write one module here (see ``grpo.py``)
+whose class is decorated with ``@register``; write its hand test ``tests/algorithms/test_<name>.py``;
+regenerate the catalogue. Every module of this package whose name does not start with ``_`` is
+imported below, so no list needs editing. Outside packages use the entry-point group
 ``rlsuite.algorithms`` instead.
 """
 
+import importlib
+import pkgutil
+
 from rlsuite.algorithms.base import ALGORITHMS, AdvOut, AlgoConfig, Algorithm, Behaviour, Context, Group, register
-from rlsuite.algorithms import cispo, comppo, dapo, dppo, dr_grpo, grpo, gspo, ppo, reinforce  # noqa: F401
-from rlsuite.algorithms import reinforce_pp, rloo, three_po  # noqa: F401
 
 __all__ = ["ALGORITHMS", "AdvOut", "AlgoConfig", "Algorithm", "Behaviour", "Context", "Group", "register"]
-from rlsuite.algorithms import agro, copc, dc_grpo, ggpo, sp3o  # noqa: E402,F401  (seed papers B)
-from rlsuite.algorithms import judges, rrc  # noqa: E402,F401  (RRC)
-from rlsuite.algorithms import dppo_pdm, drpo, edas, entrocraft, is_grpo, pnpo  # noqa: E402,F401  (seed papers A)
-from rlsuite.algorithms import fbos_rl  # noqa: E402,F401  (FBOS-RL)
-from rlsuite.algorithms import gdpo, gpg, grpo_passk, opo, remax  # noqa: E402,F401  (verl estimators)
-from rlsuite.algorithms import bnpo, clip_cov, dro, gmpo, luspo, sapo, vespo  # noqa: E402,F401  (peer losses: verl 0.9.1, TRL 1.16.0)
-from rlsuite.algorithms import rerule  # noqa: E402,F401  (ReRULE, issue 20 §3)
+
+NOT_ENTRIES = frozenset({"base"})
+"""Modules of this package that hold no entry (imported by the entries that need them)."""
+
+
+def entry_modules() -> list[str]:
+    """The names of this package's entry modules, sorted: every module but ``_*`` and
+    :data:`NOT_ENTRIES`."""
+    return sorted(m.name for m in pkgutil.iter_modules(__path__)
+                  if not m.name.startswith("_") and m.name not in NOT_ENTRIES)
+
+
+for _module in entry_modules():
+    importlib.import_module(f"{__name__}.{_module}")

@@ -51,6 +51,7 @@ class AGROConfig(GGPOConfig):
 @register
 class AGRO(GGPO):
     name = "agro"
+    not_group_relative = "contrast of the KL-adjusted U = R − β·Σ log(π_old/π_ref) (zero when π_ref = π_old, checked)"
     summary = "Mean contrast of the KL-adjusted sequence reward: one update for on- and off-policy data."
     citation = ("Tang, Cohen, Zhang, Valko, Munos et al. 2025, RL-finetuning LLMs from on- and off-policy data "
                 "with a single algorithm, arXiv:2503.19612 (AISTATS 2026)")

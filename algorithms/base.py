@@ -110,6 +110,11 @@ class Algorithm:
     """Config fields that are the paper's ablation switches."""
     group_relative: ClassVar[bool] = False
     """Advantages are zero when all rewards of a group are equal (checked by contract tests)."""
+    not_group_relative: ClassVar[str] = ""
+    """Why an entry's advantages are *not* a function of its group's rewards alone (a critic, a
+    batch baseline, a per-token shaping term), in one line; required exactly when the entry at its
+    defaults is not ``group_relative``: ``tests/contract/test_advantage_normalisers.py`` checks that
+    the two agree for every registered entry and prints this reason beside its exemption."""
     on_policy_pg: ClassVar[bool] = True
     """With π_θ = π_old = μ the gradient equals the plain policy gradient −A·∇log π under the
     entry's aggregation (checked by contract tests)."""

@@ -96,6 +96,7 @@ class CompPOConfig(PPOConfig):
 @register
 class CompPO(PPO):
     name = "comppo"
+    not_group_relative = "critic baseline: gated GAE against the learned V_t, then batch whitening"
     summary = "PPO with an attention-gated GAE trace (Comp-GAE) and a transport-aligned value head (TAC)."
     citation = ("Shi, Kang, Zhu 2026, CompPO: computation-conditioned credit transport, arXiv:2608.21501 "
                 "(abstract; no code)")

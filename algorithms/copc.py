@@ -83,6 +83,7 @@ class COPCConfig(PPOConfig):
 @register
 class COPC(PPO):
     name = "copc"
+    not_group_relative = "critic baseline: ρ-weighted GAE against the learned V_t, then batch whitening"
     old_logp_before_update = True  # its advantages weight by π_old/μ
     summary = "Async PPO: token mask on π_old/μ plus two-sided clipped-ratio weights on GAE's TD residuals."
     citation = ("Hu, Zhou, Zhang, Liu, Chen, Li et al. 2026, COPC: Coupled Off-Policy Correction for "

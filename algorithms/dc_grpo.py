@@ -81,6 +81,8 @@ def probability_gap(old_logp: torch.Tensor, behav_logp: torch.Tensor, mask: torc
 @register
 class DCGRPO(GRPO):
     name = "dc_grpo"
+    not_group_relative = ("per-token −λ·δ_t shaping by the trainer–sampler probability gap "
+                          "(zero when μ = π_old, checked)")
     old_logp_before_update = True  # its advantages subtract the gap |π_old − μ|
     summary = "GRPO with a Lagrangian penalty on the per-token trainer–sampler probability gap."
     citation = ("Liu, Liu, Wan, Liang, Tang, Pan 2026, Reformulate LLM Reinforcement Learning for Efficient "

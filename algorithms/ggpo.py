@@ -96,6 +96,7 @@ class GGPOConfig(AlgoConfig):
 @register
 class GGPO(Algorithm):
     name = "ggpo"
+    not_group_relative = "contrast of the KL-adjusted U = R − β·Σ log(π_old/π_ref) (zero when π_ref = π_old, checked)"
     old_logp_before_update = True  # its advantages read the KL of π_old to the reference
     summary = "Log-mean-exp (Gibbs) contrast of the KL-adjusted sequence reward; reference refreshed every T updates."
     citation = "Gibbs-Gap Policy Optimization (paper not found; built from a description; see algorithms/README.md)"

@@ -59,6 +59,7 @@ class PPOConfig(AlgoConfig):
 @register
 class PPO(Algorithm):
     name = "ppo"
+    not_group_relative = "critic baseline: GAE against the learned V_t, then batch whitening"
     summary = "Clipped-ratio policy gradient with a learned critic and GAE (dual clip, value clipping)."
     citation = ("Schulman et al. 2017, Proximal Policy Optimization Algorithms, arXiv:1707.06347; "
                 "GAE: Schulman et al. 2015, arXiv:1506.02438")

@@ -61,6 +61,7 @@ class ReinforcePPConfig(AlgoConfig):
 @register
 class ReinforcePP(Algorithm):
     name = "reinforce_pp"
+    not_group_relative = "no group baseline: token returns (with the k1 KL in the reward) whitened over the batch"
     summary = "Critic-free token returns with global batch whitening, PPO clip, k1 KL in the reward."
     citation = ("Hu et al. 2025, REINFORCE++: Stabilizing Critic-Free Policy Optimization with Global "
                 "Normalization, arXiv:2501.03262")
@@ -99,6 +100,7 @@ class ReinforcePPBaselineConfig(AlgoConfig):
 @register
 class ReinforcePPBaseline(ReinforcePP):
     name = "reinforce_pp_baseline"
+    not_group_relative = ""  # the group-centred rewards: group-relative, unlike its parent
     summary = "REINFORCE++ with a group-mean baseline, global whitening and a k3 KL loss."
     assumptions = ("KL as a k3 loss term (β 0.001) rather than in the reward; not confirmed against the v9 text",)
     switches = ("kl_coef",)

@@ -73,6 +73,8 @@ class ReMaxConfig(AlgoConfig):
 @register
 class ReMax(Algorithm):
     name = "remax"
+    not_group_relative = ("no group baseline: the baseline is the grade of the policy's greedy decode "
+                          "(in the reward hook)")
     summary = "Baseline = grade of the policy's greedy decode per prompt; token returns-to-go, PPO clip, KL in reward."
     citation = ("Li et al. 2023, ReMax: A Simple, Effective, and Efficient Reinforcement Learning Method for "
                 "Aligning Large Language Models, arXiv:2310.10505")

@@ -153,6 +153,7 @@ class SP3OConfig(PPOConfig):
 @register
 class SP3O(PPO):
     name = "sp3o"
+    not_group_relative = "critic baseline: PPO's token GAE (the source; segment GAE as a switch), then batch whitening"
     summary = "PPO whose critic is trained only at a few well-separated anchor states (value-flattening fix)."
     citation = ("Li, Yan, Luo, Wang, Wang, Tan, Tian, Cui, Ding, Zhao, Li, Cheng 2026, Rethinking Critic Learning "
                 "in PPO: Understanding and Mitigating Value Flattening, arXiv:2609.18708")

@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     ws.add_argument("task", help="task name (rlsuite list tasks)")
     ws.add_argument("--model", default="tiny", help="embedded model (default: tiny)")
     ws.add_argument("--rebuild", action="store_true",
-                    help="regenerate the committed base in suite/bases/ (different bytes on another CPU model)")
+                    help="regenerate the committed base in tasks/bases/ (different bytes on another CPU model)")
     ws.add_argument("--threads", type=int, default=1, help="torch threads for the rebuild (default 1)")
     ws.add_argument("--json", action="store_true")
     mo = sub.add_parser("models", help="fetch a pinned real model once (the only command that downloads one)")

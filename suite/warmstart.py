@@ -5,7 +5,7 @@ Models built from scratch (``tiny``) get the task's ``warm_start`` before RL. Fl
 differ between CPUs in the last bits (MKL/oneDNN kernels pick different code paths on AMX,
 AVX-512 and AVX2 machines) and those differences grow over hundreds of SFT steps into a
 different base model. So the base of every embedded task at its default configuration is
-**committed**: ``suite/bases/<task>__<model>.safetensors`` with a manifest
+**committed**: ``tasks/bases/<task>__<model>.safetensors`` with a manifest
 ``<task>__<model>.json`` holding its sha256, the task configuration it was built for, the
 machine that built it and the base's measured greedy accuracy. A run whose task configuration
 and model match a manifest loads those bytes (sha256 checked on every load), records the
@@ -38,7 +38,8 @@ from rlsuite.suite.cache import cache_root  # noqa: F401  (re-exported: callers 
 from rlsuite.suite.runfolder import cpu_model  # re-exported: the manifests and benchmarks name the CPU with it
 
 WARM_SEED = 0  # the same base for every run of a comparison, whatever its seed
-BASES = Path(__file__).resolve().parent / "bases"
+BASES = Path(__file__).resolve().parent.parent / "tasks" / "bases"
+"""The committed bases: data of the tasks package (``tasks/bases/``), not of the engine."""
 
 
 _ISA = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8")
@@ -224,7 +225,7 @@ def measure(spec, model, tok) -> dict[str, float]:
 def rebuild(spec, num_threads: int = 1) -> dict[str, Any]:
     """Build the base of ``spec`` (a task's default spec, resolved without an algorithm:
     ``resolve(task, None, model, 0, need_algo=False)``) and commit-ready write it to
-    ``suite/bases/`` (safetensors + manifest). Returns the manifest."""
+    ``tasks/bases/`` (safetensors + manifest). Returns the manifest."""
     import torch
     from safetensors.torch import save_model
 

@@ -8,7 +8,7 @@ and ``val`` are disjoint hash-selected slices of all problems; ``train`` is the 
 the embedded ``tiny`` model the task provides a short supervised warm start (teacher-forced
 answers on train problems) that stops once greedy accuracy on a held-out slice of train
 reaches ``warm_target``, so RL starts from partial competence with headroom. The base built
-at the default configuration is committed (``suite/bases/arith__tiny.*``; about 44% greedy
+at the default configuration is committed (``tasks/bases/arith__tiny.*``; about 44% greedy
 test accuracy), so every machine starts RL from the same bytes (see :mod:`rlsuite.suite.warmstart`).
 """
 
@@ -55,7 +55,7 @@ class ArithConfig(TaskConfig):
     """Hash-selected share of all problems held out as val (test takes the same share)."""
     warm_target: float = 0.3
     """Warm start stops once greedy accuracy on 200 held-out train problems (checked every 20
-    SFT steps) reaches this; the committed base (suite/bases/) is the one built at the default."""
+    SFT steps) reaches this; the committed base (tasks/bases/) is the one built at the default."""
     warm_max_steps: int = 3000
     """Upper bound on warm-start SFT steps."""
     style: Literal["bare", "question"] = "bare"

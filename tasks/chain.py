@@ -27,7 +27,7 @@ every ``k``); ``val`` and ``test`` are disjoint hash-selected slices of the prom
 With the embedded ``tiny`` model the task provides a supervised warm start on generated traces
 (teacher-forced ``prompt trace EOS``) that stops once accuracy at temperature 1 on 200 held-out
 train problems reaches ``warm_target`` (30%); the base built at the default configuration is
-committed (``suite/bases/chain__tiny.*``: 420 SFT steps, 33.5% at temperature 1 at the stop,
+committed (``tasks/bases/chain__tiny.*``: 420 SFT steps, 33.5% at temperature 1 at the stop,
 greedy 46.0% on val and test), so every machine starts RL from the same bytes. Measured from it
 (``benchmarks/results/effects.md``, AMD EPYC, 5 seeds): GRPO at the preset's budget moves greedy
 test accuracy by +0.0 to +6.0 points — a weak signal at this budget.
@@ -122,7 +122,7 @@ class ChainConfig(TaskConfig):
     warm_target: float = 0.3
     """Warm start stops once accuracy at temperature 1 (one seeded sample a problem) on 200
     held-out train problems, checked every 20 SFT steps, reaches this, so RL starts at a pass rate
-    of about this with headroom; the committed base (suite/bases/) is the one built at the default."""
+    of about this with headroom; the committed base (tasks/bases/) is the one built at the default."""
     warm_max_steps: int = 4000
     """Upper bound on warm-start SFT steps."""
 

@@ -2,7 +2,7 @@
 by ``search_toy``'s episode SFT) and the answer SFT of the tasks whose examples are
 ``(text, answer)`` problems (``arith``, ``code_toy``): teacher-forced SFT on train problems until
 greedy accuracy on 200 held-out train problems reaches the task's ``warm_target``. The committed bases
-(``suite/bases/``) were built by this loop: any change to its arithmetic changes their bytes
+(``tasks/bases/``) were built by this loop: any change to its arithmetic changes their bytes
 (``tests/unit/test_warmstart.py`` rebuilds arith and compares on the CPU model that built it).
 """
 

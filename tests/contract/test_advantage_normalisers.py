@@ -12,8 +12,8 @@ advantage on every sample of the group. The contracts here:
   computed by hand; ``masked_whiten`` of an all-equal batch is exactly 0 (``shift_mean``) or the
   batch itself (``shift_mean=False``);
 * every registered algorithm entry: the ``[B, T]`` advantages of the rows of an all-equal group
-  are exactly 0.0, except the entries in :data:`EXCEPTIONS` (each with its reason), whose
-  advantages are legitimately not a function of the group's rewards alone.
+  are exactly 0.0, except the entries whose advantages are legitimately not a function of the
+  group's rewards alone; each says why in its ``not_group_relative`` (:data:`EXCEPTIONS`).
 """
 
 from __future__ import annotations
@@ -37,17 +37,18 @@ GROUP_SIZES = (2, 3, 8, 16, 64)
 DTYPES = (torch.float32, torch.float64)
 
 #: Registered entries whose advantages may be non-zero for a group of equal rewards, and why.
-EXCEPTIONS: dict[str, str] = {
-    "ppo": "critic baseline: GAE against the learned V_t, then batch whitening",
-    "comppo": "critic baseline: gated GAE against the learned V_t, then batch whitening",
-    "copc": "critic baseline: ρ-weighted GAE against the learned V_t, then batch whitening",
-    "sp3o": "critic baseline: PPO's token GAE (the source; segment GAE as a switch), then batch whitening",
-    "reinforce_pp": "no group baseline: token returns (with the k1 KL in the reward) whitened over the batch",
-    "dc_grpo": "per-token −λ·δ_t shaping by the trainer–sampler probability gap (zero when μ = π_old, checked)",
-    "ggpo": "contrast of the KL-adjusted U = R − β·Σ log(π_old/π_ref) (zero when π_ref = π_old, checked)",
-    "agro": "contrast of the KL-adjusted U = R − β·Σ log(π_old/π_ref) (zero when π_ref = π_old, checked)",
-    "remax": "no group baseline: the baseline is the grade of the policy's greedy decode (in the reward hook)",
-}
+def exceptions() -> dict[str, str]:
+    """Entry name → why its equal groups need not get 0: the entry's own ``not_group_relative``
+    reason, for the entries whose advantages (at their defaults) are not group-relative."""
+    out = {}
+    for name, cls in ALGORITHMS.items():
+        algo = cls(cls.Config(name=name))
+        if not algo.group_relative:
+            out[name] = cls.not_group_relative
+    return out
+
+
+EXCEPTIONS = exceptions()
 
 #: Exceptions whose source of non-zero advantage can be switched off in the batch; then the
 #: equal groups must again get exactly 0.
@@ -69,14 +70,16 @@ BATCH_SHIFTED: dict[str, str] = {
 
 def test_exception_sets_name_registered_entries_and_match_group_relative():
     names = set(ALGORITHMS.names())
-    assert set(EXCEPTIONS) <= names and set(NEUTRALISE) <= set(EXCEPTIONS) and set(BATCH_SHIFTED) <= names
+    assert set(NEUTRALISE) <= set(EXCEPTIONS) and set(BATCH_SHIFTED) <= names
     assert not set(BATCH_SHIFTED) & set(EXCEPTIONS)
     for name in names:
         cls = ALGORITHMS.get(name)
         algo = cls(cls.Config(name=name))
-        assert algo.group_relative is (name not in EXCEPTIONS), (
-            f"{name}: group_relative = {algo.group_relative} disagrees with the exception set")
-        assert all(EXCEPTIONS.values()) and all(BATCH_SHIFTED.values())
+        why = cls.not_group_relative
+        assert bool(why) is (not algo.group_relative), (
+            f"{name}: group_relative = {algo.group_relative} but not_group_relative = {why!r}: an entry "
+            f"that is not group-relative at its defaults says why in `not_group_relative`, and only then")
+    assert all(BATCH_SHIFTED.values())
 
 
 # ----------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ batch) at the `chain` preset runs from its committed base and does not degrade (
 today's preset gains reliably: the numbers are next to the test).
 
 What may and may not depend on the CPU:
-* the base is the committed bytes (suite/bases/), so its greedy accuracy is the manifest's
+* the base is the committed bytes (tasks/bases/), so its greedy accuracy is the manifest's
   measured value on every machine, up to greedy near-ties that flip between CPUs (±1 point);
 * RL is not bit-reproducible across CPUs: a seed's gain on another CPU is a fresh draw from the
   per-seed distribution, so every bound is chosen from per-seed gains measured in

@@ -120,7 +120,7 @@ def test_grpo_trains_through_vllm_with_the_engine_in_step_with_the_trainer(tmp_p
     for r in rows:
         assert r["mismatch/logp_abs_diff_max"] < 1e-4 and abs(r["mismatch/kl"]) < 1e-6, r
     evals = [json.loads(x) for x in (run / "evals.jsonl").read_text().splitlines()]
-    base = json.loads((REPO / "suite" / "bases" / "arith__tiny.json").read_text())["measured"]
+    base = json.loads((REPO / "tasks" / "bases" / "arith__tiny.json").read_text())["measured"]
     step0 = {e["split"]: e["eval/arith/greedy_acc"] for e in evals if e["step"] == 0}
     # evals go through vLLM: its greedy decoding of the committed base scores what the base's manifest says
     assert step0 == pytest.approx({"val": base["val/greedy_acc"], "test": base["test/greedy_acc"]}, abs=0.011)

@@ -109,7 +109,7 @@ def test_embedded_preset_fits_the_longest_response():
 
 
 def test_the_committed_base_is_pinned():
-    # the bytes every machine starts RL from (suite/bases/chain__tiny.*): a rebuild on another CPU
+    # the bytes every machine starts RL from (tasks/bases/chain__tiny.*): a rebuild on another CPU
     # model gives other bytes, so a change here must be deliberate (it changes every chain run id)
     from rlsuite.suite import warmstart
 
