@@ -74,6 +74,16 @@ CANDIDATES = {  # label -> (kind, dataset spec)
     "letters_1w": ("counting", "letter_counting:min_words=1,max_words=1"),
     "isomorphic_4": ("string", "isomorphic_strings:min_string_length=2,max_string_length=4"),
     "ransom_4": ("string", "ransom_note:max_note_length=3,max_magazine_length=8"),
+    # third round (2026-12-06): difficulty variants of the two that learn, and easier string / ordering
+    "gcd_100": ("arithmetic", "gcd:max_value=100"),
+    "gcd_200": ("arithmetic", "gcd:max_value=200"),
+    "letters_3w": ("counting", "letter_counting:min_words=1,max_words=3"),
+    "aiw_sib_10": ("logic", "aiw:task_types=[siblings],task_type_weights=[1.0],max_entities=10"),
+    "spell_back_3": ("string", "spell_backward:min_word_len=3,max_word_len=3"),
+    "palindrome_5": ("string", "palindrome_generation:min_length=3,max_length=5"),
+    "sort_words_2": ("ordering", "word_sorting:min_words=2,max_words=2,min_word_length=3,max_word_length=6"),
+    "sort_numbers_2": ("ordering", "number_sorting:min_numbers=2,max_numbers=2,max_decimals=0"),
+    "pick_2": ("ordering", "number_format:min_num_candidates=2,max_num_candidates=2,min_n=10,max_n=1000"),
 }
 
 
