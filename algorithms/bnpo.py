@@ -18,7 +18,7 @@ Metrics: ``rlsuite.suite.ops.clipped_surrogate``'s (``stats/clip_frac_low`` / ``
 ``clip_ratio/low_mean`` / ``high_mean``).
 
 Fidelity: ``code`` — TRL 1.16.0 ``GRPOTrainer._compute_loss`` (``bnpo``); loss and gradient checked
-on the same inputs (``tests/unit/test_hand_peer_losses.py``).
+on the same inputs (``tests/algorithms/test_bnpo.py``).
 """
 
 from __future__ import annotations

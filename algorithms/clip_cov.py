@@ -43,7 +43,7 @@ Metrics: Clip-Cov reports the clipped surrogate's ``stats/*`` (``clip_frac``, ``
 
 Fidelity: ``code`` — verl 0.9.1 ``compute_policy_loss_clip_cov`` / ``compute_policy_loss_kl_cov``
 (adapted there from PRIME-RL/Entropy-Mechanism-of-RL); loss and gradient checked on the same inputs
-(``tests/unit/test_hand_peer_losses.py``). [ASSUMPTION] the default ``cov_scope = batch`` (see above).
+(``tests/algorithms/test_clip_cov.py``, ``test_kl_cov.py``). [ASSUMPTION] the default ``cov_scope = batch`` (see above).
 """
 
 from __future__ import annotations
@@ -129,7 +129,7 @@ class ClipCov(GRPO):
     switches = ("clip_cov_ratio", "cov_scope")
     on_policy_pg = False
     inert = {"clip_cov_ub": "a cap: binds only on tokens with Cov > 2.5, which the contract batch does not have "
-                            "(largest 1.95); covered by tests/unit/test_hand_peer_losses.py"}
+                            "(largest 1.95); covered by tests/algorithms/test_clip_cov.py"}
     tune_knob = None
     Config = ClipCovConfig
     cfg: ClipCovConfig

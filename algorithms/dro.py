@@ -19,7 +19,7 @@ Differs from GRPO (``grpo.py``) by:
 Metrics: ``stats/approx_kl`` (verl's ``ppo_kl``), ``algo/dro/penalty`` (mean ½βδ²).
 
 Fidelity: ``code`` — verl 0.9.1 ``compute_policy_loss_dro``; loss and gradient checked on the same
-inputs (``tests/unit/test_hand_peer_losses.py``). [ASSUMPTION] β = 0.05: verl has no default
+inputs (``tests/algorithms/test_dro.py``). [ASSUMPTION] β = 0.05: verl has no default
 (``policy_loss.dro_beta: null`` and the loss refuses β ≤ 0); 0.05 is the value of the usage example
 of the verl pull request that added the loss (verl-project/verl#7245) and of Tinker's DRO docs.
 """

@@ -101,9 +101,9 @@ class FBOSRL(GRPO):
                    "alternate objectives every `period` steps starting with EPA; joint = sum every step",
                    "GRPO's ε, β and aggregation; feedback = the task's rule-based template")
     switches = ("objective", "schedule", "period", "is_cap", "epa_feedback", "feedback", "source")
-    inert = {f: "acts through the trainer's feedback round (revise); covered in tests/unit/test_fbos.py"
+    inert = {f: "acts through the trainer's feedback round (revise); covered in tests/algorithms/test_fbos_rl.py"
              for f in ("objective", "schedule", "period", "epa_feedback", "feedback", "source")}
-    inert["is_cap"] = "weights only re-placed rows (stage 2), which the contract batches do not have; see test_fbos.py"
+    inert["is_cap"] = "weights only re-placed rows (stage 2), which the contract batches do not have; see test_fbos_rl.py"
     Config = FBOSConfig
     cfg: FBOSConfig
 

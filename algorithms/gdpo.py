@@ -19,7 +19,7 @@ Differs from GRPO by: 1. batch whitening of the z-scores; 2. token-mean, no KL.
 
 Fidelity: ``code`` — verl 0.9.1 ``compute_gdpo_outcome_advantage`` with one reward component
 (its ``score_list = [token_level_rewards]`` path, the same numbers as one ``gdpo_reward_keys``
-entry holding the task score); values in ``tests/unit/test_hand_verl_estimators.py``. The
+entry holding the task score); values in ``tests/algorithms/test_gdpo.py``. The
 decoupled per-component normalisation, GDPO's point, needs several reward components, which the
 suite's tasks do not report. [ASSUMPTION] the one component is the suite's shaped reward
 (``batch.rewards``, which holds the in-reward KL when ``kl_where = reward``); verl reads each

@@ -28,7 +28,7 @@ the sequence ratios s_i. verl's own definitions are logged beside them under its
 with Â > 0 / Â < 0, binding or not (verl 0.9.1 ``actor/pg_clipfrac`` / ``pg_clipfrac_lower``).
 
 Fidelity: ``code`` — verl 0.9.1 ``compute_policy_loss_geo_mean``; loss and gradient checked on
-the same inputs (``tests/unit/test_hand_peer_losses.py``).
+the same inputs (``tests/algorithms/test_gmpo.py``).
 """
 
 from __future__ import annotations

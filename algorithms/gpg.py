@@ -14,7 +14,7 @@ but the factor α; 3. token-mean, no KL.
 Fidelity: ``code`` — verl 0.9.1's ``adv_estimator=gpg`` (``compute_gpg_outcome_advantage``, whose
 ``f_norm`` is fixed at 1) with its paired ``policy_loss.loss_mode=gpg`` (``compute_policy_loss_gpg``)
 and verl's default ``loss_agg_mode=token-mean``; checked against it in
-``tests/unit/test_hand_verl_estimators.py``. Note that verl's α counts the samples whose *reward*
+``tests/algorithms/test_gpg.py``. Note that verl's α counts the samples whose *reward*
 is non-zero (with 0/1 rewards: the correct ones), while the paper's accurate-gradient-estimation
 factor is meant to rescale by the share of samples that carry a gradient (those outside groups
 of equal rewards); this entry follows verl's code. Statistics in float64 (verl: the rewards'

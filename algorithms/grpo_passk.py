@@ -19,7 +19,7 @@ Differs from GRPO by: 1. only the group's best sample gets a (positive) advantag
 over the runner-up; the others get 0, so wrong answers are never pushed down; 2. token-mean, no KL.
 
 Fidelity: ``code`` — checked against verl 0.9.1 ``compute_grpo_passk_outcome_advantage`` (the
-reference in its docstring is arXiv 2503.19595; values in ``tests/unit/test_hand_verl_estimators.py``).
+reference in its docstring is arXiv 2503.19595; values in ``tests/algorithms/test_grpo_passk.py``).
 Statistics in float64 (verl: the rewards' dtype). Which of several tied best samples is i*
 does not matter (its advantage is 0); here it is the first.
 """
@@ -78,7 +78,7 @@ class GRPOPassK(Algorithm):
     switches = ("scale_by_std",)
     group_relative = True
     _ZERO = ("live, but on the contract tests' batch every group has two or more top rewards, so every pass@k "
-             "advantage (and the loss) is 0 there; checked in tests/unit/test_hand_verl_estimators.py")
+             "advantage (and the loss) is 0 there; checked in tests/algorithms/test_grpo_passk.py")
     inert = {"clip_eps_low": _ZERO, "clip_eps_high": _ZERO, "scale_by_std": _ZERO}
     Config = GRPOPassKConfig
     cfg: GRPOPassKConfig

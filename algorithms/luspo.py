@@ -25,7 +25,7 @@ high: s > 1+ε_high with Â > 0; TRL's ``clip_ratio/*`` count sequences), ``stat
 ``stats/ratio_*`` the sequence ratios.
 
 Fidelity: ``code`` — TRL 1.16.0 ``GRPOTrainer._compute_loss`` (``luspo``); loss and gradient checked
-on the same inputs (``tests/unit/test_hand_peer_losses.py``).
+on the same inputs (``tests/algorithms/test_luspo.py``).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ Differs from GRPO by: 1. the length-weighted group mean instead of the mean; 2. 
 3. token-mean, no KL.
 
 Fidelity: ``code`` — checked against verl 0.9.1 ``compute_opo_outcome_advantage`` (values in
-``tests/unit/test_hand_verl_estimators.py``). The paper's "exact on-policy training" (one
+``tests/algorithms/test_opo.py``). The paper's "exact on-policy training" (one
 update per rollout batch: verl's ``ppo_mini_batch_size = train_batch_size``) is a trainer
 setting here (``train.minibatches = 1``, ``train.epochs = 1``), not enforced by the entry; with
 it the clip never binds. Differences from verl's code: statistics in float64 (verl: the

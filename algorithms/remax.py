@@ -25,7 +25,7 @@ decode per prompt); 2. token returns-to-go of the KL-shaped reward; 3. token-mea
 Fidelity: ``code`` — verl 0.9.1 ``compute_remax_outcome_advantage`` with the baseline its
 ``RayPPOTrainer`` builds (``reward_baselines``: the reward of one ``do_sample=False`` response
 of the same policy per prompt, repeated over the prompt's n samples, without KL); values in
-``tests/unit/test_hand_verl_estimators.py``. [ASSUMPTION] on multi-turn tasks the suite's greedy
+``tests/algorithms/test_remax.py``. [ASSUMPTION] on multi-turn tasks the suite's greedy
 anchor is a single-turn decode (no environment turns), while verl's agent loop would run the
 greedy episode through the environment. Without an anchor or a grader (hooks called outside
 the trainer) the baseline is 0.

@@ -124,7 +124,7 @@ class ReRULE(GRPO):
         ("threshold", "require_spread", "store", "warmup_steps", "buffer_size", "replay_groups", "max_uses",
          "replay_weight", "is_cap", "is_level"),
         "acts through the replay hook (a fresh entry has an empty buffer, so it is GRPO); see its hand tests in "
-        "tests/unit/test_rerule.py")
+        "tests/algorithms/test_rerule.py")
     Config = ReRULEConfig
     cfg: ReRULEConfig
 

@@ -409,5 +409,5 @@ class RRCAnchor(RRC):
              "n_anchors": "with the default task judge every response beats the same anchors by the same grade "
                           "comparison; more anchors scale R by a group-wide factor the z-score removes only when "
                           "anchors' grades agree, so it is covered by its hand tests",
-             "anchor_source": "covered by the hand tests and the trainer test (tests/unit/test_rrc.py)"}
+             "anchor_source": "covered by the hand tests and the trainer test (tests/algorithms/test_rrc_anchor.py)"}
     Config = RRCAnchorConfig

@@ -23,7 +23,7 @@ Metrics: ``stats/approx_kl`` (verl's ``ppo_kl``), ``stats/ratio_mean``, ``algo/s
 
 Fidelity: ``code`` — verl 0.9.1 ``compute_policy_loss_sapo`` and TRL 1.16.0
 ``GRPOTrainer._compute_loss`` (``sapo``); loss and gradient checked against both on the same
-inputs (``tests/unit/test_hand_peer_losses.py``).
+inputs (``tests/algorithms/test_sapo.py``).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ Metrics: ``algo/vespo/phi_seq_mean`` (TRL's ``vespo/phi_seq_mean``: the mean φ 
 ``stats/approx_kl``.
 
 Fidelity: ``code`` — TRL 1.16.0 ``GRPOTrainer.get_gamma_weights`` and ``_compute_loss`` (``vespo``);
-loss and gradient checked on the same inputs (``tests/unit/test_hand_peer_losses.py``).
+loss and gradient checked on the same inputs (``tests/algorithms/test_vespo.py``).
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ def tiny_variant(kind: str):
     return Qwen2ForCausalLM(cfg), tok
 
 
-# -- builders shared by the hand tests of critic entries (tests/unit/test_comppo.py, test_three_po.py) --
+# -- builders shared by the hand tests (tests/algorithms/; critic entries: test_comppo.py, test_3po.py) --
 def hook_ctx(gen_seed=7, **kw):
     """The hook :class:`Context` of the algorithm tests: defaults for every field, ``kw`` overrides;
     the generator of every stream is seeded with ``gen_seed`` (a callable: ``gen_seed(stream)``)."""

@@ -1,4 +1,6 @@
-"""3PO: row assignment, antithetic noise, TIS, weights untouched by perturbation, FLOPs equal to GRPO's."""
+"""3PO (``3po``): the rows' perturbation signs, antithetic noise pairs, the truncated IS weight
+worked by hand (π_old/μ = e, capped at C = 2), and a trainer run whose perturbation leaves the
+trained weights bit-identical with FLOPs per token equal to GRPO's."""
 
 from __future__ import annotations
 

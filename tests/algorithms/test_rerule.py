@@ -1,6 +1,6 @@
-"""Hand-computed tests of ReRULE (``algorithms/rerule.py``): buffer admission by threshold and
-spread, the warm-up, FIFO capacity and use limits, the mixed loss L_GRPO(fresh) + λ·L_IS(replayed)
-with the truncated importance weight on a small batch, and kill-and-resume with replay active.
+"""ReRULE (``algorithms/rerule.py``): buffer admission by threshold and spread, the warm-up, FIFO
+capacity and use limits, the mixed loss L_GRPO(fresh) + λ·L_IS(replayed) with the truncated
+importance weight worked by hand on a small batch, and kill-and-resume with replay active.
 
 Every expected number is worked out in the comments, never by the code under test.
 """
@@ -19,7 +19,7 @@ from rlsuite.suite.ops import clipped_surrogate
 from rlsuite.suite.types import Batch, Rollout, cat_rollouts
 from tests.fakes import hand_batch, hook_ctx
 
-torch.set_num_threads(1)
+
 D = torch.float64
 
 

@@ -1,6 +1,7 @@
-"""FBOS-RL: the hand-computed pooled advantage and truncated-IS loss, the objective schedule and
-the ``revise`` decisions, the tasks' verifier feedback, and the trainer's feedback round on the
-embedded task (row layout, behaviour log-probs, budget)."""
+"""FBOS-RL: the pooled group advantage and the truncated-IS loss of the re-placed rows worked by hand,
+equality with GRPO without stages, the objective schedule and the ``revise`` decisions, and the
+trainer's feedback round on the embedded task (row layout, behaviour log-probs, budget). The
+tasks' feedback texts: ``tests/unit/test_task_feedback.py``."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ import torch
 
 from rlsuite.algorithms.base import Group, Revision
 from rlsuite.algorithms.fbos_rl import FBOSRL, FBOSConfig, truncated_is_weight
-from tests.fakes import hook_ctx
 from rlsuite.suite.types import Batch, Forward
-from rlsuite.tasks.base import Grade, Task
+from tests.fakes import hook_ctx
+
 
 D = torch.float
 
@@ -38,7 +39,8 @@ def stage_batch() -> Batch:
                  loss_mask=t([[0, 1]] * B), behav_logp=behav, turn_id=t([[-1, 0]] * B).long(),
                  policy_version=torch.zeros(B, dtype=torch.long), behaviour_id=torch.zeros(B, dtype=torch.long),
                  group_id=torch.tensor([0, 0, 1, 1, 0, 0]), example_idx=torch.zeros(B, dtype=torch.long),
-                 scores=t([1, 0, 1, 0, 1, 1]), rewards=t([1, 0, 1, 0, 1, 1]), truncated=torch.zeros(B, dtype=torch.bool),
+                 scores=t([1, 0, 1, 0, 1, 1]), rewards=t([1, 0, 1, 0, 1, 1]),
+                 truncated=torch.zeros(B, dtype=torch.bool),
                  prompt_width=1, stage=torch.tensor([0, 0, 1, 1, 2, 2]), old_logp=old)
 
 
@@ -92,7 +94,8 @@ def test_schedule_and_revise_decisions():
     assert r == Revision(sources=(1, -1, 0), stages=frozenset({"first", "recontext"}), detail="full")
     assert alt.revise(gs, ctx(step=3)).stages == {"feedback"}
     joint = FBOSRL(FBOSConfig(schedule="joint", feedback="binary"))
-    assert joint.revise(gs, ctx()).stages == {"first", "feedback", "recontext"} and joint.revise(gs, ctx()).detail == "binary"
+    assert joint.revise(gs, ctx()).stages == {"first", "feedback", "recontext"} and \
+        joint.revise(gs, ctx()).detail == "binary"
     assert FBOSRL(FBOSConfig(objective="epa", epa_feedback=False)).revise(gs, ctx()) is None  # = GRPO
     rnd = FBOSRL(FBOSConfig(source="random")).revise(groups([1, 0, 0, 0, 1]), ctx())
     assert rnd.sources[0] in (1, 2, 3)
@@ -100,50 +103,6 @@ def test_schedule_and_revise_decisions():
         FBOSConfig(period=0)
     with pytest.raises(ValueError):
         Revision(sources=(0,), stages=frozenset({"nope"}))
-
-
-def test_task_feedback_texts():
-    from rlsuite.tasks.arith import Arith, ArithConfig, Problem
-    from rlsuite.tasks.code import code_feedback
-
-    task, p = Arith(ArithConfig(name="arith")), Problem(47, 38, "+")
-    fb = lambda c, detail="full": task.feedback(p, c, task.grade(p, c), detail)
-    assert fb("84") == "84 is wrong. It is too low." and fb("90") == "90 is wrong. It is too high."
-    assert fb("85") == "85 is correct." and fb("85 apples") == "85 is correct. Answer with the number only."
-    assert fb("x") == "No number found. Answer with the number only."
-    assert fb("84", "binary") == "Your answer is incorrect."
-    assert task.revision_prompt(p, "84", fb("84")) == "47+38=84\n84 is wrong. It is too low.\n47+38="
-    assert "85" not in fb("84") and "85" not in fb("x")  # never the gold answer
-    assert code_feedback(Grade(0.0, False, "x", "timeout")).startswith("Your code timed out")
-    assert code_feedback(Grade(1 / 3, False, "x", "AssertionError")) == \
-        "Your code runs but returns wrong results on the tests. It passes 33% of the tests."
-    assert code_feedback(Grade(0.0, False, "x", "KeyError")) == "Your code raised KeyError when tested."
-    assert code_feedback(Grade(0.0, False, None, "no_code"), "binary") == "Your code fails the tests."
-
-    class Chat(Task):
-        def prompt(self, example):
-            return [{"role": "user", "content": "q?"}]
-
-    msgs = Chat(None).revision_prompt(None, "a", "Your answer a is incorrect.")
-    assert [m["role"] for m in msgs] == ["user", "assistant", "user"] and msgs[1]["content"] == "a"
-    assert Chat(None).feedback(None, "a", Grade(0.0, False, None)) == "No final answer could be extracted from your response."
-
-
-def test_math_and_gsm8k_feedback_templates():
-    from rlsuite.tasks.gsm8k import GSM8K, GSM8KConfig
-    from rlsuite.tasks.math import Math, MathConfig
-
-    g = GSM8K.__new__(GSM8K)  # the feedback needs neither data nor the grader pool
-    g.cfg = GSM8KConfig(name="gsm8k")
-    ex = {"question": "q", "answer": "so #### 12"}
-    assert g.feedback(ex, "it is 10", Grade(0.0, False, "10")) == \
-        "Your final answer 10 is incorrect. It is too low. Put the final answer in \\boxed{}."
-    assert g.feedback(ex, "no idea", Grade(0.0, False, None)).startswith("No final answer found")
-    m = Math.__new__(Math)
-    m.cfg = MathConfig(name="math")
-    assert m.feedback({}, "so \\boxed{3/4}", Grade(0.0, False, None)) == \
-        "Your final answer 3/4 is not equivalent to the correct answer."
-    assert m.feedback({}, "so 3/4", Grade(0.0, False, None)).startswith("No final answer found")
 
 
 def test_trainer_feedback_round_on_arith(tmp_path, monkeypatch):
@@ -189,4 +148,5 @@ def test_trainer_feedback_round_on_arith(tmp_path, monkeypatch):
     row = read_jsonl(run / "metrics.jsonl")[0]
     assert row["revise/groups"] == k and "algo/fbos/is_weight_mean" in row
     # the shared reward statistics describe the first round (the task's own prompts) only
-    assert row["reward/mean"] == pytest.approx(float(b.scores[st == 0].mean())) == pytest.approx(row["revise/first_score"])
+    assert row["reward/mean"] == pytest.approx(float(b.scores[st == 0].mean())) == \
+        pytest.approx(row["revise/first_score"])

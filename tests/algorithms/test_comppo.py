@@ -1,4 +1,6 @@
-"""CompPO: gated GAE, the retention gate, the TAC critic switch."""
+"""CompPO: the retention gate worked by hand (c = 0.7, τ = 0.5, κ = 10 → 0.940399), the next policy
+token's values across masked tokens, the gated GAE trace by hand (Â_1 = γλ·g_2·Â_2 = 0.5), a
+constant gate giving plain GAE, the shuffled and position gates, and the critic switch."""
 
 from __future__ import annotations
 
