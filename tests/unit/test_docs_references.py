@@ -4,7 +4,7 @@ A user's clone has no `../shared/reference/` folder, so no .py or .md file may c
 project-internal reference notes (`algorithms.md`, `metrics-and-eval`, `design.md`) or point
 into `../shared` / `shared/reference`. The one legitimate `../shared` path is the sample-data
 default of `$RLSUITE_DATA`, `../shared/data`, which is exempt. Relative markdown links in
-README.md and the in-repo reference docs must point to files that exist.
+README.md, the in-repo reference docs and the pages of ``docs/`` must point to files that exist.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ SKIP = {".git", ".venv", ".venv-vllm", "venv", "node_modules", "__pycache__", ".
 """Folders never scanned: VCS data, environments (``.venv-vllm``: ``scripts/vllm_cpu_env.sh``), caches."""
 EXEMPT = "../shared/data"  # the RLSUITE_DATA default (code, tests, README, .ci)
 
-DOCS = ("README.md", "algorithms/README.md", "reports/METRICS.md")
+DOCS = ("README.md", "algorithms/README.md", "reports/METRICS.md",
+        *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md")))
+"""The in-repository docs: the three pages above and every page of the documentation site (``docs/``)."""
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 
 
