@@ -1,13 +1,15 @@
 """`build_report`: run folders -> tables, figures, report.md and a self-contained report.html.
 
-Pipeline: load (read-only) -> score + classify stability -> tables -> figures (static PNG/SVG
-and report.html's interactive ones, `reports.interactive`) -> render. Everything is written
-under `out` atomically (tmp + rename); `out` may not lie inside a run folder. Several roots
-make a compare report (`rlsuite.reports.load.load_roots`: every algorithm labelled by its root).
+Pipeline: load (read-only) -> battery runs expanded per dataset (`reports.battery`) -> score +
+classify stability -> tables (aggregates across tasks normalised per task, `reports.normalise`)
+-> figures (static PNG/SVG and report.html's interactive ones, `reports.interactive`) -> render.
+Everything is written under `out` atomically (tmp + rename); `out` may not lie inside a run
+folder. Several roots make a compare report (`rlsuite.reports.load.load_roots`: every algorithm labelled by its root).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import warnings
@@ -18,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rlsuite.reports import ablation, interactive, scaling, stability, stats, tables, timing
+from rlsuite.reports import ablation, battery, interactive, normalise, scaling, stability, stats, tables, timing
 from rlsuite.reports import checks as checks_mod
 from rlsuite.reports.atomic import atomic_write_text
 from rlsuite.reports.config import ReportConfig
@@ -78,10 +80,15 @@ def run_commits(runset: RunSet) -> str:
 class Context:
     """Values shared by the table builders of one report (footers, percent display)."""
 
-    def __init__(self, runset: RunSet, scored: Scored, cfg: ReportConfig):
+    def __init__(self, runset: RunSet, scored: Scored, cfg: ReportConfig, source: RunSet | None = None):
         self.runset, self.scored, self.cfg = runset, scored, cfg
+        self.source = source if source is not None else runset
+        """The RunSet as loaded (one row per run folder); `runset` is the scored one, battery runs
+        expanded per dataset (`battery.expand`)."""
         self.aggregate_intervals: pd.DataFrame | None = None
         """The aggregate table with the median's and optimality gap's intervals (`score_tables`)."""
+        self.norm: normalise.Normalised | None = None
+        """The aggregates' per-task normalisation (`score_tables`)."""
         self.code = code_commit()
         self.commits = run_commits(runset)
         vals = scored.scores["score"].to_numpy(dtype=float)
@@ -132,14 +139,18 @@ def score_tables(ctx: Context) -> tuple[list[Table], str | None]:
     """Leaderboard, aggregates, P(improvement), paired differences, verdicts; and the reference label."""
     cfg, sc = ctx.cfg, ctx.scored
     lb = tables.leaderboard(sc, cfg)
-    ctx.aggregate_intervals = tables.aggregate_table(sc, cfg, intervals=True)
+    ctx.norm = norm = normalise.normalise(sc.scores, sc.base, cfg.normalise)
+    ctx.aggregate_intervals = tables.aggregate_table(sc, cfg, intervals=True, norm=norm)
     agg = ctx.aggregate_intervals[list(tables.AGGREGATE_COLUMNS)]
     ref = tables.choose_reference(agg, cfg)
-    paired = tables.paired_table(sc, cfg, ref)
+    paired = tables.paired_table(sc, cfg, ref, norm=norm)
     pfoot = ctx.footer(f"{ctx.ci_label()} of per-seed differences (paired over shared seeds"
                        + ("; all-tasks rows stratified by task)" if ctx.n_tasks > 1 else ")"), coverage="cell")
     if ctx.n_tasks > 1:
         pfoot += " All-tasks rows: " + ctx.coverage("aggregate")
+    all_tasks = (f" The `all tasks` rows average per-task differences of the scores on the aggregates' scale "
+                 f"({norm.mode} = {normalise.FORMULA[norm.mode]}, table `aggregate`); the per-task rows are raw."
+                 if ctx.n_tasks > 1 else "")
     out = [
         Table("leaderboard", "Leaderboard", lb, ctx.footer(f"{ctx.ci_label()} over seeds", coverage="cell"),
               f"Score: eval metric `{cfg.metric}`, " + _score_rule(cfg) + ".",
@@ -148,7 +159,7 @@ def score_tables(ctx: Context) -> tuple[list[Table], str | None]:
         Table("aggregate", "Aggregates across tasks", agg, ctx.footer(f"{ctx.ci_label()}, stratified (runs "
               "resampled within each task)", coverage="aggregate"), "Mean (tasks weighted equally), IQM (middle "
               "50% of all run x task scores), median (over tasks of the per-task mean) and optimality gap per "
-              "algorithm, as rliable 1.2.0 defines them; raw scores, not normalised per task.",
+              "algorithm, as rliable 1.2.0 defines them. " + norm.caption(ctx.percent),
               ctx.pct("mean", "mean_ci_low", "mean_ci_high", "iqm", "iqm_ci_low", "iqm_ci_high", "median",
                       "optimality_gap"), {},
               tables.not_separated(agg, "mean", "mean_ci_low", "mean_ci_high")
@@ -162,7 +173,7 @@ def score_tables(ctx: Context) -> tuple[list[Table], str | None]:
               f"{'--reference' if cfg.reference else 'best aggregate IQM'}); unadjusted intervals. `mdd`: minimum "
               f"detectable difference at the observed spread (80% power, two-sided alpha = {1 - cfg.confidence:.2g}, "
               "t distribution, paired by seed where the runs are); `seeds_needed`: seeds per arm (and task) at "
-              "which the observed difference would be detectable.",
+              "which the observed difference would be detectable." + all_tasks,
               ctx.pct("diff", "ci_low", "ci_high", "mdd")),
         Table("verdicts", ("Exploratory: every pair" if cfg.comparisons else
                            "Verdicts: which differences are distinguishable"), tables.verdict_table(sc, cfg),
@@ -297,9 +308,18 @@ def scaling_tables(ctx: Context) -> list[Table]:
                   ctx.pct("R0", "A_max", "A", "A_ci_low", "A_ci_high", "rmse", "holdout_rmse"))]
 
 
-def provenance(runset: RunSet, scored: Scored, cfg: ReportConfig, code: str) -> list[str]:
-    """Bullet lines: what the report summarises (commit, seeds, budget, model, hardware, tuning)."""
+def provenance(runset: RunSet, scored: Scored, cfg: ReportConfig, code: str,
+               source_of: dict[str, str] | None = None) -> list[str]:
+    """Bullet lines: what the report summarises (commit, seeds, budget, model, hardware, tuning).
+    `runset`: as loaded (one row per run folder); `source_of`: scored run id -> run folder id where
+    battery runs were expanded per dataset (`battery.expand`)."""
     r = runset.runs
+    src = source_of or {}
+
+    def n_runs(frame: pd.DataFrame) -> int:
+        return frame["run_id"].map(lambda i: src.get(i, i)).nunique()
+    rows = (f" ({len(scored.scores)} scored rows: a battery run counts once per dataset)"
+            if len(scored.scores) != n_runs(scored.scores) else "")
 
     def uniq(col):
         vals = sorted({str(v) for v in r[col].dropna()})
@@ -318,7 +338,7 @@ def provenance(runset: RunSet, scored: Scored, cfg: ReportConfig, code: str) -> 
         where = f"Root: `{runset.root}`; {len(r)} run folders"
     return [
         f"{where} ({', '.join(f'{k}: {v}' for k, v in sorted(states.items()))}); "
-        f"{len(scored.scores)} scored, {len(scored.excluded)} excluded.",
+        f"{n_runs(scored.scores)} scored{rows}, {n_runs(scored.excluded)} excluded.",
         f"Code commit of the runs: {run_commits(runset)}; report code: {code}.",
         f"Seeds: {', '.join(map(str, seeds)) if len(seeds) <= 30 else f'{len(seeds)} distinct'}.",
         f"Matched budget: {', '.join(budgets) or 'not recorded'}.",
@@ -327,9 +347,19 @@ def provenance(runset: RunSet, scored: Scored, cfg: ReportConfig, code: str) -> 
         f"CPU models: {uniq('cpu_model')}; torch: {uniq('torch')}.",
         "Tuning budget (configurations under this root, seeds excluded): " + tuning_budget(runset) + ".",
         f"Report settings: score={cfg.score}{f' (k={cfg.k})' if cfg.score == 'last-k' else ''}, metric={cfg.metric}, "
-        f"reps={cfg.reps}, CI={cfg.ci} at {cfg.confidence:.0%}, random state {cfg.seed}, x={cfg.x}; generated "
+        f"reps={cfg.reps}, CI={cfg.ci} at {cfg.confidence:.0%}, random state {cfg.seed}, x={cfg.x}, "
+        f"normalise={cfg.normalise}, per_dataset={ {None: 'auto', True: 'on', False: 'off'}[cfg.per_dataset]}; "
+        "generated "
         f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}.",
     ]
+
+
+def source_of(runset: RunSet) -> dict[str, str]:
+    """Scored run id -> run folder id, for the pseudo-runs of `battery.expand` ({} without any)."""
+    r = runset.runs
+    if "source_run_id" not in r:
+        return {}
+    return dict(zip(r["run_id"], r["source_run_id"], strict=True))
 
 
 def tuning_budget(runset: RunSet) -> str:
@@ -385,11 +415,13 @@ def build_report(root: Path | Sequence[Path], out: Path, config: ReportConfig | 
     cfg = config or ReportConfig()
     roots = [Path(root)] if isinstance(root, (str, Path)) else [Path(r) for r in root]
     out = Path(out)
-    runset = load_roots(roots, max_depth=cfg.max_depth, samples_per_run=max(20, cfg.examples_per_algorithm))
-    check_out(out, runset)
+    source = load_roots(roots, max_depth=cfg.max_depth, samples_per_run=max(20, cfg.examples_per_algorithm))
+    check_out(out, source)
+    runset, expanded = battery.expand(source, cfg)  # battery runs -> one scored row per dataset
     scored = score_runs(runset, cfg)
+    scored = dataclasses.replace(scored, notes=scored.notes + expanded)
     check_x(scored, cfg)
-    ctx = Context(runset, scored, cfg)
+    ctx = Context(runset, scored, cfg, source)
     sections = {
         "Leaderboard and comparisons": score_tables(ctx)[0], "Stability": stability_tables(ctx),
         "Ablations": ablation_tables(ctx), "Time to target": timing_tables(ctx),
@@ -431,7 +463,8 @@ def interactive_plots(ctx: Context, sections: dict[str, list[Table]], profile: p
         ctx.runset, ctx.scored, ctx.cfg, ctx.percent, agg=ctx.aggregate_intervals,
         poi=by_name.get("prob_improvement"), profile=profile, abl=by_name.get("ablation"),
         inter=by_name.get("interactions"), stab=by_name.get("stability_counts"),
-        flags=tables.stability_counts(ctx.scored), colors=colors, verdicts=by_name.get("verdicts"))
+        flags=tables.stability_counts(ctx.scored), colors=colors, verdicts=by_name.get("verdicts"),
+        agg_note=ctx.norm.caption(ctx.percent) if ctx.norm is not None else "")
 
 
 EMPTY_TEXT = {"stability_runs": "No flagged runs: every scored run is stable.",
@@ -481,7 +514,8 @@ def compose(ctx: Context, sections: dict[str, list[Table]], figs: list[Figure], 
     if ctx.runset.env_warnings:  # cells pooling different CPU models / torch versions (reports.load)
         blocks += [Block("h3", "Warnings"), Block("list", [f"Warning: {w}" for w in ctx.runset.env_warnings])]
     blocks += [Block("h2", "What this report summarises"),
-               Block("list", provenance(ctx.runset, ctx.scored, ctx.cfg, ctx.code) + list(ctx.scored.notes))]
+               Block("list", provenance(ctx.source, ctx.scored, ctx.cfg, ctx.code, source_of(ctx.runset))
+                     + list(ctx.scored.notes))]
     confirm = [t for t in score_tabs if t.name in ("planned", "checks")]  # the study's own questions first
     if confirm:
         blocks += [Block("h2", "Planned comparisons")] + _tables(confirm)

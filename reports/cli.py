@@ -16,6 +16,7 @@ from pathlib import Path
 
 from rlsuite.reports.config import X_AXES, ReportConfig
 from rlsuite.reports.errors import ReportError
+from rlsuite.reports.normalise import MODES as NORMALISE_MODES
 from rlsuite.reports.stability import StabilityThresholds
 from rlsuite.reports.stats import CI_CHOICES
 
@@ -38,6 +39,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--metric", default=d.metric, help="eval metric after eval/<task>/ (e.g. pass@1)")
     parser.add_argument("--target", type=float, default=None,
                         help="time-to-target threshold (default: 80%% of the best mean score per task)")
+    parser.add_argument("--normalise", choices=list(NORMALISE_MODES), default=d.normalise,
+                        help="how each task's scores enter the aggregates across tasks: raw, gain (s - base) or "
+                             "headroom ((s - base) / (1 - base)), base = the task's step-0 score; auto (default): "
+                             "headroom when the aggregates span > 1 task, raw for one; per-task tables stay raw")
+    parser.add_argument("--per-dataset", action=argparse.BooleanOptionalAction, default=d.per_dataset,
+                        help="score a battery run (its evals log <metric>_<label> per dataset) as one task per "
+                             "dataset, <task>[<label>]; default: wherever those variants are logged; "
+                             "--no-per-dataset scores the pooled metric")
     parser.add_argument("--reps", type=int, default=d.reps, help="bootstrap resamples (>= 2000 to publish)")
     parser.add_argument("--ci", choices=list(CI_CHOICES), default=d.ci,
                         help="interval method of means over seeds: auto (default: per n, the method with the best "
@@ -143,6 +152,7 @@ def config_from_args(args: argparse.Namespace) -> ReportConfig:
         include_partial=args.include_partial, scaling_x=args.scaling_x, scaling_reps=args.scaling_reps,
         scaling_skip_frac=args.scaling_skip_frac, examples_per_algorithm=args.examples,
         figures=not args.no_figures, stability=parse_stability(args.stability),
+        normalise=getattr(args, "normalise", "auto"), per_dataset=getattr(args, "per_dataset", None),
     )
 
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from rlsuite.reports.errors import ReportError
+from rlsuite.reports.normalise import MODES as NORMALISE_MODES
+from rlsuite.reports.normalise import NormaliseMode
 from rlsuite.reports.stability import StabilityThresholds
 from rlsuite.reports.stats import CI_CHOICES, CIMethod
 
@@ -35,6 +37,19 @@ class ReportConfig:
     """Number of trailing val evals averaged when `score="last-k"`."""
     metric: str = "greedy_acc"
     """Eval metric (the part after `eval/<task>/`) used for scores, e.g. `pass@1`, `avg@8`."""
+    normalise: NormaliseMode = "auto"
+    """How each task's scores enter the aggregates across tasks (mean, IQM, median, optimality gap,
+    the paired differences' "all tasks" rows; `rlsuite.reports.normalise`): `raw`; `gain` = s − b;
+    `headroom` = (s − b) / (1 − b), b = the task's base (step 0) score; `auto`: headroom when the
+    aggregates span > 1 task (gain if some score lies outside [0, 1]), raw for one task. Per-task
+    tables stay raw. A task without a base (gain, headroom) or with b ≥ 1 (headroom) is refused."""
+    per_dataset: bool | None = None
+    """Battery tasks (a multi-dataset task whose evals log per-dataset variants `<metric>_<label>`
+    of the scored metric, e.g. reasoning_gym's `greedy_acc_gcd`): True = every run of such a task
+    becomes one scored row per dataset, task `<task>[<label>]`, scored (and its base taken) from
+    `<metric>_<label>` (`rlsuite.reports.battery`); False = the pooled metric, one row per run;
+    None (default) = True wherever the variants are logged. True with no variant logged anywhere is
+    refused. Applied by `build_report` (`battery.expand`); `score_runs` scores the RunSet given."""
     reps: int = 2000
     """Bootstrap resamples for every CI in the tables (>= 2000 for published tables)."""
     ci: CIMethod = "auto"
@@ -94,6 +109,10 @@ class ReportConfig:
             raise ReportError(f"unknown score mode {self.score!r}; valid: final, last-k")
         if self.ci not in CI_CHOICES:
             raise ReportError(f"unknown CI method {self.ci!r}; valid: {', '.join(CI_CHOICES)}")
+        if self.normalise not in NORMALISE_MODES:
+            raise ReportError(f"unknown normalisation {self.normalise!r}; valid: {', '.join(NORMALISE_MODES)}")
+        if self.per_dataset not in (None, True, False):
+            raise ReportError(f"per_dataset must be True, False or None (automatic), got {self.per_dataset!r}")
         if self.k < 1:
             raise ReportError(f"k must be >= 1, got {self.k}")
         if self.reps < 10:

@@ -260,7 +260,8 @@ def _row_height(n: int, per: int = 26, base: int = 150) -> int:
 AGGREGATE_PANELS = (("mean", "Mean"), ("median", "Median"), ("iqm", "IQM"), ("optimality_gap", "Optimality gap"))
 
 
-def interval_figure(agg: pd.DataFrame, colors: dict[str, str], percent: bool, confidence: float) -> Plot | None:
+def interval_figure(agg: pd.DataFrame, colors: dict[str, str], percent: bool, confidence: float,
+                    note: str = "") -> Plot | None:
     """rliable-style interval estimates: mean, median, IQM and optimality gap per algorithm,
     each with its stratified-bootstrap interval (`tables.aggregate_table(..., intervals=True)`)."""
     if agg is None or agg.empty:
@@ -297,8 +298,9 @@ def interval_figure(agg: pd.DataFrame, colors: dict[str, str], percent: bool, co
                 f"Mean (tasks weighted equally), median over tasks of the per-task mean, IQM (middle 50% of all run x "
                 f"task scores) and optimality gap (lower is better) per algorithm with {confidence:.0%} stratified "
                 "intervals (runs resampled within each task): the numbers of table `aggregate` (the median's and "
-                "optimality gap's intervals are percentile bootstrap ones from the same bootstrap). Click a legend "
-                "entry to hide an algorithm.", "figure", {"data": data, "layout": layout})
+                "optimality gap's intervals are percentile bootstrap ones from the same bootstrap). "
+                + (note + " " if note else "") + "Click a legend entry to hide an algorithm.", "figure",
+                {"data": data, "layout": layout})
 
 
 # --- verdicts: a forest plot per task -------------------------------------------------
@@ -578,9 +580,11 @@ def stability_figure(summary: pd.DataFrame | None, counts: pd.DataFrame | None,
 def build_plots(runset: RunSet, scored: Scored, cfg: ReportConfig, percent: bool, *, agg: pd.DataFrame | None,
                 poi: pd.DataFrame | None, profile: pd.DataFrame | None, abl: pd.DataFrame | None,
                 inter: pd.DataFrame | None, stab: pd.DataFrame | None, flags: pd.DataFrame | None,
-                colors: dict[str, str], verdicts: pd.DataFrame | None = None) -> list[Plot]:
+                colors: dict[str, str], verdicts: pd.DataFrame | None = None, agg_note: str = "") -> list[Plot]:
     """Every interactive figure of report.html, in reading order (None-free): per task its learning
-    curves and its verdicts (one `group`, drawn side by side), then the figures across tasks."""
+    curves and its verdicts (one `group`, drawn side by side), then the figures across tasks.
+    `agg_note`: the aggregate table's sentence on the per-task normalisation (under the interval
+    estimates)."""
     out: list[Plot | None] = []
     for task in sorted(scored.scores["task"].unique()):
         model = curve_model(task, runset, scored, colors, cfg, percent)
@@ -588,7 +592,7 @@ def build_plots(runset: RunSet, scored: Scored, cfg: ReportConfig, percent: bool
             out.append(Plot(f"curves_{_slug(task)}_plot", f"{task}: learning curves", curves_caption(cfg),
                             "curves", model, group=task))
         out.append(verdict_figure(verdicts, task, percent, cfg.confidence))
-    out += [interval_figure(agg, colors, percent, cfg.confidence), poi_figure(poi, colors, cfg.confidence),
+    out += [interval_figure(agg, colors, percent, cfg.confidence, agg_note), poi_figure(poi, colors, cfg.confidence),
             profile_plot(profile, colors, percent), ablation_figure(abl, inter, percent, cfg.confidence),
             stability_figure(stab, flags, colors)]
     return [p for p in out if p is not None]

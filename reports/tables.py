@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from rlsuite.reports import smallsample, stats
+from rlsuite.reports import normalise, smallsample, stats
 from rlsuite.reports.config import ReportConfig
 from rlsuite.reports.errors import ReportError
 from rlsuite.reports.scores import BASE_LABEL, Scored, score_matrix
@@ -179,19 +179,24 @@ def _aggregate_row(label: str, matrix: np.ndarray, cfg: ReportConfig, stable: tu
             "optimality_gap_ci_high": ints["optimality_gap"].high}
 
 
-def aggregate_table(scored: Scored, cfg: ReportConfig, *, intervals: bool = False) -> pd.DataFrame:
+def aggregate_table(scored: Scored, cfg: ReportConfig, *, intervals: bool = False,
+                    norm: normalise.Normalised | None = None) -> pd.DataFrame:
     """Per algorithm across tasks: mean and IQM with stratified CIs (rliable; `cfg.ci` via
-    `stats.stratified_method`), median over tasks of the per-task mean, optimality gap.
+    `stats.stratified_method`), median over tasks of the per-task mean, optimality gap, of the
+    scores normalised per task by `cfg.normalise` (`rlsuite.reports.normalise`; `norm`: one
+    already computed from `scored`).
 
     Tasks are weighted equally; an algorithm missing a task is aggregated over the tasks it
-    has (see `n_tasks`). Starts with the base (step 0) row. Columns: `AGGREGATE_COLUMNS`, then
-    `AGGREGATE_EXTRA_COLUMNS` with `intervals=True` (the table itself leaves them out).
+    has (see `n_tasks`). Starts with the base (step 0) row (normalised alike). Columns:
+    `AGGREGATE_COLUMNS`, then `AGGREGATE_EXTRA_COLUMNS` with `intervals=True` (the table itself
+    leaves them out). Raises ReportError when the normalisation is undefined for a task.
     """
-    s = scored.scores
+    norm = norm if norm is not None else normalise.normalise(scored.scores, scored.base, cfg.normalise)
+    s = norm.scores
     tasks = sorted(s["task"].unique())
     rows = []
-    if len(scored.base):
-        base = scored.base.groupby(["task", "seed"], as_index=False, dropna=False)["score"].mean()
+    if len(norm.base):
+        base = norm.base.groupby(["task", "seed"], as_index=False, dropna=False)["score"].mean()
         base = base.assign(algorithm=BASE_LABEL)  # per seed first, as in the leaderboard
         rows.append(_aggregate_row(BASE_LABEL, score_matrix(base, BASE_LABEL, tasks), cfg, (pd.NA, pd.NA)))
     for alg, g in s.groupby("algorithm", sort=True):
@@ -286,8 +291,11 @@ def power(xcols: stats.Columns, ycols: stats.Columns | None, diff: float, cfg: R
             "seeds_needed": stats.seeds_needed(diff, terms, alpha=alpha, power=POWER)}
 
 
-def paired_table(scored: Scored, cfg: ReportConfig, reference: str | None) -> pd.DataFrame:
-    """Every algorithm minus the reference, per task and over all tasks (task-mean).
+def paired_table(scored: Scored, cfg: ReportConfig, reference: str | None,
+                 norm: normalise.Normalised | None = None) -> pd.DataFrame:
+    """Every algorithm minus the reference, per task (raw scores) and over all tasks (task-mean of
+    the scores normalised per task by `cfg.normalise`, as the aggregates; `norm`: one already
+    computed from `scored`).
 
     Columns: `algorithm, reference, task, n_pairs, diff, ci_low, ci_high, pairing, mdd, seeds_needed`.
     """
@@ -297,12 +305,15 @@ def paired_table(scored: Scored, cfg: ReportConfig, reference: str | None) -> pd
     if reference is None:
         return pd.DataFrame(columns=cols)
     tasks = sorted(s["task"].unique())
+    if len(tasks) > 1 and norm is None:
+        norm = normalise.normalise(s, scored.base, cfg.normalise)
     rows = []
     for alg in sorted(a for a in s["algorithm"].unique() if a != reference):
         for scope in tasks + (["all tasks"] if len(tasks) > 1 else []):
             use = tasks if scope == "all tasks" else [scope]
+            frame = norm.scores if scope == "all tasks" else s
             rows.append({"algorithm": alg, "reference": reference, "task": scope,
-                         **compare(s, alg, reference, use, cfg)})
+                         **compare(frame, alg, reference, use, cfg)})
     return pd.DataFrame(rows, columns=cols)
 
 
