@@ -176,6 +176,8 @@ def hash_seed_dependence(spec: str, gen_seed: int) -> Optional[str]:
     then gives other problems in every process. Probed once per machine: :data:`PROBE_ITEMS` items
     generated here and in a process with another hash seed must match; the answer is cached under
     ``$RLSUITE_CACHE/reasoning_gym/hash_seed/``. A probe process that fails is an error, never a pass.
+    Such a dataset's problems are generated in a child process at :data:`PINNED_HASH_SEED`
+    (:func:`pinned_entries`), so they are the same in every process.
     """
     import json
     import os
@@ -206,6 +208,41 @@ def hash_seed_dependence(spec: str, gen_seed: int) -> Optional[str]:
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, {"spec": spec, "gen_seed": gen_seed, "version": PINNED, "why": why})
     return why
+
+
+PINNED_HASH_SEED = "0"
+"""The string-hash seed (``PYTHONHASHSEED``) under which the problems of a dataset whose generator
+follows it are generated (:func:`pinned_entries`)."""
+
+
+def pinned_entries(spec: str, gen_seed: int, size: int) -> list[dict[str, Any]]:
+    """The first ``size`` entries of ``spec`` generated with ``gen_seed`` in a child process whose
+    string-hash seed is :data:`PINNED_HASH_SEED`: for the generators that iterate a set
+    (:func:`hash_seed_dependence`), the same problems in every process and on every machine. The
+    entries come back as JSON; one that JSON cannot carry is an error, never a silent change. A child
+    that fails is an error."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    code = ("import json, sys\n"
+            "import reasoning_gym as rg\n"
+            "from reasoning_gym.factory import DATASETS\n"
+            "from rlsuite.tasks.reasoning_gym import enum_params, parse_dataset_spec\n"
+            "name, params = parse_dataset_spec(sys.argv[1])\n"
+            "ds = rg.create_dataset(name, seed=int(sys.argv[2]), size=int(sys.argv[3]), "
+            "**enum_params(DATASETS[name][1], params))\n"
+            "json.dump([ds[i] for i in range(int(sys.argv[3]))], sys.stdout, allow_nan=False)\n")
+    proc = subprocess.run([sys.executable, "-c", code, spec, str(gen_seed), str(size)], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONHASHSEED": PINNED_HASH_SEED}, timeout=1800)
+    if proc.returncode != 0:
+        raise RuntimeError(f"reasoning_gym: generating {spec!r} at PYTHONHASHSEED={PINNED_HASH_SEED} failed "
+                           f"(exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+    entries = json.loads(proc.stdout)
+    if len(entries) != size:
+        raise RuntimeError(f"reasoning_gym: the pinned generation of {spec!r} gave {len(entries)} entries, not {size}")
+    return entries
 
 
 def space_estimate(n: int, distinct: int) -> tuple[float, bool]:
@@ -285,6 +322,7 @@ class ReasoningGym(Task):
         super().__init__(cfg)
         self._splits: Optional[dict[str, list[Item]]] = None
         self._ds: dict[str, Any] = {}
+        self._pinned: dict[str, list[dict[str, Any]]] = {}  # label -> entries generated at the pinned hash seed
         self._space: dict[str, dict[str, Any]] = {}
         self.labels = battery_labels(cfg.datasets)
 
@@ -303,21 +341,24 @@ class ReasoningGym(Task):
                 self._ds[label] = rg.create_dataset(name, seed=self.cfg.gen_seed, size=self.cfg.pool, **params)
             except (TypeError, ValueError, AssertionError) as e:
                 raise BadInput(f"reasoning_gym: dataset {name!r} refuses parameters {params}: {e}") from None
-            why = hash_seed_dependence(spec, self.cfg.gen_seed)  # after the parameters were accepted
-            if why is not None:
-                raise BadInput(f"reasoning_gym: dataset {spec!r} is not reproducible: {why}; no two processes would "
-                               "train and test on the same problems: pick another dataset")
+            if hash_seed_dependence(spec, self.cfg.gen_seed) is not None:  # after the parameters were accepted
+                self._pinned[label] = pinned_entries(spec, self.cfg.gen_seed, self.cfg.pool)
         return self._ds[label]
+
+    def _entry(self, label: str, idx: int) -> dict[str, Any]:
+        """Entry ``idx`` of dataset ``label``: generated here, or at the pinned hash seed for a
+        generator that follows the process's string-hash seed (:func:`pinned_entries`)."""
+        ds = self._dataset(label)
+        return self._pinned[label][idx] if label in self._pinned else ds[idx]
 
     def splits(self) -> dict[str, list[Item]]:
         if self._splits is None:
             c = self.cfg
             out: dict[str, list[Item]] = {"train": [], "val": [], "test": []}
             for label in self.labels:
-                ds = self._dataset(label)
                 seen: dict[str, Item] = {}
                 for i in range(c.pool):
-                    e = ds[i]
+                    e = self._entry(label, i)
                     q = e["question"]
                     if q not in seen:
                         a = e.get("answer")
@@ -380,7 +421,7 @@ class ReasoningGym(Task):
             return Grade(reward=0.0, correct=False, parsed=None)
         ds = self._dataset(example.label)
         try:
-            score = float(ds.score_answer(parsed, ds[example.idx]))
+            score = float(ds.score_answer(parsed, self._entry(example.label, example.idx)))
         except Exception as e:  # noqa: BLE001 - a scorer failure is a grade error, never a 0
             return Grade.errored(f"reasoning_gym {example.label} scorer raised {type(e).__name__}: {e}")
         if not math.isfinite(score) or not 0.0 <= score <= 1.0:

@@ -86,20 +86,44 @@ def test_enum_parameters_are_named_by_their_value_in_a_spec():
         task(datasets=("aiw:task_types=[cousins],task_type_weights=[1.0]",)).splits()
 
 
-def test_a_dataset_whose_problems_follow_the_string_hash_seed_is_refused(tmp_path, monkeypatch):
+SPLITS_DIGEST = ("import hashlib, sys\n"
+                 "from rlsuite.tasks.reasoning_gym import ReasoningGym, ReasoningGymConfig\n"
+                 "t = ReasoningGym(ReasoningGymConfig(datasets=(sys.argv[1],), pool=300, n_test=20, n_val=5))\n"
+                 "s = t.splits()\n"
+                 "text = '|'.join(f'{it.question}={it.answer}' for k in ('train', 'val', 'test') for it in s[k])\n"
+                 "print(hashlib.sha256(text.encode()).hexdigest())\n")
+
+
+def test_a_dataset_whose_problems_follow_the_string_hash_seed_is_generated_at_a_pinned_one(tmp_path, monkeypatch):
     """``ransom_note`` (0.1.25) draws letters from ``list(a set)``: its problems change with
     PYTHONHASHSEED, so every process would get others. The probe (this process and one with another
-    hash seed) refuses it with the cause and caches the answer; a deterministic dataset passes."""
+    hash seed) finds it and caches the answer (a deterministic dataset passes); such a dataset is then
+    generated in a child at the pinned hash seed, so processes with different hash seeds get the same
+    splits, and the grader reads the same entries (a gold answer grades correct)."""
+    import hashlib
+    import os
+    import subprocess
+    import sys
+
     monkeypatch.setenv("RLSUITE_CACHE", str(tmp_path))
     spec = "ransom_note:max_note_length=3,max_magazine_length=8"
-    with pytest.raises(BadInput, match=r"not reproducible: .*another string-hash seed \(PYTHONHASHSEED=[12]\).*set"):
-        task(datasets=(spec,), pool=300, n_test=20, n_val=5).splits()
+    assert "set" in rgt.hash_seed_dependence(spec, 0)
     assert rgt.hash_seed_dependence("gcd:max_value=150", 0) is None
     cached = sorted((tmp_path / "reasoning_gym" / "hash_seed").glob("*.json"))
     assert len(cached) == 2
     monkeypatch.setattr(rgt.subprocess if hasattr(rgt, "subprocess") else __import__("subprocess"), "Popen",
                         lambda *a, **k: pytest.fail("a cached answer started a probe"))
     assert rgt.hash_seed_dependence("gcd:max_value=150", 0) is None and "set" in rgt.hash_seed_dependence(spec, 0)
+    monkeypatch.undo()
+    monkeypatch.setenv("RLSUITE_CACHE", str(tmp_path))
+    digests = {subprocess.run([sys.executable, "-c", SPLITS_DIGEST, spec], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": seed}).stdout.strip() for seed in ("5", "6")}
+    t = task(datasets=(spec,), pool=300, n_test=20, n_val=5)
+    s = t.splits()
+    text = "|".join(f"{it.question}={it.answer}" for k in ("train", "val", "test") for it in s[k])
+    assert digests == {hashlib.sha256(text.encode()).hexdigest()}
+    assert all(t.grade(it, t.reference_completion(it)).correct for it in s["test"])
+    assert {it.answer for it in s["test"]} == {"True", "False"}
 
 
 def test_a_wrong_package_version_is_refused(monkeypatch):
