@@ -84,6 +84,8 @@ CANDIDATES = {  # label -> (kind, dataset spec)
     "sort_words_2": ("ordering", "word_sorting:min_words=2,max_words=2,min_word_length=3,max_word_length=6"),
     "sort_numbers_2": ("ordering", "number_sorting:min_numbers=2,max_numbers=2,max_decimals=0"),
     "pick_2": ("ordering", "number_format:min_num_candidates=2,max_num_candidates=2,min_n=10,max_n=1000"),
+    # ransom_note is generated at a pinned string-hash seed since 64b70b0 (its generator iterates a set)
+    "ransom_5": ("string", "ransom_note:max_note_length=4,max_magazine_length=10"),
 }
 
 
