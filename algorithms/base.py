@@ -130,8 +130,8 @@ class Algorithm:
     False (most entries), a step whose update is one forward of the whole batch at the weights that
     sampled it (one epoch, one minibatch, one micro-batch, on-policy) takes π_old from that forward
     instead of a scoring pass of its own: the same tensor, computed once
-    (``Trainer._old_from_update``). A contract test checks every False entry: its advantages and
-    filter are the same with ``old_logp`` absent."""
+    (``Scorer.from_update``, :mod:`rlsuite.suite.scoring`). A contract test checks every False
+    entry: its advantages and filter are the same with ``old_logp`` absent."""
     inert: ClassVar[dict[str, str]] = {}
     """Config fields that deliberately change neither rewards, advantages, filter nor loss on
     their own, with the reason (the "live knobs" contract test skips them)."""

@@ -22,6 +22,11 @@ copy values, so nothing is tied that was not). ``format`` 2 is this layout; a ch
 without it (written before) holds plain state dicts, ``ref`` and ``engine`` included, and still
 loads.
 
+Writing and reading (:func:`save`, :func:`resume`) take the run's
+:class:`~rlsuite.suite.train_state.TrainState` and its parallel mode
+(:class:`rlsuite.suite.parallel.ParallelMode`), which writes ``checkpoint/`` (rank 0's
+``state.pt``; sharded: torch.distributed.checkpoint shards beside it) and loads the weights.
+
 ``python -m rlsuite.suite.checkpoint RUN_DIR_OR_STATE_PT`` prints the bytes by component
 (:func:`component_bytes`).
 """
@@ -35,6 +40,8 @@ from typing import Any, Iterator, Mapping
 
 import torch
 from torch import Tensor
+
+from rlsuite.suite.errors import BadInput
 
 FORMAT = 2
 """The layout :func:`pack` writes (``state["format"]``)."""
@@ -124,6 +131,70 @@ def unpack(state: dict[str, Any]) -> dict[str, Any]:
 def load(path: Path, map_location: Any = None) -> dict[str, Any]:
     """A checkpoint's ``state.pt``, unpacked."""
     return unpack(torch.load(path, weights_only=False, map_location=map_location))
+
+
+def engine_rebuilt(st) -> bool:
+    """The engine holds what :func:`resume` rebuilds without stored weights: the policy of now
+    or one of the lag history's (through the mismatch knob)."""
+    v = st.engine.version
+    return v == int(st.budget.counters["updates"]) or v in st.behaviour.history
+
+
+def state_of(st) -> dict[str, Any]:
+    """The checkpoint of the :class:`~rlsuite.suite.train_state.TrainState` ``st``, unpacked
+    (:func:`pack` stores it)."""
+    out = {"model": st.model.state_dict(), "opt": st.opt.state_dict(), "algo": st.algo.state_dict(),
+           "budget": st.budget.state_dict(), "step": st.step_no, "cursor": st.cursor,
+           "evals_done": st.evals_done, "entropy": st.entropy, "engine_version": st.engine.version,
+           "kl_coef": st.kl_coef}
+    if st.critic is not None:
+        out["critic"] = st.critic.state_dict()
+    if st.ref is not None and st.ref_refreshed:  # else it is the base, rebuilt on resume
+        out["ref"] = st.ref.state_dict()
+    if st.base_copy() is not None:
+        out["base_sha256"] = st.base_sha256()
+    if not engine_rebuilt(st):
+        out["engine"] = st.engine.state()  # the behaviour weights (stale) as they are
+    if st.behaviour.history:
+        out["history"] = st.behaviour.history  # the current policy in it is stored once (pack)
+    if st.ref_anchors:
+        out["ref_anchors"] = dict(st.ref_anchors)
+    return out
+
+
+def save(st, folder, parallel) -> None:
+    """Write ``folder``'s ``checkpoint/`` for the state ``st`` (replaced atomically; the metrics
+    rows up to it are made durable first) through the run's parallel mode."""
+    parallel.save(st, folder, lambda: state_of(st))
+
+
+def resume(st, folder, parallel, device, model_name: str) -> bool:
+    """Load ``folder``'s checkpoint into ``st`` (False when there is none). A checkpoint whose
+    base sha256 differs from the base this run rebuilt its frozen copies from is refused."""
+    path = folder.file("checkpoint") / "state.pt"
+    if not path.exists():
+        return False
+    ck = load(path, map_location=device)
+    rebuilds_base = (st.ref is not None and "ref" not in ck) or st.init is not None
+    if rebuilds_base and ck.get("base_sha256") is not None and ck["base_sha256"] != st.base_sha256():
+        raise BadInput(f"{path}: the run started from a base model with other weights (sha256 "
+                       f"{ck['base_sha256'][:12]}…, now {st.base_sha256()[:12]}… for model "
+                       f"'{model_name}'); its frozen reference is rebuilt from the base, so it cannot "
+                       f"resume exactly: restore that model or start the run afresh (remove {path.parent})")
+    parallel.load(st, ck, path.parent)  # the trained weights, optimizer state, refreshed reference, history
+    st.algo.load_state_dict(ck["algo"])
+    st.budget.load_state_dict(ck["budget"])
+    st.step_no, st.cursor, st.evals_done, st.entropy = ck["step"], ck["cursor"], ck["evals_done"], ck["entropy"]
+    st.kl_coef = float(ck.get("kl_coef", st.algo.cfg.kl_coef))
+    st.ref_anchors.clear()
+    st.ref_anchors.update(ck.get("ref_anchors", {}))
+    v = ck["engine_version"]
+    if "engine" in ck:
+        st.engine.load_weights(ck["engine"], v)
+    else:  # the policy of version v, through the mismatch knob, as the behaviour sync loads it
+        src = st.behaviour.history[v] if v in st.behaviour.history else st.model.state_dict()
+        st.behaviour.load(src, v)
+    return True
 
 
 def state_sha256(sd: Mapping[str, Tensor]) -> str:

@@ -11,7 +11,8 @@ Backend capabilities: :data:`HF_CAPABILITIES`, plus ``attn_stat`` when the model
 
 from __future__ import annotations
 
-from typing import Optional
+import contextlib
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -97,3 +98,19 @@ def policy_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float,
         topk_logp = torch.nn.functional.pad(logp_all.gather(-1, topk_ids[:, s:]), (0, 0, s, 0))
     return Forward(logp=logp, entropy=entropy, hidden=hidden if "hidden" in want else None,
                    attn_stat=attn_stat, values=values, topk_logp=topk_logp)
+
+
+def forward_options(train, prompt_width: int) -> dict[str, Any]:
+    """:func:`policy_forward`'s lever arguments for a batch whose responses start at
+    ``prompt_width``: ``train.share_prefix`` (the resolved setting) and ``train.compile``, and
+    ``logits_from``: log-probs from the response on (the loss mask is 0 on the prompt; the
+    default forward's results are bit for bit those of the whole sequence)."""
+    return {"prompt_width": prompt_width if train.share_prefix else 0, "compiled": train.compile,
+            "logits_from": prompt_width}
+
+
+def precision(train, device: torch.device):
+    """The training and scoring forwards' precision context (``train.autocast``)."""
+    if train.autocast == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()

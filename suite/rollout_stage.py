@@ -3,16 +3,19 @@
 Roll out G completions per prompt with the behaviour policies (``algo.before_rollout``),
 grade them with the task, build each group's rewards (``algo.rewards``), and run the
 feedback-conditioned second round when the algorithm asks for one (``algo.revise``). Its
-input is narrow: the ``rollout`` config section, the model's chat-template setting, the run
-seed, the task and its splits, the tokenizer, the engine, the data-parallel world and the
-budget it charges; grade errors are reported to ``note_grade_errors``.
+input is narrow: a :class:`StageConfig` (the ``rollout`` config section, the model's
+chat-template setting, the run seed, the entry's needs, the stop tokens, the policy's size for
+FLOPs), the task and its splits, the tokenizer, the engine, the algorithm, the data-parallel
+world, the budget it charges and the reference anchors it fills (kept in checkpoints:
+:attr:`rlsuite.suite.train_state.TrainState.ref_anchors`). Grade errors are counted in
+:attr:`RolloutStage.errors` (:class:`GradeErrors`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 
@@ -24,23 +27,63 @@ from rlsuite.suite.rollout import collect
 from rlsuite.suite.types import Rollout, cat_rollouts
 
 
+@dataclasses.dataclass(frozen=True)
+class StageConfig:
+    """What the rollout stage reads of the run besides its collaborators."""
+
+    rollout: Any
+    """The ``rollout`` config section."""
+    chat_template: str
+    """``model.chat_template``."""
+    seed: int
+    needs: frozenset[str]
+    """The algorithm's declared needs (top-K, attention statistics, anchors, ...)."""
+    stop_ids: tuple[int, ...]
+    """Token ids that end a completion (empty: the tokenizer's EOS)."""
+    n_params: int
+    """The policy's non-embedding parameters P (generation FLOPs)."""
+
+
+class GradeErrors:
+    """A step's grade errors (``Grade.error``): counted, the first kept. ``n`` grades of which all
+    errored means the grader is broken: the run stops as ``failed`` (it never trains on all-zero
+    rewards)."""
+
+    def __init__(self, task_name: str) -> None:
+        self.task_name = task_name
+        self.reset()
+
+    def reset(self) -> None:
+        self.count, self.first = 0, None
+
+    def note(self, errors: list[str], n: Optional[int], step: Optional[int] = None) -> None:
+        if not errors:
+            return
+        self.count += len(errors)
+        if self.first is None:
+            self.first = errors[0]
+        if n is not None and len(errors) == n:
+            from rlsuite.tasks.base import GraderError
+
+            raise GraderError(f"task '{self.task_name}': the grader could not grade any of the {n} completions "
+                              f"at step {step} (first error: {errors[0]})")
+
+
 class RolloutStage:
     """Prompts → graded rollout records with rewards (and the second round's rows)."""
 
-    def __init__(self, rollout, chat_template: str, seed: int, task, splits: dict, tokenizer, engine, algo,
-                 needs: frozenset[str], world, budget: Budget, n_params: int,
-                 note_grade_errors: Callable[[list[str], Optional[int]], None],
-                 stop_ids: Optional[tuple[int, ...]] = None) -> None:
-        self.r, self.chat_template, self.seed = rollout, chat_template, seed
+    def __init__(self, cfg: StageConfig, *, task, splits: dict, tokenizer, engine, algo, world, budget: Budget,
+                 anchors: dict[int, tuple[str, ...]]) -> None:
+        self.r, self.chat_template, self.seed = cfg.rollout, cfg.chat_template, cfg.seed
         self.task, self.splits, self.tok, self.engine, self.algo = task, splits, tokenizer, engine, algo
-        self.needs, self.world, self.budget, self.P = needs, world, budget, n_params
-        self.note_grade_errors = note_grade_errors
-        self.stop_ids = stop_ids or (tokenizer.eos_token_id,)
+        self.needs, self.world, self.budget, self.P = cfg.needs, world, budget, cfg.n_params
+        self.errors = GradeErrors(task.name)
+        self.stop_ids = cfg.stop_ids or (tokenizer.eos_token_id,)
         self._prompt_cache: dict[tuple[str, int], tuple[list[int], str]] = {}
         # ``ref_anchor``: the engine's weights at construction (the base the run starts from) and the
-        # anchors sampled from them, by train index (kept in checkpoints: ``state_dict``)
-        self.ref_state = ({k: v.clone() for k, v in engine.state().items()} if "ref_anchor" in needs else None)
-        self.ref_anchors: dict[int, tuple[str, ...]] = {}
+        # anchors sampled from them, by train index (``anchors``: the training state's, checkpointed)
+        self.ref_state = ({k: v.clone() for k, v in engine.state().items()} if "ref_anchor" in cfg.needs else None)
+        self.ref_anchors = anchors
 
     def prompt(self, split: str, i: int) -> tuple[list[int], str]:
         key = (split, i)
@@ -95,7 +138,7 @@ class RolloutStage:
         G = self.r.group_size
         examples = [self.splits["train"][i] for i in idx for _ in range(G)]
         grades = self.task.grade_batch(examples, list(rec.texts))
-        self.note_grade_errors([g.error for g in grades if g.error is not None], len(grades))
+        self.errors.note([g.error for g in grades if g.error is not None], len(grades), ctx.step)
         scores = torch.tensor([g.reward for g in grades], dtype=torch.float)
         rewards = torch.empty_like(scores)
         groups = []
@@ -116,7 +159,7 @@ class RolloutStage:
     def grade_one(self, example, text: str) -> float:
         """``Group.grade``: one extra grade (judges, anchors); a grade error is counted."""
         g = self.task.grade(example, text)
-        self.note_grade_errors([g.error] if g.error is not None else [], None)
+        self.errors.note([g.error] if g.error is not None else [], None)
         return float(g.reward)
 
     # -- 3b. a feedback-conditioned second round (``revise``) ---------------------------

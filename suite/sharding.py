@@ -1,5 +1,7 @@
 """Sharded training within a run (``dist.shard=fsdp``): FSDP2 ``fully_shard`` over the
-``dist.world_size`` ranks of :mod:`rlsuite.suite.distributed`.
+``dist.world_size`` ranks of :mod:`rlsuite.suite.distributed`; :class:`Sharding` is the trainer's
+parallel mode then (:class:`rlsuite.suite.parallel.ParallelMode`), and works on the run's
+:class:`~rlsuite.suite.train_state.TrainState`.
 
 What changes against data parallelism (every rank holding the full model):
 
@@ -49,7 +51,7 @@ import torch.distributed as dist
 from torch import nn
 
 from rlsuite.suite.behaviour import BehaviourSync
-from rlsuite.suite.errors import BadInput
+from rlsuite.suite.errors import BadInput, Diverged
 
 _LAYER = re.compile(r"(^|\.)layers\.(\d+)\.")
 
@@ -101,7 +103,10 @@ def _checkpointed(layer: nn.Module) -> None:
 
 
 class Sharding:
-    """The run's FSDP2 set-up; :meth:`apply` shards a trainer's models in place."""
+    """The run's FSDP2 set-up, a parallel mode (:class:`rlsuite.suite.parallel.ParallelMode`):
+    :meth:`prepare` shards a :class:`~rlsuite.suite.train_state.TrainState`'s models in place."""
+
+    base_eval_memo = False  # the weights hash of a sharded model would be this rank's shards
 
     def __init__(self, dist, device: torch.device, world) -> None:
         from torch.distributed.device_mesh import init_device_mesh
@@ -139,28 +144,47 @@ class Sharding:
                 m.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
         return module
 
-    def apply(self, tr) -> None:
-        """Shard ``tr``'s policy, reference, initial policy and critic (before its optimizer exists)."""
+    def prepare(self, st) -> None:
+        """Shard ``st``'s policy, reference, initial policy and critic (before its optimizer
+        exists); its behaviour sync becomes a :class:`ShardedBehaviour`."""
         first: dict[int, str] = {}
-        for name, p in tr.model.named_parameters(remove_duplicate=False):
+        for name, p in st.model.named_parameters(remove_duplicate=False):
             if id(p) in first:
                 self.aliases[name] = first[id(p)]
             else:
                 first[id(p)] = name
-        tr._base_sha256()  # of the unsharded base (π_ref / π_init), for resume checks
-        self.shard(tr.model, decoder_layers(tr.model), trainable=True)
-        for frozen in (tr.ref, tr.init):
+        st.base_sha256()  # of the unsharded base (π_ref / π_init), for resume checks
+        self.shard(st.model, decoder_layers(st.model), trainable=True)
+        for frozen in (st.ref, st.init):
             if frozen is not None:
                 self.shard(frozen, decoder_layers(frozen), trainable=False)
-        if tr.critic is not None:
-            c = tr.critic
+        if st.critic is not None:
+            c = st.critic
             if c.trunk is not None:
                 self.shard(c.trunk, list(c.trunk.layers), trainable=True)
             self.shard(c.head, [], trainable=True)
-        b = tr.behaviour
-        tr.behaviour = ShardedBehaviour(b.r, b.seed, b.engine, tr.model, self)
+        b = st.behaviour
+        st.behaviour = ShardedBehaviour(b.r, b.seed, b.engine, st.model, self)
 
     # -- the update -------------------------------------------------------------------
+    def rank_micro_batches(self, plan: list[list[torch.Tensor]]) -> list[tuple[torch.Tensor, bool]]:
+        """This rank's micro-batches as (rows, live): every rank runs as many (each forward and
+        backward is a collective), a short rank padding with weight-0 copies of a real one."""
+        mine = [(rows, True) for rows in plan[self.world.rank]]
+        n = max(len(p) for p in plan)
+        pad = next(rows for p in plan for rows in p)
+        return mine + [(pad, False)] * (n - len(mine))
+
+    def nonfinite(self, total: torch.Tensor, step: int) -> Optional[str]:
+        """Every rank agrees on a non-finite loss before any backward (which is a collective) and
+        raises ``Diverged`` at the same micro-batch."""
+        if not self.all_finite(bool(torch.isfinite(total))):
+            raise Diverged(f"non-finite loss at step {step} on a sharded rank")
+        return None
+
+    def reduce_grads(self, opt, nonfinite: Optional[str], step: int) -> None:
+        """Nothing: the backward reduce-scattered the gradients as sums already."""
+
     def all_finite(self, finite: bool) -> bool:
         """Whether every rank's loss is finite (before a backward, which is a collective)."""
         if not self.world.active:
@@ -225,85 +249,95 @@ class Sharding:
                 out.update(chunk)
         return out if keep else None
 
-    def eval_engine(self, tr):
-        """A rollout engine with the current policy for rank 0's eval (every rank gathers)."""
+    def eval_engine(self, st, rollout, tok):
+        """Where the engine lags the policy, a rollout engine with the current policy for rank 0's
+        eval (every rank gathers; None on the others, and where the engine holds the policy)."""
         from rlsuite.suite.engines import make_engine
 
-        state = self.full_state(tr.model, keep=tr.world.main)
+        if st.engine.version == st.budget.counters["updates"]:
+            return None
+        state = self.full_state(st.model, keep=self.world.main)
         if state is None:
             return None
-        return make_engine(tr.spec.rollout.engine, FullView(tr.model, state), tr.tok, tr.spec.rollout)
+        return make_engine(rollout.engine, FullView(st.model, state), tok, rollout)
+
+    def final_writer(self, model: nn.Module):
+        """``final/``'s writer: the full weights gathered now (every rank), saved by rank 0."""
+        state = self.full_state(model, self.world.main)
+        return lambda d: save_pretrained(model, d, state)
 
     # -- checkpoints ------------------------------------------------------------------
-    def _container(self, tr) -> nn.Module:
-        parts = {"policy": tr.model}
-        if tr.critic is not None:
-            parts["critic"] = tr.critic
+    def _container(self, st) -> nn.Module:
+        parts = {"policy": st.model}
+        if st.critic is not None:
+            parts["critic"] = st.critic
         return nn.ModuleDict(parts)
 
-    def _tensors(self, tr, history_versions, ref: bool) -> dict[str, Any]:
+    def _tensors(self, st, history_versions, ref: bool) -> dict[str, Any]:
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-        out: dict[str, Any] = {"model": tr.model.state_dict(),
-                               "optim": get_optimizer_state_dict(self._container(tr), tr.opt)}
-        if tr.critic is not None:
-            out["critic"] = tr.critic.state_dict()
+        out: dict[str, Any] = {"model": st.model.state_dict(),
+                               "optim": get_optimizer_state_dict(self._container(st), st.opt)}
+        if st.critic is not None:
+            out["critic"] = st.critic.state_dict()
         if ref:
-            out["ref"] = tr.ref.state_dict()
+            out["ref"] = st.ref.state_dict()
         if history_versions:  # saving: the snapshots; loading: templates of their shape and placement
-            h = tr.behaviour.history
+            h = st.behaviour.history
             out["history"] = {str(v): h[v] if v in h else {k: x.detach().clone() for k, x in
-                                                           tr.model.state_dict().items()} for v in history_versions}
+                                                           st.model.state_dict().items()} for v in history_versions}
         return out
 
-    def save(self, tr, plain: dict[str, Any]) -> None:
+    def save(self, st, folder, plain) -> None:
         """Every rank: the sharded tensors into ``checkpoint/dcp``; rank 0 also ``state.pt``
-        (``plain``: the trainer's state without the sharded weight dicts)."""
+        (``plain()``: the state dict of :func:`rlsuite.suite.checkpoint.state_of`, whose sharded
+        weight dicts are left out of it)."""
         import torch.distributed.checkpoint as dcp
 
         from rlsuite.suite.checkpoint import pack
 
-        versions = sorted(tr.behaviour.history)
-        ref = "ref" in plain
-        meta = {k: v for k, v in plain.items() if k not in ("model", "opt", "critic", "ref", "history")}
+        state = plain()
+        versions = sorted(st.behaviour.history)
+        ref = "ref" in state
+        meta = {k: v for k, v in state.items() if k not in ("model", "opt", "critic", "ref", "history")}
         meta["sharded"] = {"world_size": self.world.size, "history": versions, "ref": ref,
-                           "critic": tr.critic is not None}
-        tensors = self._tensors(tr, versions, ref)
+                           "critic": st.critic is not None}
+        tensors = self._tensors(st, versions, ref)
 
         def write(d: Path) -> None:
-            tr.world.broadcast_object(str(d))
+            self.world.broadcast_object(str(d))
             dcp.save(tensors, checkpoint_id=str(d / "dcp"))
             torch.save(pack(meta), d / "state.pt")
 
-        if tr.world.main:
-            tr.folder.sync("metrics.jsonl")
-            tr.folder.replace_dir("checkpoint", write)
+        if self.world.main:
+            folder.sync("metrics.jsonl")
+            folder.replace_dir("checkpoint", write)
         else:
-            d = Path(tr.world.broadcast_object(None))
+            d = Path(self.world.broadcast_object(None))
             dcp.save(tensors, checkpoint_id=str(d / "dcp"))
 
-    def load(self, tr, st: dict[str, Any], ckpt: Path) -> None:
+    def load(self, st, ck: dict[str, Any], ckpt: Path) -> None:
         """Every rank: the sharded tensors of ``ckpt/dcp`` (written on any world size) into
-        ``tr``'s models, optimizer and history."""
+        ``st``'s models, optimizer and history."""
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import set_optimizer_state_dict
 
-        info = st.get("sharded")
+        info = ck.get("sharded")
         if info is None:
             raise BadInput(f"{ckpt}: written by an unsharded run (dist.shard=none); resume it with "
                            f"dist.shard=none, or start the sharded run afresh (remove {ckpt})")
-        if info["critic"] != (tr.critic is not None):
+        if info["critic"] != (st.critic is not None):
             raise BadInput(f"{ckpt}: the checkpoint's critic does not match this run's")
-        target = self._tensors(tr, info["history"], info["ref"])
+        target = self._tensors(st, info["history"], info["ref"])
         dcp.load(target, checkpoint_id=str(ckpt / "dcp"))
-        tr.model.load_state_dict(target["model"])
-        if tr.critic is not None:
-            tr.critic.load_state_dict(target["critic"])
+        st.model.load_state_dict(target["model"])
+        if st.critic is not None:
+            st.critic.load_state_dict(target["critic"])
         if info["ref"]:
-            tr.ref.load_state_dict(target["ref"])
-            tr._ref_refreshed = True
-        set_optimizer_state_dict(self._container(tr), tr.opt, target["optim"])
-        tr.behaviour.history = {int(v): sd for v, sd in target.get("history", {}).items()}
+            st.ref.load_state_dict(target["ref"])
+            st.ref_refreshed = True
+        set_optimizer_state_dict(self._container(st), st.opt, target["optim"])
+        st.behaviour.history = {int(v): sd for v, sd in target.get("history", {}).items()}
 
 
 class ShardedBehaviour(BehaviourSync):
@@ -344,12 +378,13 @@ def save_pretrained(model: nn.Module, d: Path, state: dict[str, torch.Tensor]) -
     model.save_pretrained(d, state_dict=state)
 
 
-def state_bytes(tr) -> dict[str, int]:
-    """What this rank holds of the trained state: ``params`` (the local shards of the policy,
-    critic, reference and initial policy, each parameter once) and ``optim`` (AdamW's state)."""
+def state_bytes(st) -> dict[str, int]:
+    """What this rank holds of the trained state ``st`` (a :class:`~rlsuite.suite.train_state.TrainState`):
+    ``params`` (the local shards of the policy, critic, reference and initial policy, each
+    parameter once) and ``optim`` (AdamW's state)."""
     seen: set[int] = set()
     params = 0
-    for m in (tr.model, tr.critic, tr.ref, tr.init):
+    for m in (st.model, st.critic, st.ref, st.init):
         if m is None:
             continue
         for p in m.parameters():
@@ -358,8 +393,8 @@ def state_bytes(tr) -> dict[str, int]:
                 t = local(p.detach())
                 params += t.numel() * t.element_size()
     optim = 0
-    for st in tr.opt.state.values():
-        for v in st.values():
+    for s in st.opt.state.values():
+        for v in s.values():
             if isinstance(v, torch.Tensor):
                 t = local(v)
                 optim += t.numel() * t.element_size()

@@ -1,4 +1,5 @@
-"""Step 7's metric rows: the rollout statistics of a step and the merge of micro-batch metrics."""
+"""Step 7's metric rows: the rollout statistics of a step and the merge of micro-batch metrics
+(gathered over data-parallel ranks first)."""
 
 from __future__ import annotations
 
@@ -91,3 +92,14 @@ def merge(acc: dict[str, list[tuple[float, float]]]) -> dict[str, float]:
             out[k] = sum(v * w for v, w in vals) / wsum if wsum > 0 else sum(xs) / len(xs)
     return out
 
+
+
+def gather_ranks(acc: dict[str, list[tuple[float, float]]], world) -> dict[str, list[tuple[float, float]]]:
+    """Every data-parallel rank's micro-batch metrics ``acc`` (``(value, normaliser share)`` lists),
+    in rank order, as one process accumulates them before :func:`merge`; ``stats/grad_norm`` (the
+    same on every rank) stays this rank's. In one process, ``acc`` itself."""
+    if not world.active:
+        return acc
+    gathered = world.all_gather_object({k: v for k, v in acc.items() if k != "stats/grad_norm"})
+    return {k: (acc[k] if k == "stats/grad_norm" else [x for g in gathered for x in g.get(k, [])])
+            for k in dict.fromkeys([*acc, *(k for g in gathered for k in g)])}

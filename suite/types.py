@@ -161,7 +161,8 @@ class Batch(Rollout):
       extras: per-sequence or per-token tensors an algorithm stores for its loss
         (e.g. importance weights), keyed by name;
       old_logp_mask [B, T]: set instead of ``old_logp`` when π_old is taken from the update's own
-        forward (``Trainer._old_from_update``): the mask the scoring pass would have applied.
+        forward (``Scorer.from_update``, :mod:`rlsuite.suite.scoring`): the mask the scoring pass
+        would have applied.
     """
 
     old_logp: Optional[Tensor] = None

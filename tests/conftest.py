@@ -151,6 +151,6 @@ def _base_evals_computed(request, monkeypatch):
     below what the memo's key can see (``eval.cache_base``; its own tests and every subprocess run
     use the memo)."""
     if request.module.__name__.rsplit(".", 1)[-1] != "test_base_eval_cache":
-        import rlsuite.suite.trainer as trainer
+        import rlsuite.suite.eval_stage as eval_stage
 
-        monkeypatch.setattr(trainer, "memo_base_eval", lambda parts, compute: (compute(), True))
+        monkeypatch.setattr(eval_stage, "memo_base_eval", lambda parts, compute: (compute(), True))

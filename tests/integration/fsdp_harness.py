@@ -38,9 +38,7 @@ def build_trainer(spec, out: Path):
 
 def full_params(tr) -> dict[str, torch.Tensor]:
     """The policy's full parameters on the CPU (a collective when sharded; rank 0 gets them)."""
-    if tr.shard is not None:
-        return tr.shard.full_state(tr.model, keep=True)
-    return {k: v.detach().cpu().clone() for k, v in tr.model.state_dict().items()}
+    return tr.parallel.full_state(tr.state.model, keep=True)
 
 
 def peak_rss_kb() -> int:
@@ -89,7 +87,7 @@ def probe(spec, out: Path, steps: int = 2) -> dict[str, Any]:
         if i == 0:
             after = full_params(tr)
             delta = {k: after[k] - before[k] for k in before}
-            mem = state_bytes(tr)
+            mem = state_bytes(tr.state)
     return {"rows": rows, "tokens": tokens, "delta": delta, "mem": mem, "times": times, "norms64": norms64,
             "maxrss_kb": peak_rss_kb(),
             "rank": tr.world.rank, "world_size": tr.world.size}

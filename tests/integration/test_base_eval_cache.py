@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-import rlsuite.suite.trainer as trainer_mod
+import rlsuite.suite.eval_stage as eval_stage
 from rlsuite.suite.cli import main
 from rlsuite.suite.evaluate import memo_base_eval
 from rlsuite.suite.runfolder import read_jsonl
@@ -23,13 +23,13 @@ SMALL = ["--task", "arith", "--algo", "grpo", "--set", "model.warm_start=none", 
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("RLSUITE_CACHE", str(tmp_path / "cache"))
     calls = []
-    real = trainer_mod.evaluate
+    real = eval_stage.evaluate
 
     def counting(*a, **k):
         calls.append(1)
         return real(*a, **k)
 
-    monkeypatch.setattr(trainer_mod, "evaluate", counting)
+    monkeypatch.setattr(eval_stage, "evaluate", counting)
     return tmp_path / "cache" / "base_evals", calls
 
 

@@ -181,32 +181,25 @@ def test_bucket_by_length_equals_the_unbucketed_update(tmp_path, capsys):
 
 
 def test_micro_batch_plan_orders_rows_longest_first():
-    from rlsuite.suite.trainer import Trainer
+    from rlsuite.suite.update_plan import micro_batches
 
-    class Fake:
-        pass
-
-    fake = Fake()
-    fake.world = type("W", (), {"size": 2, "rank": 0})()
-    fake.spec = resolve("arith", "grpo", "tiny", 0, sets=[("train.micro_batch_size", 2), ("train.bucket_by_length", True)])
+    train = resolve("arith", "grpo", "tiny", 0, sets=[("train.micro_batch_size", 2), ("train.bucket_by_length", True)]).train
     lengths = [3, 5, 4, 1, 2, 6, 6]
     attn = torch.tensor([[1] * n + [0] * (6 - n) for n in lengths])
     mb = type("MB", (), {"batch_size": 7, "tokens": attn, "attn_mask": attn})()
-    plan = Trainer._micro_batches(fake, mb)
+    plan = micro_batches(mb, 2, train)
     # rank 0 holds rows 0..2 (lengths 3, 5, 4), rank 1 rows 3..6 (1, 2, 6, 6): longest first, ties in order
     assert [[r.tolist() for r in rank] for rank in plan] == [[[1, 2], [0]], [[5, 6], [4, 3]]]
     # left padding does not count: the order is by the last real column (what trimming keeps)
     attn = torch.tensor([[0, 0, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0]])
     mb = type("MB", (), {"batch_size": 2, "tokens": attn, "attn_mask": attn})()
-    fake.world.size = 1
-    assert [r.tolist() for r in Trainer._micro_batches(fake, mb)[0]] == [[0, 1]]
+    assert [r.tolist() for r in micro_batches(mb, 1, train)[0]] == [[0, 1]]
     # a rank with no rows gets no micro-batch (world size above the minibatch size)
-    fake.world.size = 2
     mb = type("MB", (), {"batch_size": 1, "tokens": attn[:1], "attn_mask": attn[:1]})()
-    assert [[r.tolist() for r in rank] for rank in Trainer._micro_batches(fake, mb)] == [[], [[0]]]
-    fake.spec = resolve("arith", "grpo", "tiny", 0)  # without bucketing: the same rows as before the setting existed
+    assert [[r.tolist() for r in rank] for rank in micro_batches(mb, 2, train)] == [[], [[0]]]
+    train = resolve("arith", "grpo", "tiny", 0).train  # without bucketing: the same rows as before the setting existed
     mb = type("MB", (), {"batch_size": 7, "tokens": torch.ones(7, 6), "attn_mask": torch.ones(7, 6)})()
-    assert [[r.tolist() for r in rank] for rank in Trainer._micro_batches(fake, mb)] == [[[0, 1, 2]], [[3, 4, 5, 6]]]
+    assert [[r.tolist() for r in rank] for rank in micro_batches(mb, 2, train)] == [[[0, 1, 2]], [[3, 4, 5, 6]]]
 
 
 def test_a_run_folder_from_before_the_reset_is_never_taken_for_a_current_run(tmp_path):
@@ -243,16 +236,16 @@ def test_compile_without_a_compiler_is_refused(tmp_path, capsys, monkeypatch):
                                        ("gspo", [("rollout.max_new_tokens", 6)])])
 def test_pi_old_from_the_update_forward_is_the_scoring_pass_bit_for_bit(tmp_path, monkeypatch, algo, sets):
     """One epoch, one minibatch, on-policy: π_old is taken from the update's own forward instead
-    of a scoring pass (``Trainer._old_from_update``). Every metric of every step — losses,
+    of a scoring pass (``Scorer.from_update``). Every metric of every step — losses,
     ratios, clip fractions, the engine–trainer gap ``mismatch/*`` and ``stats/kl_ref`` (logged
     after the update, in the scoring pass's row order) — equals the run with the pass bit for bit;
     only the pass's FLOPs (``budget/flops_score_old``) and the timings differ."""
     from rlsuite.suite.runner import execute
-    from rlsuite.suite.trainer import Trainer
+    from rlsuite.suite.scoring import Scorer
 
     rows = {}
     for on in (True, False):
-        monkeypatch.setattr(Trainer, "old_from_update", on)
+        monkeypatch.setattr(Scorer, "old_from_update", on)
         spec = resolve("arith", algo, "tiny", 0, sets=[("model.warm_start", "none"), ("eval.max_prompts", 4),
                                                        ("rollout.prompts_per_step", 4), ("rollout.group_size", G),
                                                        *sets], budgets=[("updates", 3)])

@@ -282,18 +282,19 @@ def test_grade_errors_are_counted_and_left_out_of_the_loss(tmp_path):
     task, algo = TASKS.get(spec.task.name)(spec.task), ALGORITHMS.get("grpo")(spec.algo)
     model, tok, _ = load_model(spec.model)
     tr = Trainer(spec, tmp_path / "run", task, algo, model, tok)
-    tr.step_no = 1
+    tr.state.step_no = 1
     batch, _ = tr._collect_batch(tr.context())
     err = batch.grade_error.cpu()
     odd = torch.tensor([len(t) % 2 == 1 for t in batch.texts])
     assert torch.equal(err, odd) and 0 < int(err.sum()) < batch.batch_size
     assert float(batch.loss_mask[err].sum()) == 0.0 and bool((batch.loss_mask[~err].sum(-1) > 0).all())
     assert float(batch.scores[err].abs().sum()) == 0.0
-    assert tr._grade_errors == int(err.sum())
+    errors, stage = tr.rollouts.errors, tr.rollouts
+    assert errors.count == int(err.sum())
     # Group.grade (the task judge's and anchors' grader) counts its grade errors too
-    n = tr._grade_errors
-    assert tr._grade_one(tr.splits["train"][0], "x") == 0.0 and tr._grade_errors == n + 1
-    assert tr._grade_one(tr.splits["train"][0], "xy") == 1.0 and tr._grade_errors == n + 1
+    n = errors.count
+    assert stage.grade_one(tr.splits["train"][0], "x") == 0.0 and errors.count == n + 1
+    assert stage.grade_one(tr.splits["train"][0], "xy") == 1.0 and errors.count == n + 1
 
 
 def test_run_counts_reward_grade_errors_per_step(tmp_path, capsys):
@@ -330,7 +331,7 @@ def test_a_run_whose_every_grade_errors_fails_naming_the_grader_error(tmp_path):
     model, tok, _ = load_model(spec.model)
     tr = Trainer(spec, tmp_path / "run", TASKS.get(spec.task.name)(spec.task), ALGORITHMS.get("grpo")(spec.algo),
                  model, tok)
-    tr.step_no = 1
+    tr.state.step_no = 1
     with pytest.raises(GraderError, match=r"could not grade any of the 16 completions at step 1 "
                                           r"\(first error: the grading service is down\)"):
         tr._collect_batch(tr.context())
