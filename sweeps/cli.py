@@ -52,7 +52,7 @@ def add_arguments(sub) -> None:
     rg = ssub.add_parser("register", help="pre-register a study at the current commit: STUDY_DIR/study.json")
     rg.add_argument("spec", help="bundled spec name or a YAML path (commit it with the study)")
     rg.add_argument("--out", type=Path, required=True, metavar="STUDY_DIR",
-                    help="the study folder, inside the repository (e.g. benchmarks/results/<study>)")
+                    help="the study folder, inside the repository (e.g. benchmarks/<study>)")
     rg.add_argument("--keep-prefix", action="append", default=[], metavar="PREFIX",
                     help="the compact copies also keep the metrics starting with PREFIX (repeatable; budget/, the "
                          "usual curves and the checks' signals always)")

@@ -2,7 +2,7 @@
 compact run copies written into the repository as runs finish, and the path-identity check
 before runs done at different code are pooled.
 
-A *study folder* lies inside the repository (``benchmarks/results/<study>/``) and holds:
+A *study folder* lies inside the repository (``benchmarks/<study>/``) and holds:
 
 ``study.json``  the registration (:func:`register`): the git commit (HEAD; refused while tracked
                 files under :data:`REGISTER_PATHS` have uncommitted changes), the spec file's
@@ -12,7 +12,7 @@ A *study folder* lies inside the repository (``benchmarks/results/<study>/``) an
 ``runs/<sweep>/<run_id>/``  one compact copy per finished (``completed`` or ``diverged``) run
                 (:func:`compact_copy`): ``spec.json``, ``status.json``, ``env.json`` and
                 ``evals.jsonl`` whole, ``metrics.jsonl`` cut to :data:`COMPACT_KEEP`, the checks'
-                signals and the ``budget/`` counters (the format of ``benchmarks/effects.py
+                signals and the ``budget/`` counters (the format of ``benchmarks/effects/effects.py
                 export``); ``env.json`` gains a ``study`` block: the registered commit, the commit
                 the run finished at, whether the run code differed from the registered one and
                 who wrote the copy. Written by the sweep job itself the moment its run finishes
@@ -26,8 +26,8 @@ commit unless ``--allow-code-change`` (each copy then records the commit it ran 
 finished runs in ``--out`` that began before the registration.
 
 :func:`verify` (``rlsuite sweep verify STUDY``) is the light check before pooling runs done at
-another commit (the model: ``benchmarks/reference_runs.py``, bit-identical ``metrics.jsonl``
-before and after): one reference run id of the study at a short budget (``budget.updates=2``),
+another commit (the model: ``benchmarks/reference_runs/reference_runs.py``, bit-identical
+``metrics.jsonl`` before and after): one reference run id of the study at a short budget (``budget.updates=2``),
 run at the registered commit (a ``git worktree`` in a temporary folder, imported through a
 ``PYTHONPATH`` that maps its folders into the ``rlsuite`` namespace) and at the current code;
 ``path-identical`` when every ``metrics.jsonl`` and ``evals.jsonl`` row agrees exactly
@@ -64,7 +64,7 @@ COMPACT_KEEP = ("step", "time", "reward/mean", "reward/std", "len/response_mean"
                 "len/wrong_mean", "len/truncated_frac", "stats/entropy", "stats/grad_norm", "stats/kl_ref",
                 "group/mixed_frac", "perf/step_time", "perf/rollout_time", "perf/train_time", "stats/clip_frac",
                 "stats/approx_kl", "stability/nonfinite", "loss/policy")
-"""The metrics a compact copy keeps (``benchmarks/effects.py``'s ``KEEP``), besides the checks'
+"""The metrics a compact copy keeps (``benchmarks/effects/effects.py``'s ``KEEP``), besides the checks'
 signals and the keys starting with a kept prefix (``budget/`` always)."""
 FINISHED = ("completed", "diverged")
 WALL_KEYS = frozenset({"budget/wall_s", "time", "t", "wall_s", "timestamp"})
@@ -153,7 +153,7 @@ def register(spec_ref: str, study_dir: Path, keep_prefixes: Sequence[str] = (), 
     commit = head(repo)
     if _inside(study_dir, repo) is None:
         raise BadInput(f"--out {study_dir} is outside the repository {repo}: only what is committed there survives a "
-                       f"change of machine; give a folder inside it, e.g. benchmarks/results/<study>")
+                       f"change of machine; give a folder inside it, e.g. benchmarks/<study>")
     target = study_dir / STUDY_FILE
     if target.exists():
         old = read_json(target) or {}
@@ -227,7 +227,7 @@ def copied(dest: Path) -> set[str]:
 
 def compact_copy(src: Path, dest: Path, keep: Sequence[str] = COMPACT_KEEP, keep_prefixes: Sequence[str] = ("budget/",),
                  study_meta: Optional[dict] = None) -> bool:
-    """Copy the run folder ``src`` compactly to ``dest`` (``benchmarks/effects.py export``'s format:
+    """Copy the run folder ``src`` compactly to ``dest`` (``benchmarks/effects/effects.py export``'s format:
     spec/status/env/evals whole, metrics cut to ``keep`` and ``keep_prefixes``, every file and row
     naming the CPU model; no samples, no weights), ``study_meta`` as ``env.json``'s ``study``.
     Written under a temporary name and renamed into place; False (nothing written) when ``dest``
@@ -395,6 +395,17 @@ class StudyRun:
         return n
 
 
+def registered_spec(study_dir: Path, study: dict, repo: Path) -> Path:
+    """The spec file ``study.json`` registered: at the path it records (from the repository root),
+    or, where that file is gone because the study folder moved inside the repository since (e.g.
+    ``benchmarks/results/<study>/`` → ``benchmarks/<study>/``), the file of the same name in the
+    study folder. The callers' sha256 check decides whether it is the registered spec."""
+    reg = Path(study["spec"]["path"])
+    reg = reg if reg.is_absolute() else Path(repo) / reg
+    beside = Path(study_dir) / reg.name
+    return beside if not reg.is_file() and beside.is_file() else reg
+
+
 def prepare_run(study_dir: Path, spec_ref: Optional[str], allow_code_change: bool,
                 repo: Optional[Path] = None) -> StudyRun:
     """Open a study for ``sweep run --study``: the spec (``spec_ref`` or the registered one) must be
@@ -404,9 +415,7 @@ def prepare_run(study_dir: Path, spec_ref: Optional[str], allow_code_change: boo
 
     repo = Path(repo or code_root())
     study = load_study(study_dir)
-    reg_spec = Path(study["spec"]["path"])
-    reg_spec = reg_spec if reg_spec.is_absolute() else repo / reg_spec
-    spec_path = resolve_path(spec_ref) if spec_ref else reg_spec
+    spec_path = resolve_path(spec_ref) if spec_ref else registered_spec(study_dir, study, repo)
     if not spec_path.is_file():
         raise BadInput(f"the study's spec {spec_path} is missing; give SPEC (the registered one, sha256 "
                        f"{study['spec']['sha256'][:12]})")
@@ -457,7 +466,8 @@ print("RESULT " + json.dumps({**res, "exit": code, "run_dir": str(d), "short_run
 
 def namespace_path(src: Path, tmp: Path) -> str:
     """A PYTHONPATH under which ``import rlsuite.*`` reads the checkout ``src`` (its folders mapped
-    into the namespace as its pyproject maps them; ``benchmarks/reference_runs.py``'s ``before_path``)."""
+    into the namespace as its pyproject maps them; ``benchmarks/reference_runs/reference_runs.py``'s
+    ``before_path``)."""
     pkg = tmp / "rlsuite"
     pkg.mkdir(parents=True, exist_ok=True)
     (pkg / "__init__.py").write_text((src / "rlsuite" / "__init__.py").read_text())
@@ -528,8 +538,7 @@ def verify(study_dir: Path, run_id: Optional[str] = None, updates: int = 2, agai
         if not resolved:
             raise BadInput(f"--against {against!r} is not a commit of {repo}; give 'current' (this code) or a commit")
         against = resolved
-    spec = Path(study["spec"]["path"])
-    spec = spec if spec.is_absolute() else repo / spec
+    spec = registered_spec(study_dir, study, repo)
     if not spec.is_file() or sha256_file(spec) != study["spec"]["sha256"]:
         raise BadInput(f"{spec} is missing or not the registered spec (sha256 {study['spec']['sha256'][:12]})")
     tmp = Path(out) if out else Path(tempfile.mkdtemp(prefix="rlsuite-verify-"))

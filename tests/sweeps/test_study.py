@@ -16,6 +16,7 @@ import pytest
 import rlsuite.suite.runner as runner
 import rlsuite.sweeps.study as study
 from rlsuite.suite.cli import main
+from rlsuite.suite.errors import BadInput
 from rlsuite.sweeps.spec import expand, load
 
 SPEC = """
@@ -164,6 +165,32 @@ def test_study_run_refuses_a_code_change_since_registration_unless_allowed(repo,
         meta = json.loads((c / "env.json").read_text())["study"]
         assert meta["commit"] == new and meta["registered_commit"] == reg
         assert meta["code_changed"] is True and meta["changed_files"] == ["suite/a.py"] and meta["allow_code_change"]
+
+
+def test_a_study_folder_moved_inside_the_repository_still_opens_its_registered_spec(repo):
+    """study.json records the spec's path at registration; after the study folder moves (its spec
+    beside study.json, as benchmarks/results/<study>/ → benchmarks/<study>/), ``sweep run --study``
+    and ``verify`` find the spec by name in the folder, and the sha256 check still refuses another file."""
+    old = repo / "benchmarks" / "results" / "st"
+    old.mkdir(parents=True)
+    (old / "spec.yaml").write_text(SPEC)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "spec")
+    assert main(["sweep", "register", str(old / "spec.yaml"), "--out", str(old)]) == 0
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "register")
+    new = repo / "benchmarks" / "st"
+    git(repo, "mv", str(old), str(new))
+    git(repo, "commit", "-q", "-m", "move")
+    doc = study.load_study(new)
+    assert doc["spec"]["path"] == "benchmarks/results/st/spec.yaml" and not (repo / doc["spec"]["path"]).exists()
+    assert study.registered_spec(new, doc, repo) == new / "spec.yaml"
+    assert study.prepare_run(new, None, False, repo=repo).spec_path == new / "spec.yaml"
+    (new / "spec.yaml").write_text(SPEC.replace("seeds: [0]", "seeds: [1]"))
+    with pytest.raises(BadInput, match="is not the spec"):
+        study.prepare_run(new, None, False, repo=repo)
+    # a spec still at its recorded path is that one, whatever lies in the folder
+    assert study.registered_spec(new, {"spec": {"path": "specs/st.yaml"}}, repo) == repo / "specs" / "st.yaml"
 
 
 def test_first_difference_names_the_first_differing_step_and_key():
