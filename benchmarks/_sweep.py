@@ -1,4 +1,5 @@
-"""Shared driver of the sweep benchmarks: run a bundled sweep locally, report, write a results file.
+"""Shared driver of the sweep benchmarks (``benchmarks/<study>/<study>.py``): run a bundled sweep locally,
+report, write a results file.
 
 The table comes from the real report (`rlsuite report`): final greedy test accuracy per
 algorithm with the bootstrap CI over seeds and the stability count, plus the ablation table
@@ -73,7 +74,7 @@ def main(spec: str, results: str, title: str, note: str = "") -> None:
     report = out / name / "report"
     build_report(out / name, report, ReportConfig(reps=2000))
     parts = [f"# {title}", "", note, "",
-             f"Command: `python benchmarks/{Path(sys.argv[0]).name}` (sweep `{spec}`, {args.workers} local workers, "
+             f"Command: `python {Path(sys.argv[0]).resolve().relative_to(ROOT).as_posix()}` (sweep `{spec}`, {args.workers} local workers, "
              f"1 torch thread each). Machine: {cpu_model()} ({platform.machine()}), {os.cpu_count()} cores (shared with other work "
              f"while it ran). Sweep wall time: {wall / 60:.1f} min. Full report: `rlsuite report <root>/{name}`.", "",
              "Scores: final greedy test accuracy, %.", "", (report / "leaderboard.md").read_text()]

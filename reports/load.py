@@ -196,7 +196,7 @@ def _is_bad(value: Any) -> bool:
 
 
 PROVENANCE_KEYS = ("cpu_model",)
-"""Per-row provenance strings, not metrics: compact run copies (``benchmarks/effects.py export``)
+"""Per-row provenance strings, not metrics: compact run copies (``benchmarks/effects/effects.py export``)
 name the CPU a row was measured on in every row; the run's env.json holds the same, so they are
 dropped from the metric rows instead of being read as non-numeric metrics."""
 

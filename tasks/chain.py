@@ -29,7 +29,7 @@ With the embedded ``tiny`` model the task provides a supervised warm start on ge
 train problems reaches ``warm_target`` (30%); the base built at the default configuration is
 committed (``tasks/bases/chain__tiny.*``: 420 SFT steps, 33.5% at temperature 1 at the stop,
 greedy 46.0% on val and test), so every machine starts RL from the same bytes. Measured from it
-(``benchmarks/results/effects.md``, AMD EPYC, 5 seeds): GRPO at the preset's budget moves greedy
+(``benchmarks/effects/effects.md``, AMD EPYC, 5 seeds): GRPO at the preset's budget moves greedy
 test accuracy by +0.0 to +6.0 points — a weak signal at this budget.
 """
 

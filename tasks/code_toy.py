@@ -23,10 +23,10 @@ With the embedded ``tiny`` model the task provides a supervised warm start (teac
 canonical expressions on train problems) that stops once greedy accuracy on held-out train
 problems reaches ``warm_target`` (0.3: ~900 SFT steps, built once and cached), leaving
 headroom for RL. The preset's budget, 12,800 samples (100 GRPO steps of 16 prompts × 8), is
-sized to the sandbox's measured rate (``benchmarks/results/sandbox.md``: ~200–470 programs/s
+sized to the sandbox's measured rate (``benchmarks/sandbox/sandbox.md``: ~200–470 programs/s
 warm with 2 workers): grading is at most 128 programs per step (identical programs run once,
 through the grading cache), a fraction of the policy's own step time; a run takes about
-90 CPU-seconds. ``benchmarks/results/tasks_code.md``: GRPO lifts greedy val accuracy from
+90 CPU-seconds. ``benchmarks/tasks_code/tasks_code.md``: GRPO lifts greedy val accuracy from
 0.32 to 0.35–0.41 over 3 seeds (test 0.29 → 0.30–0.34). Trials on seed 0 (val after 100
 steps): lr 3e-4 → 0.41, 6e-4 → 0.29, 1e-3 → 0.22; G 16 × 8 prompts → 0.30; 25,600 samples
 → 0.405 (no better than 12,800).

@@ -49,7 +49,7 @@ Example::
         # ['passed', 'timeout']
 
 ``python -m rlsuite.tasks.sandbox`` prints the detection report and the share of the reward hacks of
-:mod:`rlsuite.tasks.sandbox.battery` each available layer catches; ``benchmarks/sandbox.py`` measures
+:mod:`rlsuite.tasks.sandbox.battery` each available layer catches; ``benchmarks/sandbox/sandbox.py`` measures
 each layer's rate and runs the hostile battery and the reward hacks on it.
 
 Requirements: Linux on x86_64 or aarch64 (the seccomp filter's syscall tables). Limits that

@@ -52,7 +52,7 @@ def _rel(a: float, b: float) -> float:
 # plain loops) and on the sharding. No two runs need agree on it; what holds on any CPU is that it
 # stays rounding-sized: |Δ log-prob| and the KL below 1e-4 nats, ratios within 1e-4 of 1. A real
 # mismatch fails it: a missed weight push, or bf16 engine weights (largest |Δ log-prob| ~0.2 a token,
-# benchmarks/results/mismatch.md).
+# benchmarks/mismatch/mismatch.md).
 NOISE_BOUND = 1e-4
 
 

@@ -8,8 +8,8 @@ What may and may not depend on the CPU:
   measured value on every machine, up to greedy near-ties that flip between CPUs (±1 point);
 * RL is not bit-reproducible across CPUs: a seed's gain on another CPU is a fresh draw from the
   per-seed distribution, so every bound is chosen from per-seed gains measured in
-  `benchmarks/results/learning.md` (and `baselines.md`) so that it fails with probability <= 1% under
-  a normal fit of them (the figures are named next to each bound).
+  `benchmarks/learning/learning.md` (and `benchmarks/baselines/baselines.md`) so that it fails with
+  probability <= 1% under a normal fit of them (the figures are named next to each bound).
 
 Slow (≈ 40 s per `arith` run, ≈ 3 min for the `chain` run, on one thread).
 """
@@ -25,7 +25,7 @@ from rlsuite.suite.cli import main
 from rlsuite.suite.runfolder import read_jsonl
 
 # smallest per-seed gain of greedy test accuracy measured at the default budget from the
-# committed base (AMD EPYC): +0.095 (ppo seed 2; grpo's smallest +0.130; benchmarks/results/
+# committed base (AMD EPYC): +0.095 (ppo seed 2; grpo's smallest +0.130; benchmarks/learning/
 # learning.md, and +9.5 points is also the smallest of all 12 baselines in baselines.md).
 # The margin is at most half of it.
 MIN_MEASURED_GAIN = 0.095
@@ -56,7 +56,7 @@ def test_default_budget_improves_greedy_accuracy(algo, tmp_path, capsys):
 # The embedded reasoning task: DAPO with 4 minibatch updates per rollout batch (the `dapo:mb4` arm
 # of sweeps/effects.yaml) at the `chain` preset, from the committed base. Its per-seed gains of greedy
 # val accuracy (200 prompts, base 0.460), 10 seeds on each of two CPUs (AMD EPYC with AVX2 only, AMD
-# EPYC with AVX-512; benchmarks/results/learning.md, `benchmarks/learning_chain.py`): pooled mean
+# EPYC with AVX-512; benchmarks/learning/learning.md, `benchmarks/learning/learning_chain.py`): pooled mean
 # +0.045, sd 0.0315, min -0.015 (the same seed gained +0.070 on the other CPU). No one-seed gain margin
 # holds with P(fail) <= 1% (mean - 2.326 sd = -0.028), and the same runs' greedy *test* accuracy does
 # not move (+0.002 on average): at today's preset the chain policy barely moves. So this is a

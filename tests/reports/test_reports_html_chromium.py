@@ -29,6 +29,8 @@ import pytest
 from rlsuite.reports import ReportConfig, build_report, synthetic
 from rlsuite.reports.interactive import plotly_js
 
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+"""Committed compact run copies the tests read (tests/fixtures/README.md says where each comes from)."""
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-extensions",
          "--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>"]
@@ -243,10 +245,8 @@ def _roots(kind: str, synthetic_root_ro: Path, tmp_path: Path) -> list[Path]:
             synthetic.write_root(tmp_path / machine / "sweep", arms, ["arith"], [0, 1, 2])
             roots.append(tmp_path / machine / "sweep")
         return roots
-    committed = {"real": ("effects", "effects"), "quickstart": ("quickstart", "quickstart")}[kind]
-    real = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / committed[0] / "runs" / committed[1]
-    if not real.is_dir():
-        pytest.skip(f"no committed sweep at {real}")
+    real = FIXTURES / {"real": "effects", "quickstart": "quickstart"}[kind]
+    assert real.is_dir(), f"the fixture {real} is missing (tests/fixtures/README.md)"
     return [real]
 
 
@@ -268,10 +268,10 @@ def report_of(synthetic_root_ro, tmp_path_factory):
 
 
 KINDS = ["single", "compare", "real", "quickstart"]
-"""`real`: the committed compact runs of a suite sweep (benchmarks/results/effects: the chain task,
-60 runs of 5 seeds), as `rlsuite sweep run` writes them; `quickstart`: the 12 runs of
-`rlsuite quickstart` (benchmarks/results/quickstart/runs, compact copies), so the page tested is
-the quickstart's report.html."""
+"""`real`: compact copies of a suite sweep's runs as `rlsuite sweep run` writes them (tests/fixtures/effects:
+the chain task, the 30 runs of the staleness effect's 6 arms × 5 seeds, from benchmarks/effects/runs);
+`quickstart`: the 12 runs of `rlsuite quickstart` (tests/fixtures/quickstart, compact copies), so
+the page tested is the quickstart's report.html."""
 
 
 @pytest.mark.slow

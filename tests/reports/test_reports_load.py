@@ -131,7 +131,7 @@ def test_running_and_empty_runs(tmp_path):
 
 
 def test_compact_copies_naming_the_cpu_in_every_row_load_without_problems(tmp_path):
-    # benchmarks/effects.py export writes {"cpu_model": ...} into every metrics row
+    # benchmarks/effects/effects.py export writes {"cpu_model": ...} into every metrics row
     run = tmp_path / "r"
     synthetic.write_run(run, "arith", synthetic.Arm(algo="grpo"), 0)
     folder = next(p.parent for p in run.rglob("spec.json"))

@@ -1,7 +1,7 @@
 """``code_toy``: deterministic problems, grading by execution (equivalent expressions pass,
 lookup tables and hacks fail), disjoint splits, and a short run through the real CLI with the
 tiny model (no warm start, so it stays fast; the warm start is exercised by
-``benchmarks/tasks_code.py``).
+``benchmarks/tasks_code/tasks_code.py``).
 
     pytest tests/tasks/test_code_toy.py
 """

@@ -1,5 +1,5 @@
-"""The benchmarks' fair-timing helpers: ``benchmarks/vs_trl.py``'s rotated side order and the
-interval over rounds, and ``benchmarks/reference_runs.py``'s metric comparison (hand-computed)."""
+"""The benchmarks' fair-timing helpers: ``benchmarks/vs_trl/vs_trl.py``'s rotated side order and the
+interval over rounds, and ``benchmarks/reference_runs/reference_runs.py``'s metric comparison (hand-computed)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ _BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def _load(name: str):
-    sys.path.insert(0, str(_BENCH))  # the scripts import their siblings (rollout.py) by name
+    sys.path.insert(0, str(_BENCH))  # the scripts import the shared modules (common.py) by name
     try:
-        spec = importlib.util.spec_from_file_location(f"{name}_bench", _BENCH / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(f"{name}_bench", _BENCH / name / f"{name}.py")  # <study>/<script>
         mod = importlib.util.module_from_spec(spec)
         sys.modules[f"{name}_bench"] = mod
         spec.loader.exec_module(mod)

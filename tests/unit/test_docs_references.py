@@ -29,9 +29,11 @@ SKIP = {".git", ".venv", ".venv-vllm", "venv", "node_modules", "__pycache__", ".
 """Folders never scanned: VCS data, environments (``.venv-vllm``: ``scripts/vllm_cpu_env.sh``), caches."""
 EXEMPT = "../shared/data"  # the RLSUITE_DATA default (code, tests, README, .ci)
 
-DOCS = ("README.md", "algorithms/README.md", "reports/METRICS.md",
+DOCS = ("README.md", "algorithms/README.md", "reports/METRICS.md", "benchmarks/index.md", "tests/fixtures/README.md",
+        *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "benchmarks").glob("*/README.md")),
         *sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md")))
-"""The in-repository docs: the three pages above and every page of the documentation site (``docs/``)."""
+"""The in-repository docs: the pages above (the benchmarks' index and each study folder's README, the
+fixtures' README) and every page of the documentation site (``docs/``)."""
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 
 

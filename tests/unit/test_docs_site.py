@@ -7,8 +7,10 @@
   --strict`` checks the links; this runs without mkdocs).
 * The ``docs`` extra pins mkdocs, mkdocs-material and mkdocstrings-python, and ``.ci/run`` installs
   it and builds the site strictly before the tests.
-* The results index (``docs/results.md``) has a row for every file and folder under
-  ``benchmarks/results/``.
+* The results index (``docs/results.md``) has a row for every committed results file under
+  ``benchmarks/`` (a row may name a folder, which covers what it holds), and names no path that
+  does not exist; every study folder ``benchmarks/<study>/`` has a ``README.md`` and a line in
+  ``benchmarks/index.md``.
 """
 
 from __future__ import annotations
@@ -86,23 +88,51 @@ def test_the_docs_extra_is_pinned_and_ci_builds_the_site_strictly():
     assert "/site/" in (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
 
 
-def results_entries() -> set[str]:
-    """The committed files and folders right under ``benchmarks/results/`` (git's view, so a results
-    file still being written is not held against the index; without git, the folder's contents)."""
+SCRIPT_SUFFIXES = (".py", ".sh")
+"""A study's code, not its results: listed in ``benchmarks/index.md``, not in the results index."""
+
+
+def benchmark_files() -> list[str]:
+    """The committed files under ``benchmarks/`` (git's view, so a results file still being written
+    is not held against the index; without git, the folder's contents)."""
     try:
-        out = subprocess.run(["git", "ls-files", "benchmarks/results"], cwd=ROOT, capture_output=True,
+        out = subprocess.run(["git", "ls-files", "benchmarks"], cwd=ROOT, capture_output=True,
                              text=True, check=True).stdout.split()
     except (OSError, subprocess.CalledProcessError):
         out = []
     if out:
-        return {p.split("/")[2] + ("/" if p.count("/") > 2 else "") for p in out}
-    return {p.name + ("/" if p.is_dir() else "") for p in (ROOT / "benchmarks" / "results").iterdir()
-            if not p.name.startswith(".")}
+        return out
+    return [p.relative_to(ROOT).as_posix() for p in (ROOT / "benchmarks").rglob("*")
+            if p.is_file() and not any(part.startswith((".", "__")) for part in p.relative_to(ROOT).parts)]
+
+
+def results_files() -> set[str]:
+    """The committed results under ``benchmarks/``: every file but the scripts, the shared modules,
+    the index and the study folders' READMEs."""
+    return {f for f in benchmark_files() if not f.endswith(SCRIPT_SUFFIXES) and f != "benchmarks/index.md"
+            and not (f.count("/") == 2 and f.endswith("/README.md"))}
+
+
+def study_folders() -> set[str]:
+    return {f.split("/")[1] for f in benchmark_files() if f.count("/") >= 2 and f.split("/")[1] != "results"}
 
 
 def test_the_results_index_has_a_row_for_every_results_file():
     index = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
-    rows = set(re.findall(r"^\| `benchmarks/results/([^`]+)` \|", index, re.M))
-    have = results_entries()
-    assert have <= rows, f"docs/results.md has no row for: {sorted(have - rows)}"
-    assert rows <= have, f"docs/results.md lists files that do not exist: {sorted(rows - have)}"
+    rows = set(re.findall(r"^\| `((?:benchmarks|tests/fixtures)/[^`]+)` \|", index, re.M))
+    have = results_files()
+    missing = sorted(f for f in have if not any(f == r or (r.endswith("/") and f.startswith(r)) for r in rows))
+    assert not missing, f"docs/results.md has no row for: {missing}"
+    absent = sorted(r for r in rows if not (ROOT / r).exists())
+    assert not absent, f"docs/results.md lists files that do not exist: {absent}"
+
+
+def test_every_study_folder_has_a_readme_and_a_line_in_the_benchmarks_index():
+    index = (ROOT / "benchmarks" / "index.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^\| \[`([a-z0-9_]+)/`\]\(\1/README\.md\) \|", index, re.M))
+    folders = study_folders()
+    assert folders, "no study folder under benchmarks/"
+    assert folders == listed, {"not in benchmarks/index.md": sorted(folders - listed),
+                               "listed but absent": sorted(listed - folders)}
+    assert all((ROOT / "benchmarks" / f / "README.md").is_file() for f in folders), \
+        [f for f in folders if not (ROOT / "benchmarks" / f / "README.md").is_file()]

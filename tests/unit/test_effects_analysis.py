@@ -1,4 +1,4 @@
-"""``benchmarks/effects.py``: the pre-registered reductions, by hand — samples-to-target with
+"""``benchmarks/effects/effects.py``: the pre-registered reductions, by hand — samples-to-target with
 its censoring, the paired difference over shared seeds, and the verdict from the interval."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "effects.py"
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "effects" / "effects.py"
 _spec = importlib.util.spec_from_file_location("effects_bench", _PATH)
 effects = importlib.util.module_from_spec(_spec)
 sys.modules["effects_bench"] = effects  # dataclasses look their module up

@@ -18,7 +18,8 @@ from rlsuite.suite.runner import _semantic
 from rlsuite.suite.spec import resolve, spec_from_dict
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMITTED = sorted((ROOT / "benchmarks" / "results").rglob("spec.json"))
+COMMITTED = sorted({*(ROOT / "benchmarks").rglob("spec.json"), *(ROOT / "tests" / "fixtures").rglob("spec.json")})
+"""Every committed run folder: the studies' compact runs (``benchmarks/<study>/``) and the test fixtures."""
 
 
 def _doc(spec) -> dict:

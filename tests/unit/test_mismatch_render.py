@@ -1,4 +1,4 @@
-"""``benchmarks/mismatch.py``: one row per correction arm from hand-made run folders (states,
+"""``benchmarks/mismatch/mismatch.py``: one row per correction arm from hand-made run folders (states,
 final accuracies, the correction's own shares averaged over the steps, the ratio range), and the
 step-0 eval printed per seed as the engine's (evals run through the mismatch knob)."""
 
@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "mismatch.py"
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "mismatch" / "mismatch.py"
 _spec = importlib.util.spec_from_file_location("mismatch_bench", _PATH)
 mismatch = importlib.util.module_from_spec(_spec)
 sys.modules["mismatch_bench"] = mismatch

@@ -1,4 +1,4 @@
-"""``benchmarks/rerule.py``: the final test eval of each completed run, per arm and seed, and the
+"""``benchmarks/rerule/rerule.py``: the final test eval of each completed run, per arm and seed, and the
 paired difference rerule − grpo over shared seeds (hand-made run folders)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "rerule.py"
+_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "rerule" / "rerule.py"
 _spec = importlib.util.spec_from_file_location("rerule_bench", _PATH)
 rerule = importlib.util.module_from_spec(_spec)
 sys.modules["rerule_bench"] = rerule
