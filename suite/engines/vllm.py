@@ -305,7 +305,12 @@ def _build_llm(vllm, model, tokenizer, rollout) -> _Shared:
                               logprobs_mode="processed_logprobs", max_logprobs=max_logprobs)
     if vllm_platform(vllm) == "cpu":
         kv_bytes = int(float(getattr(rollout, "vllm_cpu_kv_gib", 1.0)) * 2**30)
-        kw.update(enforce_eager=True, kv_cache_memory_bytes=kv_bytes)
+        # No chunked prefill: a request whose prompt is split over steps has its sampled token discarded,
+        # and vLLM then rewinds the request's generator (`set_offset`), which a CPU torch.Generator
+        # refuses ("CPU Generator does not use offset"): every seeded batch of more prompt tokens than
+        # one step holds failed. Unchunked, a step takes whole prompts (up to the model's length).
+        kw.update(enforce_eager=True, kv_cache_memory_bytes=kv_bytes, enable_chunked_prefill=False,
+                  max_num_batched_tokens=max(int(getattr(model.config, "max_position_embeddings", 0) or 0), 8192))
     else:
         kw.update(gpu_memory_utilization=float(getattr(rollout, "vllm_gpu_memory", 0.3)))
     with _keep_process_state():

@@ -100,6 +100,12 @@ def assert_same_semantics(sem: dict) -> None:
     assert sem["length"]["lengths"] == [6] * len(sem["length"]["lengths"])
 
 
+def test_a_seeded_batch_larger_than_one_vllm_step_completes_and_repeats(tiny):
+    b = tiny["big_batch"]
+    assert b["completed"] and b["same_seeds_same_samples"] and b["prompt_tokens"] > 8192, b
+    assert b["distinct_samples"] > 1, b  # sampled, not one greedy answer
+
+
 def test_sampling_settings_mean_in_vllm_what_they_mean_in_the_kv_engine(tiny):
     assert_same_semantics(tiny["semantics"])
 
