@@ -48,35 +48,36 @@ def test_perturbation_leaves_trained_weights_bit_identical_and_flops_match_grpo(
     from rlsuite.suite.runfolder import read_jsonl
     from rlsuite.suite.runner import execute
     from rlsuite.suite.spec import resolve
-    from rlsuite.suite.trainer import Trainer
+    from rlsuite.suite.rollout_stage import RolloutStage
+    from rlsuite.suite.scoring import Scorer
 
     seen = {}
-    real_rollout = Trainer._rollout
+    real_rollout = RolloutStage.rollout
 
-    def spy(self, idx, c, attempt):
-        before = {k: v.clone() for k, v in self.model.state_dict().items()}
+    def spy(self, idx, c, attempt):  # c.policy: the trained policy
+        before = {k: v.clone() for k, v in c.policy.state_dict().items()}
         engine_before = {k: v.clone() for k, v in self.engine.state().items()}
         out = real_rollout(self, idx, c, attempt)
-        seen["model_same"] = all(torch.equal(before[k], v) for k, v in self.model.state_dict().items())
+        seen["model_same"] = all(torch.equal(before[k], v) for k, v in c.policy.state_dict().items())
         seen["engine_same"] = all(torch.equal(engine_before[k], v) for k, v in self.engine.state().items())
         seen["behaviours"] = sorted(set(out[0].behaviour_id.tolist()))
         return out
 
     sets = [("model.warm_start", "none"), ("eval.max_prompts", 4)]
     try:
-        Trainer._rollout = spy
+        RolloutStage.rollout = spy
         spec = resolve("arith", "3po", "tiny", 0, sets=sets, budgets=[("updates", 1)])
         code, run = execute(spec, tmp_path / "a")
     finally:
-        Trainer._rollout = real_rollout
+        RolloutStage.rollout = real_rollout
     assert code == 0 and seen["model_same"] and seen["engine_same"] and seen["behaviours"] == [1, 2, 3, 4]
     three = read_jsonl(run / "metrics.jsonl")[0]
     grpo_spec = resolve("arith", "grpo", "tiny", 0, sets=sets + [("algo.kl_coef", 0.0)], budgets=[("updates", 1)])
     try:  # 3PO's perturbed rows are off-policy, so it scores π_old; so does GRPO here (not from its update)
-        Trainer.old_from_update = False
+        Scorer.old_from_update = False
         code, grun = execute(grpo_spec, tmp_path / "b")
     finally:
-        Trainer.old_from_update = True
+        Scorer.old_from_update = True
     grpo = read_jsonl(grun / "metrics.jsonl")[0]
     per_tok = lambda r: r["budget/flops"] / r["budget/train_tokens"]  # noqa: E731
     assert per_tok(three) == pytest.approx(per_tok(grpo), rel=0.05)
