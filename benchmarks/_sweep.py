@@ -9,13 +9,13 @@ when the sweep has arms. Wall time is measured around the whole sweep.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from common import command, machine, write_results
 
 from rlsuite.suite.runfolder import read_jsonl
 
@@ -67,15 +67,14 @@ def main(spec: str, results: str, title: str, note: str = "") -> None:
         sys.exit(f"sweep failed with exit {res.returncode}")
     from rlsuite.reports.build import build_report
     from rlsuite.reports.config import ReportConfig
-    from rlsuite.suite.warmstart import cpu_model
     from rlsuite.sweeps.spec import load
 
     name = load(spec).name
     report = out / name / "report"
     build_report(out / name, report, ReportConfig(reps=2000))
     parts = [f"# {title}", "", note, "",
-             f"Command: `python {Path(sys.argv[0]).resolve().relative_to(ROOT).as_posix()}` (sweep `{spec}`, {args.workers} local workers, "
-             f"1 torch thread each). Machine: {cpu_model()} ({platform.machine()}), {os.cpu_count()} cores (shared with other work "
+             f"Command: `{command(sys.argv[0])}` (sweep `{spec}`, {args.workers} local workers, "
+             f"1 torch thread each). Machine: {machine()} (shared with other work "
              f"while it ran). Sweep wall time: {wall / 60:.1f} min. Full report: `rlsuite report <root>/{name}`.", "",
              "Scores: final greedy test accuracy, %.", "", (report / "leaderboard.md").read_text()]
     parts += ["## Gain over the base per seed", "", *gains_table(out / name), ""]
@@ -91,6 +90,4 @@ def main(spec: str, results: str, title: str, note: str = "") -> None:
     summary = (report / "report.md").read_text().split("## Summary", 1)[-1].split("\n## ", 1)[0].strip()
     at = parts.index("Scores: final greedy test accuracy, %.")
     parts[at:at] = ["## Summary (from the report)", "", summary, ""]
-    path = ROOT / results
-    path.write_text("\n".join(parts) + "\n")
-    print(path.read_text())
+    write_results(ROOT / results, "\n".join(parts) + "\n")

@@ -7,6 +7,9 @@ and puts this folder on ``sys.path`` before importing it::
   starts the CLI, so a benchmark can import a task module first), raises with the tail of stderr
   when the run fails, and returns the run's folder contents the benchmarks use: ``val`` and
   ``test`` eval rows, ``status.json``, ``env.json`` and the wall time of the process.
+* ``machine()``, ``command(__file__, *args)`` and ``write_results(path, text)``: the machine and
+  command every results file states, and the tail every benchmark ends with (print the text, write
+  the results file, its folder made).
 * ``matmul_peak`` and ``memory_bandwidth``: the bounds the speed benchmarks measure against
   (``rollout``, ``decode_bound``, ``vs_trl``).
 """
@@ -14,12 +17,14 @@ and puts this folder on ``sys.path`` before importing it::
 from __future__ import annotations
 
 import json
+import os
+import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from rlsuite.suite.runfolder import read_jsonl
+from rlsuite.suite.runfolder import cpu_model, read_jsonl
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = "import sys; from rlsuite.suite.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -37,6 +42,32 @@ def run_cli(args: list[str], label: str, boot: str = CLI) -> dict:
             "test": [e for e in evals if e["split"] == "test"],
             "status": json.load(open(run_dir / "status.json")), "env": json.load(open(run_dir / "env.json")),
             "process_wall_s": wall}
+
+
+# -- what a results file states, and its writing --------------------------------------------------
+def machine() -> str:
+    """``<CPU model> (<architecture>), <n> cores``: the machine as a results file names it."""
+    return f"{cpu_model()} ({platform.machine()}), {os.cpu_count()} cores"
+
+
+def command(script: str | Path, *args: str, python: str = "python") -> str:
+    """``python benchmarks/<study>/<script>.py ARGS``: the command as a results file names it
+    (``script``: the benchmark's ``__file__``; its path from the repository root)."""
+    path = Path(script).resolve()
+    try:
+        path = path.relative_to(ROOT)
+    except ValueError:
+        pass
+    return " ".join([python, path.as_posix(), *args])
+
+
+def write_results(path: Path, text: str, keep: str = "") -> None:
+    """The tail of every benchmark: print ``text``, then write it to the results file ``path`` (its
+    folder made), followed by ``keep`` (another script's section of the same file, kept as it was)."""
+    print(text)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + keep)
 
 
 # -- the machine's bounds ---------------------------------------------------------------------------

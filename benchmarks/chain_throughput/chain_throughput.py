@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -36,8 +35,11 @@ from pathlib import Path
 
 import torch
 
-from rlsuite.suite.runfolder import cpu_model, read_jsonl
+from rlsuite.suite.runfolder import read_jsonl
 from rlsuite.sweeps.study import namespace_path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared modules
+from common import command, machine, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).resolve().parent / "chain_throughput.md"
@@ -139,9 +141,8 @@ def main() -> None:
     same_evals = all(r["evals"] == results[0]["evals"] for r in results)
     text = "\n".join([
         "# `chain` preset throughput: before and after, side by side", "",
-        f"Machine: {cpu_model()} ({platform.machine()}), {os.cpu_count()} cores; 1 torch thread per run, one run at "
-        f"a time; torch {torch.__version__}. Command: `python benchmarks/chain_throughput/chain_throughput.py "
-        f"{' '.join(sys.argv[1:])}`.", "",
+        f"Machine: {machine()}; 1 torch thread per run, one run at "
+        f"a time; torch {torch.__version__}. Command: `{command(__file__, *sys.argv[1:])}`.", "",
         f"Spec: `rlsuite run --task chain --algo grpo --seed {a.seed} --set eval.max_prompts=0` (the preset: "
         f"{results[0]['steps']} steps × 128 samples; every eval scores the whole split: "
         + ", ".join(sorted({f'{s} {n}' for _, s, n, _ in results[0]['evals']})) + " prompts). "
@@ -167,8 +168,7 @@ def main() -> None:
                                  if same_evals else "differ between runs: " + "; ".join(
                                      f"{r['side']} r{r['round']}: {r['evals']}" for r in results)),
         ""])
-    a.results.write_text(text)
-    print(text)
+    write_results(a.results, text)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import time
@@ -35,9 +34,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared modules
-from common import matmul_peak  # noqa: E402
+from common import command, machine, matmul_peak, write_results  # noqa: E402
 
-from rlsuite.suite.runfolder import cpu_model  # noqa: E402
 
 ROWS, NEW = 8, 64
 
@@ -154,9 +152,8 @@ def main() -> None:
     rows = [f"| {k} | {1e3 * v / 1e6 / NEW:.1f} | {v / total:.0%} |" for k, v in split.items()]
     text = "\n".join([
         f"# The decode step of `{a.model}` against its bounds", "",
-        f"Machine: {cpu_model()} ({platform.machine()}), {os.cpu_count()} cores, {a.threads} torch thread(s); torch "
-        f"{torch.__version__}. Command: "
-        f"`{' '.join(['python', 'benchmarks/decode_bound/decode_bound.py', *sys.argv[1:]])}`. "
+        f"Machine: {machine()}, {a.threads} torch thread(s); torch "
+        f"{torch.__version__}. Command: `{command(__file__, *sys.argv[1:])}`. "
         f"1-minute load average {os.getloadavg()[0]:.2f} at the end.", "",
         f"{ROWS} rows × {NEW} new tokens from one chat prompt ({len(ids)} tokens), no stop token; the engines "
         f"alternate ({a.reps} rounds, best of 2 each; the decode step = (rollout − prefill and first token) / "
@@ -186,8 +183,7 @@ def main() -> None:
         + (", so half the bytes does not pay here without a bf16 kernel of the CPU's." if not bf16_rows else
            ". oneDNN packed bf16, µs per call:"), "",
         *(["| weight [out × in] | oneDNN packed bf16 |", "|---|---|", *bf16_rows, ""] if bf16_rows else [])])
-    a.results.write_text(text)
-    print(text)
+    write_results(a.results, text)
 
 
 if __name__ == "__main__":

@@ -11,18 +11,15 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures as cf
-import os
-import platform
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared modules
-from common import run_cli  # noqa: E402
+from common import command, machine, run_cli, write_results  # noqa: E402
 from learning_chain import MARK as CHAIN_MARK  # noqa: E402  (the chain section of learning.md, kept on a rewrite)
 
-from rlsuite.suite.warmstart import cpu_model  # noqa: E402
 
 
 def one(algo: str, seed: int, out: Path) -> dict:
@@ -48,8 +45,8 @@ def main() -> None:
     with cf.ThreadPoolExecutor(args.workers) as pool:
         rows = list(pool.map(lambda j: one(j[0], j[1], out), jobs))
     lines = ["# Learning on the embedded default (`arith`, tiny model, default budget)", "",
-             f"Machine: {cpu_model()} ({platform.machine()}), {os.cpu_count()} cores, 1 torch thread per run, "
-             f"{args.workers} runs at a time. Command: `python benchmarks/learning/learning.py`. "
+             f"Machine: {machine()}, 1 torch thread per run, "
+             f"{args.workers} runs at a time. Command: `{command(__file__)}`. "
              "Every run starts from the "
              f"committed base (sha256 {rows[0]['base_sha']}…); Δ = final greedy test accuracy − the base's (step 0, "
              f"first 200 test prompts).", "",
@@ -67,12 +64,9 @@ def main() -> None:
         sd = statistics.stdev(d) if len(d) > 1 else 0.0
         lines.append(f"| {a} | {statistics.mean(d):+.3f} | {min(d):+.3f} | {max(d):+.3f} | {sd:.3f} | "
                      f"{statistics.mean(w):.1f} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    args.results.parent.mkdir(parents=True, exist_ok=True)
     old = args.results.read_text() if args.results.exists() else ""
     chain = old[old.index(CHAIN_MARK):] if CHAIN_MARK in old else ""  # benchmarks/learning/learning_chain.py's section
-    args.results.write_text(text + ("\n" + chain if chain else ""))
+    write_results(args.results, "\n".join(lines) + "\n", keep="\n" + chain if chain else "")
 
 
 if __name__ == "__main__":

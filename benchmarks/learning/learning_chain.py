@@ -21,18 +21,15 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import math
-import os
-import platform
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared modules
-from common import run_cli  # noqa: E402
+from common import command, machine, run_cli  # noqa: E402
 
 from rlsuite.suite.runfolder import read_jsonl  # noqa: E402
-from rlsuite.suite.warmstart import cpu_model  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "learning.md"
 MARK = "<!-- chain section: benchmarks/learning_chain.py -->"  # as in learning.md (the script's old path)
@@ -76,9 +73,8 @@ def render(rows: list[dict], workers: int) -> str:
     labels = dict.fromkeys(r["arm"] for r in rows)
     arms = [f"{a}@{','.join(str(r['seed']) for r in rows if r['arm'] == a)}" for a in labels]
     lines = [MARK, "", "# Learning on the embedded reasoning task (`chain`, tiny model, the preset's budget)", "",
-             f"Machine: {cpu_model()} ({platform.machine()}), {os.cpu_count()} cores, 1 torch thread per run, "
-             f"{workers} runs at a time. "
-             f"Command: `python benchmarks/learning/learning_chain.py --arms {' '.join(arms)}` "
+             f"Machine: {machine()}, 1 torch thread per run, "
+             f"{workers} runs at a time. Command: `{command(__file__, '--arms', *arms)}` "
              f"(seeds as listed). Every run starts from the "
              f"committed base (sha256 {rows[0]['base_sha']}…) with `rollout.engine=native`; Δ = final greedy val "
              f"accuracy − the base's (step 0, the first {rows[0]['n']} val prompts).", "",

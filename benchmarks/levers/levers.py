@@ -21,11 +21,9 @@ difference from the default forward on the first batch, and writes
 
 from __future__ import annotations
 
-from rlsuite.suite.runfolder import cpu_model
 import argparse
 import copy
 import os
-import platform
 import statistics
 import sys
 import time
@@ -34,6 +32,9 @@ from pathlib import Path
 
 import torch
 import torch._dynamo
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared modules
+from common import command, machine, write_results  # noqa: E402
 
 SHAPES = {  # model (hidden, layers, heads, mlp, vocab), batch (P, G, prompt, min resp, max resp)
     "vs_trl": ((128, 2, 4, 512, 100), (4, 8, 6, 20, 32)),
@@ -188,10 +189,8 @@ def main() -> None:
     text = "\n".join([
         "# Update levers: train.share_prefix, train.compile, optim.fused, train.autocast=bf16, "
         "train.bucket_by_length", "",
-        f"Machine: {cpu_model()} ({platform.machine()}), {os.cpu_count()} cores (shared), "
-        f"bf16 instructions (AVX-512 BF16/AMX): {bf16}, "
-        f"torch {torch.__version__}, {args.threads} threads. Command: "
-        f"`{' '.join(['python', 'benchmarks/levers/levers.py', *sys.argv[1:]])}`. "
+        f"Machine: {machine()} (shared), bf16 instructions (AVX-512 BF16/AMX): {bf16}, "
+        f"torch {torch.__version__}, {args.threads} threads. Command: `{command(__file__, *sys.argv[1:])}`. "
         f"1-minute load average {load_before:.2f} "
         f"before, {os.getloadavg()[0]:.2f} after.", "",
         "One training step = policy forward (log-probs and entropy), GRPO surrogate, backward, gradient clip, "
@@ -199,9 +198,7 @@ def main() -> None:
         f"{args.rounds} × {args.steps - 1} timed steps per setting. `first call s`: the first forward of the "
         "setting (compilation for `compile`). Δlogp: the forward's log-probs against the default's on the first "
         "batch (fp32 levers change summation order only; bf16 changes precision).", ""] + body)
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(text)
-    print(text)
+    write_results(args.results, text)
 
 
 if __name__ == "__main__":

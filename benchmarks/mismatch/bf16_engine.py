@@ -28,6 +28,9 @@ import torch
 
 from vllm_mismatch import BASE, run_arm_cmd, summarise, write_section
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared modules
+from common import command  # noqa: E402
+
 BEGIN, END = "<!-- bf16 engine section: benchmarks/bf16_engine.py -->", "<!-- end of the bf16 engine section -->"
 """The section's markers, as in mismatch.md (they name the script's path before the study folders)."""
 ARMS = {"native (fp32)": ["rollout.engine=native"], "native_bf16": ["rollout.engine=native_bf16"],
@@ -86,8 +89,8 @@ def main(argv=None) -> int:
     g = (lambda v: "—" if v is None or v != v else f"{v:.3g}")  # noqa: E731
     lines = [BEGIN, "", "## The opt-in bf16 engine (`rollout.engine=native_bf16`, #33)", "",
              f"Machine: {cpu_model() or platform.processor()} ({platform.machine()}), {os.cpu_count()} cores, one "
-             f"torch thread, one process at a time; torch {torch.__version__}. Command: `python "
-             f"benchmarks/mismatch/bf16_engine.py {' '.join(sys.argv[1:])}`.", "",
+             f"torch thread, one process at a time; torch {torch.__version__}. "
+             f"Command: `{command(__file__, *sys.argv[1:])}`.", "",
              "Decode step of SmolLM2-135M-Instruct, 8 rows × 64 new tokens, no stop token (the two engines "
              f"alternate, {a.reps} rounds, best of 3 each): "
              + "; ".join(f"**{k} {1e3 * med[k]:.1f} ms** (rounds: " + ", ".join(f"{1e3 * x:.1f}" for x in v) + ")"

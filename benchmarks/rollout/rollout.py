@@ -47,7 +47,7 @@ from rlsuite.suite.engines.kv import KVSampler
 from rlsuite.suite.engines.base import SamplingParams
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared modules
-from common import matmul_peak, memory_bandwidth  # noqa: E402
+from common import command, machine, matmul_peak, memory_bandwidth, write_results  # noqa: E402
 
 STUDY = Path(__file__).resolve().parent
 
@@ -88,7 +88,7 @@ def main() -> None:
              f"Machine: {cpu_model()} ({platform.machine()}), {args.threads} torch thread(s); "
              f"model P = {P:,} non-embedding "
              f"parameters; {args.new_tokens} new tokens per sample; measured fp32 matmul peak "
-             f"{peak / 1e9:.1f} GFLOP/s. Command: `python benchmarks/rollout/rollout.py`.", "",
+             f"{peak / 1e9:.1f} GFLOP/s. Command: `{command(__file__)}`.", "",
              "| batch | HF generate s (median) | KV sampler s (median) | speedup | KV tokens/s "
              "| KV share of FLOP bound "
              "| native s (median) | native speedup | native share of FLOP bound |",
@@ -137,9 +137,7 @@ def main() -> None:
               "native: `rollout.engine=native`, the kv "
               "sampler with its forward and token loop in C++ (`suite/native_decode.py`)."]
     text = "\n".join(lines) + "\n"
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(text)
-    print(text)
+    write_results(args.results, text)
 
 
 def real_main(args) -> None:
@@ -202,9 +200,9 @@ def real_main(args) -> None:
     ref = "kv" if "kv" in names else names[0]
     others = [n for n in names if n != ref]
     lines = [f"# Rollout on a real model ({args.model}): the engines side by side (fp32, CPU)", "",
-             f"Machine: {cpu_model()} ({platform.machine()}), {os.cpu_count()} cores, {args.threads} torch thread(s); "
+             f"Machine: {machine()}, {args.threads} torch thread(s); "
              f"torch {torch.__version__}, transformers {__import__('transformers').__version__}. Command: "
-             f"`{Path(sys.executable).name} benchmarks/rollout/rollout.py {' '.join(sys.argv[1:])}`. "
+             f"`{command(__file__, *sys.argv[1:], python=Path(sys.executable).name)}`. "
              "1-minute load average "
              f"{load_before:.2f} before, {load_after:.2f} after (the engines alternate within every rep, so all see "
              "the same load).", "",
@@ -239,9 +237,7 @@ def real_main(args) -> None:
                          + f" | {bound:.2f} | " + " | ".join(f"{bound / med[n]:.0%}" for n in names) + " |")
     text = "\n".join(lines) + "\n"
     results = args.results or STUDY / "rollout_real.md"
-    results.parent.mkdir(parents=True, exist_ok=True)
-    results.write_text(text)
-    print(text)
+    write_results(results, text)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import platform
 import random
 import statistics
 import string
+import sys
 import time
 from pathlib import Path
 
@@ -40,6 +41,9 @@ from rlsuite.suite.models import load_model
 from rlsuite.suite.engines.kv import KVSampler
 from rlsuite.suite.engines.base import SamplingParams
 from rlsuite.suite.engines.speculative import S3RSampler
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared modules
+from common import command  # noqa: E402
 
 
 
@@ -93,7 +97,7 @@ def main() -> None:
              f"{args.new_tokens} new tokens per sample (no stop ids), γ = {args.gamma}, sink = {args.sink}, "
              f"no top-p/top-k, {args.reps} alternating reps after one warm-up; speed-up = median over reps of "
              f"time(KV) / time(S3R). Times are {'wall' if gpu else 'process CPU'} seconds (medians). "
-             f"Command: `python benchmarks/s3r/s3r.py`.", "",
+             f"Command: `{command(__file__)}`.", "",
              "| prompt | batch | window | T | acceptance | accepted / block | tokens / verify | KV s | S3R s "
              "| speed-up "
              "| KV decode s | S3R decode s | decode speed-up | wall KV s | wall S3R s |",

@@ -33,9 +33,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared modules
 
 from rlsuite.tasks.sandbox import Judged, Sandbox, SandboxConfig, SandboxUnavailable, detect  # noqa: E402
 from rlsuite.tasks.sandbox.battery import ITEMS, Env, claimed, hacks_claimed, run_battery, run_reward_hacks  # noqa: E402
+
+from common import command, write_results  # noqa: E402
 
 TRIVIAL = "assert sum(range(10)) == 45\n"
 HUMANEVAL_LIKE = ("from typing import List\n\n\n"
@@ -135,7 +138,7 @@ def main() -> None:
     lines = ["# Sandbox layers: throughput and the hostile battery", "",
              f"Machine: {CPU}, {platform.machine()}, {os.cpu_count()} cores, Linux {platform.release()}, "
              f"load average before {load0[0]:.1f} (shared machine: rates are noisy). "
-             f"Command: `python benchmarks/sandbox/sandbox.py --workers {args.workers}`.", "",
+             f"Command: `{command(__file__, '--workers', str(args.workers))}`.", "",
              "Detection (default interpreter, `python=None`):", "", "```", d.report(), "```", ""]
     if sysd is not None and sysd.python != d.python:
         lines += [f"Detection ({args.system_python}):", "", "```", sysd.report(), "```", ""]
@@ -240,10 +243,7 @@ def main() -> None:
     load1 = os.getloadavg()
     lines += [f"Load average after: {load1[0]:.1f}. Python {platform.python_version()} "
               f"(`{sys.executable}`). On a shared machine expect ±20% run to run even for medians."]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(text)
+    write_results(args.results, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -11,18 +11,16 @@ val accuracy of the warm start → after RL per seed, test after, the warm-start
 
 from __future__ import annotations
 
-from rlsuite.suite.runfolder import cpu_model
 import argparse
 import concurrent.futures as cf
 import os
-import platform
 import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared modules
-from common import run_cli  # noqa: E402
+from common import command, machine, run_cli, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 BOOT = "import sys, tasks.code_toy; from rlsuite.suite.cli import main; sys.exit(main(sys.argv[1:]))"
@@ -84,11 +82,10 @@ def main() -> None:
     warm = first["warm"]
     test_before = warm_start_test_acc(warm["path"])
     lines = ["# GRPO on `code_toy` (tiny model, preset budget, 3 seeds)", "",
-             f"Machine: {cpu_model()} ({platform.machine()}), {os.cpu_count()} cores, 1 torch thread per run, "
+             f"Machine: {machine()}, 1 torch thread per run, "
              f"up to {args.workers} runs at a time, load average {load0[0]:.1f} at the start "
              "(shared machine: wall times are inflated). "
-             "Command: `python benchmarks/tasks_code/tasks_code.py`" + "".join(f" --set {s}" for s in args.set)
-             + ".", "",
+             f"Command: `{command(__file__, *(f'--set {s}' for s in args.set))}`.", "",
              f"Warm start (shared by every seed, cached): {warm.get('warm_steps')} SFT steps, greedy accuracy "
              f"{warm.get('warm_check_acc')} on 200 held-out train problems (target 0.3).", "",
              f"Greedy test accuracy of the warm start itself: {test_before:.3f} (the runs evaluate test only at "
@@ -110,10 +107,7 @@ def main() -> None:
               f"{statistics.mean(r['train_wall_s'] for r in rows):.1f} |", "",
               "Val and test are ~200 problems each, so one problem is 0.005 and the sampling noise of an accuracy "
               "near 0.4 is about ±0.035 (1 sd)."]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(text)
+    write_results(args.results, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -12,12 +12,10 @@ time with one torch thread each.
 
 from __future__ import annotations
 
-from rlsuite.suite.runfolder import cpu_model
 import argparse
 import concurrent.futures as cf
 import json
 import os
-import platform
 import select
 import statistics
 import subprocess
@@ -27,6 +25,9 @@ import time
 from pathlib import Path
 
 from rlsuite.suite.runfolder import read_jsonl
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared modules
+from common import command, machine, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "rlsuite.suite.cli"]
@@ -135,10 +136,9 @@ def main() -> None:
     total = time.time() - t0
     w = first["warm"]
     lines = ["# GRPO on the embedded tool-use task (`search_toy`, tiny model, embedded preset)", "",
-             f"Machine: {cpu_model()} ({platform.machine()}), {os.cpu_count()} cores, 1 torch thread per run, "
-             f"{args.workers} runs at "
+             f"Machine: {machine()}, 1 torch thread per run, {args.workers} runs at "
              f"a time; load average {load0:.1f} at the start (the cores are shared). "
-             "Command: `python benchmarks/tasks_search/tasks_search.py`.", "",
+             f"Command: `{command(__file__)}`.", "",
              f"Shared warm start ({'found in the cache' if w['cached'] else 'built by the first run'}, then cached): "
              f"{w['warm_steps']} SFT steps in {w.get('warm_wall_s', float('nan')):.0f} s wall; on held-out train "
              f"entities greedy accuracy {w['warm_check_acc']:.2f}, grounded answers {w['warm_check_grounded']:.2f}.",
@@ -164,10 +164,7 @@ def main() -> None:
     lines += ["", f"Total wall time (warm start included): {total:.0f} s.", ""]
     if not args.no_retrieval:
         lines += retrieval_timings()
-    text = "\n".join(lines) + "\n"
-    print(text)
-    args.results.parent.mkdir(parents=True, exist_ok=True)
-    args.results.write_text(text)
+    write_results(args.results, "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

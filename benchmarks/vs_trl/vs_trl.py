@@ -49,12 +49,10 @@ Results go to ``benchmarks/vs_trl/vs_trl_real.md``.
 
 from __future__ import annotations
 
-from rlsuite.suite.runfolder import cpu_model
 import argparse
 import gc
 import json
 import os
-import platform
 import random
 import re
 import statistics
@@ -67,7 +65,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared modules
-from common import matmul_peak, memory_bandwidth  # noqa: E402
+from common import command, machine, matmul_peak, memory_bandwidth, write_results  # noqa: E402
 
 STUDY = Path(__file__).resolve().parent
 TINY = "tiny"
@@ -703,11 +701,9 @@ def main() -> None:
     else:
         text = "\n".join([
             "# rlsuite trainer vs TRL GRPOTrainer (side by side, one process)", "",
-            f"Machine: {cpu_model()} ({platform.machine()}), {os.cpu_count()} cores (shared), "
-            f"torch {torch.__version__}, "
+            f"Machine: {machine()} (shared), torch {torch.__version__}, "
             f"{args.threads} threads on both sides; TRL {__import__('trl').__version__}, transformers "
-            f"{__import__('transformers').__version__}. "
-            f"Command: `{' '.join(['python', 'benchmarks/vs_trl/vs_trl.py', *sys.argv[1:]])}`. "
+            f"{__import__('transformers').__version__}. Command: `{command(__file__, *sys.argv[1:])}`. "
             f"1-minute load average "
             f"{load_before:.2f} before, {load_after:.2f} after (other jobs share the cores: timings are noisy; "
             "the sides' order rotates every round, so all see the same load).", "",
@@ -742,9 +738,7 @@ def main() -> None:
         text += (f"\nUNRELIABLE: step times vary more than {SPREAD:g}x within a side ({spread_trl:.1f}x TRL, "
                  f"{spread_ours:.1f}x rlsuite): threads were fighting other jobs for the cores"
                  f"{' or the sampled lengths differ' if REAL else ''}. Rerun on an idle machine or with --threads 1.\n")
-    results.parent.mkdir(parents=True, exist_ok=True)
-    results.write_text(text)
-    print(text)
+    write_results(results, text)
 
 
 def real_report(args, model_dir, load_before, load_after, ours_loss, trl_loss, same, same_ids, trl_times, our_times,
@@ -791,11 +785,9 @@ def real_report(args, model_dir, load_before, load_after, ours_loss, trl_loss, s
     med_trl, med_ours = statistics.median(trl_times), statistics.median(our_times)
     lines = [
         f"# rlsuite trainer vs TRL GRPOTrainer on a real model ({args.model})", "",
-        f"Machine: {cpu_model()} ({platform.machine()}), {os.cpu_count()} cores, {args.threads} torch thread(s) "
-        f"on both "
+        f"Machine: {machine()}, {args.threads} torch thread(s) on both "
         f"sides; torch {torch.__version__}, transformers {__import__('transformers').__version__}, TRL "
-        f"{__import__('trl').__version__}. "
-        f"Command: `{' '.join(['python', 'benchmarks/vs_trl/vs_trl.py', *sys.argv[1:]])}`. "
+        f"{__import__('trl').__version__}. Command: `{command(__file__, *sys.argv[1:])}`. "
         f"1-minute load average {load_before:.2f} before, {load_after:.2f} after. "
         + (args.note + " " if args.note else "")
         + "The sides run in one process, their order rotating every round through every permutation, so all see "

@@ -1,9 +1,12 @@
 """The benchmarks' fair-timing helpers: ``benchmarks/vs_trl/vs_trl.py``'s rotated side order and the
-interval over rounds, and ``benchmarks/reference_runs/reference_runs.py``'s metric comparison (hand-computed)."""
+interval over rounds, ``benchmarks/reference_runs/reference_runs.py``'s metric comparison (hand-computed),
+and ``benchmarks/common.py``'s results-file tail (the machine, the command, the write)."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import platform
 import sys
 from collections import Counter
 from pathlib import Path
@@ -27,6 +30,7 @@ def _load(name: str):
 
 vs_trl = _load("vs_trl")
 reference_runs = _load("reference_runs")
+common = sys.modules["common"]  # benchmarks/common.py, as the scripts import it
 
 
 def test_latin_orders_balance_every_side_over_every_position():
@@ -65,3 +69,18 @@ def test_reference_compare_names_the_differing_keys_and_ignores_noise_in_the_rat
     assert rel == pytest.approx(2e-6 / (1 + 2e-6))  # only loss/total counts
     assert reference_runs.compare(a, a) == ([], 0.0)
     assert reference_runs.compare(a, a + a)[0] == sorted(a[0])  # a missing row differs everywhere
+
+
+def test_the_results_tail_names_the_machine_and_the_command_and_writes_the_file(tmp_path, capsys):
+    from rlsuite.suite.runfolder import cpu_model
+
+    assert common.machine() == f"{cpu_model()} ({platform.machine()}), {os.cpu_count()} cores"
+    script = _BENCH / "vs_trl" / "vs_trl.py"
+    assert common.command(script, "--threads", "1") == "python benchmarks/vs_trl/vs_trl.py --threads 1"
+    assert common.command(str(script), python="python3.11") == "python3.11 benchmarks/vs_trl/vs_trl.py"
+    assert common.command(tmp_path / "x.py") == f"python {(tmp_path / 'x.py').resolve().as_posix()}"  # outside
+    out = tmp_path / "new" / "r.md"
+    common.write_results(out, "# table\n", keep="\n<!-- kept -->\n")
+    assert out.read_text() == "# table\n\n<!-- kept -->\n" and capsys.readouterr().out == "# table\n\n"
+    common.write_results(out, "# again\n")
+    assert out.read_text() == "# again\n"
