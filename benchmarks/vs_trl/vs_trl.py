@@ -60,6 +60,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -563,13 +564,32 @@ def phase_rows(sides: list[tuple[str, str]], bounds: dict[str, dict[str, float]]
     return lines
 
 
-def main() -> None:
-    global P, G, NEW, REAL
+# -- the run, step by step ------------------------------------------------------------------
+@dataclass
+class Timings:
+    """What the timed rounds measured, per side (``trl``, ``ours``, ``levers``)."""
+
+    trl: list[float] = field(default_factory=list)  # seconds per timed step
+    ours: list[float] = field(default_factory=list)
+    levers: list[float] = field(default_factory=list)
+    parts: dict[str, list[float]] = field(default_factory=dict)
+    """Per timed step: the rollout part (generation, grading, scoring)."""
+    flops: dict[str, list[float]] = field(default_factory=dict)
+    """Per timed step: the update's FLOPs as charged (positions computed)."""
+    rounds: list[dict] = field(default_factory=list)
+    """Per round: its order, each side's step times, the load average after it."""
+
+
+NAMES_OF = {"trl": "TRL", "ours": "rlsuite", "levers": "rlsuite+levers"}
+"""The sides' names in the per-round progress lines."""
+
+
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=TINY, help="a pinned model name (smollm2-135m) or a local folder; "
                     "default: the 0.54M-parameter Llama built here")
     ap.add_argument("--rounds", type=int, default=6, help="rounds; the sides' order rotates through every "
-                    "permutation (6 or a multiple of 6 balances 3 sides; at least 6 for a 95% interval)")
+                    "permutation (6 or a multiple of 6 balances 3 sides; at least 6 for a 95%% interval)")
     ap.add_argument("--steps", type=int, default=None, help="steps per block (the first of each block is warm-up; "
                     "default 6, 4 with --model)")
     ap.add_argument("--threads", type=int, default=2)
@@ -582,7 +602,13 @@ def main() -> None:
     ap.add_argument("--note", default="", help="a sentence on the machine's load written into the results")
     ap.add_argument("--results", type=Path, default=None,
                     help="default benchmarks/vs_trl/vs_trl.md (vs_trl_real.md with --model)")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def configure(args: argparse.Namespace) -> tuple[int, Path, list]:
+    """Set the module's shape (``P``, ``G``, ``NEW``) and ``REAL`` from the arguments; return the steps
+    per block, the results file and the third side's levers."""
+    global P, G, NEW, REAL
     REAL = args.model != TINY
     P, G, NEW = REAL_SHAPE if REAL else (P, G, NEW)
     P, G, NEW = args.prompts or P, args.group or G, args.new_tokens or NEW
@@ -591,85 +617,191 @@ def main() -> None:
     levers = REAL_LEVERS if REAL else LEVERS
     if args.lever:
         levers = [tuple(kv.split("=", 1)) for kv in args.lever]
-    torch.set_num_threads(args.threads)
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    load_before = os.getloadavg()[0]
-    tmp = Path(tempfile.mkdtemp(prefix="rlsuite-vs-trl-"))
+    return steps, results, levers
+
+
+def prepare_model(args: argparse.Namespace, tmp: Path) -> Path:
+    """The folder both sides load: a real model's (``--model``) or the tiny Llama built into ``tmp``."""
     if REAL:
-        model_dir = model_folder(args.model)
-    else:
-        model_dir = tmp / "model"
-        build_model(model_dir)
-    ours_loss, trl_loss = check_same_loss(model_dir, tmp, args.threads)
+        return model_folder(args.model)
+    model_dir = tmp / "model"
+    build_model(model_dir)
+    return model_dir
+
+
+def check_equivalence(model_dir: Path, tmp: Path, threads: int) -> tuple[float, float, bool, bool]:
+    """The same loss on a fixed batch (and, on a real model, the same prompt token ids) on both
+    sides, printed: ``(rlsuite's loss, TRL's loss, same loss, same ids)``."""
+    ours_loss, trl_loss = check_same_loss(model_dir, tmp, threads)
     gc.collect()
     same = abs(ours_loss - trl_loss) <= 1e-5 * max(1.0, abs(trl_loss))
     print(f"same loss on a fixed batch: rlsuite {ours_loss:.8f}  TRL {trl_loss:.8f}  {'OK' if same else 'MISMATCH'}")
     same_ids = same_prompt_tokens(model_dir) if REAL else True
     if REAL:
         print(f"same prompt token ids on both sides: {same_ids}")
-    PH.install()
-    # compile / build before timing: the first step and the first new shape compile
-    if levers and not args.no_levers and not REAL:
-        warm = rlsuite_trainer(model_dir, tmp / "warm", args.threads, levers)
-        warm.folder.path.mkdir(parents=True, exist_ok=True)
-        for _ in range(3):
-            warm.step()
-        del warm
-    trl_times, our_times, lever_times = [], [], []
-    parts: dict[str, list[float]] = {}  # per timed step: the rollout part (generation, grading, scoring)
+    return ours_loss, trl_loss, same, same_ids
 
-    flops: dict[str, list[float]] = {}  # per timed step: the update's FLOPs as charged (positions computed)
 
-    def ours_block(name: str, extra: list, r: int) -> list[float]:
-        ours = rlsuite_trainer(model_dir, tmp / f"{name}{r}", args.threads, extra, seed=r)  # as TRL: seed r
-        ours.folder.path.mkdir(parents=True, exist_ok=True)
-        stats: dict = {}
-        instrument(ours, stats)
-        if name == "ours":
-            RESOLVED.update(ours.resolved)
-        ts, before = [], 0.0
-        for s in range(steps):
-            PH.clear()
-            stats.clear()
-            t0 = time.perf_counter()
-            row = ours.step()
-            dt = time.perf_counter() - t0
-            if s:
-                ts.append(dt)
-                parts.setdefault(name, []).append(row["perf/rollout_time"])
-                flops.setdefault(name, []).append(row["budget/flops_train"] - before)
-                PH.flush(name, step=dt, rollout=row["perf/rollout_time"], tokens=stats.get("tokens", 0),
-                         width=stats.get("width", 0))
-            before = row["budget/flops_train"]
-        del ours
-        gc.collect()
-        return ts
+def warm_up_levers(model_dir: Path, tmp: Path, threads: int, levers: list) -> None:
+    """Compile / build before timing: the first step and the first new shape compile."""
+    warm = rlsuite_trainer(model_dir, tmp / "warm", threads, levers)
+    warm.folder.path.mkdir(parents=True, exist_ok=True)
+    for _ in range(3):
+        warm.step()
+    del warm
 
-    names_of = {"trl": "TRL", "ours": "rlsuite", "levers": "rlsuite+levers"}
+
+def time_ours(t: Timings, model_dir: Path, tmp: Path, threads: int, steps: int, name: str, extra: list,
+              r: int) -> list[float]:
+    """One block of rlsuite's side ``name`` (``ours``: the defaults; ``levers``: with ``extra``) in
+    round ``r``: the step times after the first, its rollout parts, FLOPs and phases filed in ``t``."""
+    ours = rlsuite_trainer(model_dir, tmp / f"{name}{r}", threads, extra, seed=r)  # as TRL: seed r
+    ours.folder.path.mkdir(parents=True, exist_ok=True)
+    stats: dict = {}
+    instrument(ours, stats)
+    if name == "ours":
+        RESOLVED.update(ours.resolved)
+    ts, before = [], 0.0
+    for s in range(steps):
+        PH.clear()
+        stats.clear()
+        t0 = time.perf_counter()
+        row = ours.step()
+        dt = time.perf_counter() - t0
+        if s:
+            ts.append(dt)
+            t.parts.setdefault(name, []).append(row["perf/rollout_time"])
+            t.flops.setdefault(name, []).append(row["budget/flops_train"] - before)
+            PH.flush(name, step=dt, rollout=row["perf/rollout_time"], tokens=stats.get("tokens", 0),
+                     width=stats.get("width", 0))
+        before = row["budget/flops_train"]
+    del ours
+    gc.collect()
+    return ts
+
+
+def time_trl(t: Timings, model_dir: Path, tmp: Path, steps: int, r: int) -> list[float]:
+    """One block of TRL's side in round ``r``: the step times after the first (rollout parts and
+    phases filed in ``t``)."""
+    timer = StepTimer()
+    trl = trl_trainer(model_dir, tmp / f"trl{r}", steps, r, timer)
+    trl.train()
+    del trl
+    gc.collect()  # the trainers hold reference cycles (the phase wrappers too): free each side's memory
+    t.parts.setdefault("trl", []).extend(timer.rollout[1:])
+    PH.rows["trl"] += PH.rows.pop("trl_all")[1:]
+    return timer.times[1:]
+
+
+def time_rounds(args: argparse.Namespace, model_dir: Path, tmp: Path, steps: int, levers: list) -> Timings:
+    """``args.rounds`` rounds of one block per side, the sides' order rotating (``latin_orders``);
+    prints each round's times and ratios."""
+    t = Timings()
     order_sides = ["trl", "ours"] + (["levers"] if levers and not args.no_levers else [])
-    rounds: list[dict] = []  # per round: its order, each side's step times, the load average after it
     for r, order in enumerate(latin_orders(order_sides, args.rounds)):
         rt: dict[str, list[float]] = {}
         for side in order:
             if side == "trl":
-                timer = StepTimer()
-                trl = trl_trainer(model_dir, tmp / f"trl{r}", steps, r, timer)
-                trl.train()
-                del trl
-                gc.collect()  # the trainers hold reference cycles (the phase wrappers too): free each side's memory
-                rt["trl"] = timer.times[1:]
-                parts.setdefault("trl", []).extend(timer.rollout[1:])
-                PH.rows["trl"] += PH.rows.pop("trl_all")[1:]
+                rt["trl"] = time_trl(t, model_dir, tmp, steps, r)
             else:
-                rt[side] = ours_block(side, [] if side == "ours" else levers, r)
-        trl_times += rt["trl"]
-        our_times += rt["ours"]
-        lever_times += rt.get("levers", [])
-        rounds.append({"order": order, "times": rt, "load": os.getloadavg()[0]})
-        print(f"round {r} (order {' > '.join(names_of[x] for x in order)}; load {rounds[-1]['load']:.2f}): "
-              + " | ".join(f"{names_of[k]} " + " ".join(f"{t:.3f}" for t in rt[k]) for k in order_sides)
-            + " | ratios " + " ".join(f"{statistics.median(rt['trl']) / statistics.median(rt[k]):.2f}"
-                                      for k in order_sides[1:]), flush=True)
+                rt[side] = time_ours(t, model_dir, tmp, args.threads, steps, side, [] if side == "ours" else levers, r)
+        t.trl += rt["trl"]
+        t.ours += rt["ours"]
+        t.levers += rt.get("levers", [])
+        t.rounds.append({"order": order, "times": rt, "load": os.getloadavg()[0]})
+        print(f"round {r} (order {' > '.join(NAMES_OF[x] for x in order)}; load {t.rounds[-1]['load']:.2f}): "
+              + " | ".join(f"{NAMES_OF[k]} " + " ".join(f"{x:.3f}" for x in rt[k]) for k in order_sides)
+              + " | ratios " + " ".join(f"{statistics.median(rt['trl']) / statistics.median(rt[k]):.2f}"
+                                        for k in order_sides[1:]), flush=True)
+    return t
+
+
+def per_round_ratio(t: Timings, side: str) -> float:
+    """The median over rounds of TRL's median step time over ``side``'s."""
+    return statistics.median(statistics.median(r["times"]["trl"]) / statistics.median(r["times"][side])
+                             for r in t.rounds)
+
+
+def lever_summary(t: Timings, levers: list) -> tuple[list[str], list[str]]:
+    """The third side's row of the step-time table and its speedup line (both empty without it)."""
+    if not t.levers:
+        return [], []
+    names = lever_names(levers)
+    rows = [f"| rlsuite, {names} | {len(t.levers)} | {statistics.median(t.levers):.4f} | "
+            f"{min(t.levers):.4f} | {max(t.levers):.4f} |"]
+    lines = [f"speedup with {names} (opt-in{'' if REAL else '; compiled before timing'}; median of the "
+             f"per-round ratios): {per_round_ratio(t, 'levers'):.2f}x", ""]
+    return rows, lines
+
+
+def tiny_report(args: argparse.Namespace, load_before: float, load_after: float, check: tuple, t: Timings,
+                lever_rows: list[str], lever_lines: list[str], sides: list, per_round: list[str], peak: float,
+                speed: float) -> str:
+    """The results file of the tiny model's comparison (the default)."""
+    ours_loss, trl_loss, same, _ = check
+    med_trl, med_ours = statistics.median(t.trl), statistics.median(t.ours)
+    return "\n".join([
+        "# rlsuite trainer vs TRL GRPOTrainer (side by side, one process)", "",
+        f"Machine: {machine()} (shared), torch {torch.__version__}, "
+        f"{args.threads} threads on both sides; TRL {__import__('trl').__version__}, transformers "
+        f"{__import__('transformers').__version__}. Command: `{command(__file__, *sys.argv[1:])}`. "
+        f"1-minute load average "
+        f"{load_before:.2f} before, {load_after:.2f} after (other jobs share the cores: timings are noisy; "
+        "the sides' order rotates every round, so all see the same load).", "",
+        "Settings (both sides): 0.54M-parameter Llama (hidden 128, 2 layers, 4 heads, vocab 100), fp32, "
+        f"{P} prompts × {G} completions × ≤{NEW} new tokens, EOS ends a completion, temperature 1, no KL, "
+        "GRPO loss with per-sequence token mean (TRL loss_type=grpo), one update per generation batch, "
+        "π_old = detached current log-probs (TRL num_iterations=1; rlsuite rollout.old_logp=behaviour). "
+        "AdamW: TRL runs its default fused kernel (adamw_torch_fused); rlsuite's defaults resolve "
+        f"(`auto`, by capability) to {json.dumps(RESOLVED, sort_keys=True)}. "
+        "TRL generates with HF generate; rlsuite with its KV-cached sampler. TRL runs without gradient "
+        "checkpointing (its default is on; rlsuite has none).", "",
+        f"Same-loss check on one fixed batch: rlsuite {ours_loss:.8f}, TRL {trl_loss:.8f} "
+        f"({'equal within 1e-5' if same else 'DIFFERENT'}).", "",
+        "| side | steps timed | median s/step | min | max |", "|---|---|---|---|---|",
+        f"| TRL | {len(t.trl)} | {med_trl:.4f} | {min(t.trl):.4f} | {max(t.trl):.4f} |",
+        f"| rlsuite | {len(t.ours)} | {med_ours:.4f} | {min(t.ours):.4f} | {max(t.ours):.4f} |",
+        *lever_rows, "", *per_round, *lever_lines,
+        "Where the time goes (medians of the same timed steps): the rollout is generation, rewards and "
+        "advantages (TRL: `_generate_and_score_completions`; rlsuite: `perf/rollout_time`, which also holds "
+        "the scoring passes); the rest of the step is the update (forward, backward, optimizer) and "
+        "bookkeeping.", "",
+        "| side | rollout s | rest of the step s |", "|---|---|---|",
+        *[f"| {label} | {statistics.median(t.parts[k]):.4f} | "
+          f"{statistics.median(ts) - statistics.median(t.parts[k]):.4f} |"
+          for label, k, ts in (("TRL", "trl", t.trl), ("rlsuite", "ours", t.ours),
+                               ("rlsuite + levers", "levers", t.levers)) if t.parts.get(k)], "",
+        "Per phase (s, medians; wall-clock wrappers around the calls doing each phase):", "",
+        *phase_rows(sides, {}), "",
+        *target_lines(med_trl, t.parts, t.flops, t.levers or t.ours, "levers" if t.levers else "ours", peak),
+        f"speedup: {speed:.2f}x", ""])
+
+
+def unreliable_note(t: Timings) -> str:
+    """A warning for the results file when a side's step times vary more than ``SPREAD``× ('' otherwise)."""
+    spread_trl, spread_ours = max(t.trl) / min(t.trl), max(t.ours) / min(t.ours)
+    if t.levers:
+        spread_ours = max(spread_ours, max(t.levers) / min(t.levers))
+    if max(spread_trl, spread_ours) <= SPREAD:
+        return ""
+    return (f"\nUNRELIABLE: step times vary more than {SPREAD:g}x within a side ({spread_trl:.1f}x TRL, "
+            f"{spread_ours:.1f}x rlsuite): threads were fighting other jobs for the cores"
+            f"{' or the sampled lengths differ' if REAL else ''}. Rerun on an idle machine or with --threads 1.\n")
+
+
+def main() -> None:
+    args = parse_args()
+    steps, results, levers = configure(args)
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    load_before = os.getloadavg()[0]
+    tmp = Path(tempfile.mkdtemp(prefix="rlsuite-vs-trl-"))
+    model_dir = prepare_model(args, tmp)
+    check = check_equivalence(model_dir, tmp, args.threads)
+    PH.install()
+    if levers and not args.no_levers and not REAL:
+        warm_up_levers(model_dir, tmp, args.threads, levers)
+    t = time_rounds(args, model_dir, tmp, steps, levers)
     load_after = os.getloadavg()[0]
 
     peak = statistics.median(matmul_peak(args.threads, 2048 if REAL else 512) for _ in range(3))
@@ -677,68 +809,18 @@ def main() -> None:
     for side in ("trl", "ours", "levers"):
         for row in PH.rows.get(side, []):
             row["other"] = row["step"] - sum(row[k] for k in Phases.KEYS)
-    med_trl, med_ours = statistics.median(trl_times), statistics.median(our_times)
-    speed = statistics.median(statistics.median(r["times"]["trl"]) / statistics.median(r["times"]["ours"])
-                              for r in rounds)  # the median of the per-round ratios
-    spread_trl, spread_ours = max(trl_times) / min(trl_times), max(our_times) / min(our_times)
-    names = lever_names(levers)
-    lever_rows, lever_lines = [], []
-    if lever_times:
-        med_lev = statistics.median(lever_times)
-        spread_ours = max(spread_ours, max(lever_times) / min(lever_times))
-        lever_rows = [f"| rlsuite, {names} | {len(lever_times)} | {med_lev:.4f} | "
-                      f"{min(lever_times):.4f} | {max(lever_times):.4f} |"]
-        lever_speed = statistics.median(statistics.median(r["times"]["trl"]) / statistics.median(r["times"]["levers"])
-                                        for r in rounds)
-        lever_lines = [f"speedup with {names} (opt-in{'' if REAL else '; compiled before timing'}; median of the "
-                       f"per-round ratios): {lever_speed:.2f}x", ""]
-    sides = [("TRL", "trl"), ("rlsuite", "ours")] + ([("rlsuite + levers", "levers")] if lever_times else [])
-    per_round = round_lines(rounds, sides, args.threads)
+    speed = per_round_ratio(t, "ours")
+    lever_rows, lever_lines = lever_summary(t, levers)
+    sides = [("TRL", "trl"), ("rlsuite", "ours")] + ([("rlsuite + levers", "levers")] if t.levers else [])
+    per_round = round_lines(t.rounds, sides, args.threads)
     if REAL:
-        text = real_report(args, model_dir, load_before, load_after, ours_loss, trl_loss, same, same_ids,
-                           trl_times, our_times, lever_times, lever_rows, lever_lines, parts, flops, sides, peak, bw,
-                           speed, names, steps, per_round)
+        text = real_report(args, model_dir, load_before, load_after, *check, t.trl, t.ours, t.levers, lever_rows,
+                           lever_lines, t.parts, t.flops, sides, peak, bw, speed, lever_names(levers), steps,
+                           per_round)
     else:
-        text = "\n".join([
-            "# rlsuite trainer vs TRL GRPOTrainer (side by side, one process)", "",
-            f"Machine: {machine()} (shared), torch {torch.__version__}, "
-            f"{args.threads} threads on both sides; TRL {__import__('trl').__version__}, transformers "
-            f"{__import__('transformers').__version__}. Command: `{command(__file__, *sys.argv[1:])}`. "
-            f"1-minute load average "
-            f"{load_before:.2f} before, {load_after:.2f} after (other jobs share the cores: timings are noisy; "
-            "the sides' order rotates every round, so all see the same load).", "",
-            "Settings (both sides): 0.54M-parameter Llama (hidden 128, 2 layers, 4 heads, vocab 100), fp32, "
-            f"{P} prompts × {G} completions × ≤{NEW} new tokens, EOS ends a completion, temperature 1, no KL, "
-            "GRPO loss with per-sequence token mean (TRL loss_type=grpo), one update per generation batch, "
-            "π_old = detached current log-probs (TRL num_iterations=1; rlsuite rollout.old_logp=behaviour). "
-            "AdamW: TRL runs its default fused kernel (adamw_torch_fused); rlsuite's defaults resolve "
-            f"(`auto`, by capability) to {json.dumps(RESOLVED, sort_keys=True)}. "
-            "TRL generates with HF generate; rlsuite with its KV-cached sampler. TRL runs without gradient "
-            "checkpointing (its default is on; rlsuite has none).", "",
-            f"Same-loss check on one fixed batch: rlsuite {ours_loss:.8f}, TRL {trl_loss:.8f} "
-            f"({'equal within 1e-5' if same else 'DIFFERENT'}).", "",
-            "| side | steps timed | median s/step | min | max |", "|---|---|---|---|---|",
-            f"| TRL | {len(trl_times)} | {med_trl:.4f} | {min(trl_times):.4f} | {max(trl_times):.4f} |",
-            f"| rlsuite | {len(our_times)} | {med_ours:.4f} | {min(our_times):.4f} | {max(our_times):.4f} |",
-            *lever_rows, "", *per_round, *lever_lines,
-            "Where the time goes (medians of the same timed steps): the rollout is generation, rewards and "
-            "advantages (TRL: `_generate_and_score_completions`; rlsuite: `perf/rollout_time`, which also holds "
-            "the scoring passes); the rest of the step is the update (forward, backward, optimizer) and "
-            "bookkeeping.", "",
-            "| side | rollout s | rest of the step s |", "|---|---|---|",
-            *[f"| {label} | {statistics.median(parts[k]):.4f} | "
-              f"{statistics.median(ts) - statistics.median(parts[k]):.4f} |"
-              for label, k, ts in (("TRL", "trl", trl_times), ("rlsuite", "ours", our_times),
-                                   ("rlsuite + levers", "levers", lever_times)) if parts.get(k)], "",
-            "Per phase (s, medians; wall-clock wrappers around the calls doing each phase):", "",
-            *phase_rows(sides, {}), "",
-            *target_lines(med_trl, parts, flops, lever_times or our_times, "levers" if lever_times else "ours", peak),
-            f"speedup: {speed:.2f}x", ""])
-    if max(spread_trl, spread_ours) > SPREAD:
-        text += (f"\nUNRELIABLE: step times vary more than {SPREAD:g}x within a side ({spread_trl:.1f}x TRL, "
-                 f"{spread_ours:.1f}x rlsuite): threads were fighting other jobs for the cores"
-                 f"{' or the sampled lengths differ' if REAL else ''}. Rerun on an idle machine or with --threads 1.\n")
-    write_results(results, text)
+        text = tiny_report(args, load_before, load_after, check, t, lever_rows, lever_lines, sides, per_round,
+                           peak, speed)
+    write_results(results, text + unreliable_note(t))
 
 
 def real_report(args, model_dir, load_before, load_after, ours_loss, trl_loss, same, same_ids, trl_times, our_times,
