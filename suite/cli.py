@@ -127,7 +127,7 @@ def cmd_eval(args) -> int:
 
     from rlsuite import tasks  # noqa: F401
     from rlsuite.suite.config import resolve_threads
-    from rlsuite.suite.evaluate import evaluate
+    from rlsuite.suite.evaluate import eval_prompts, evaluate
     from rlsuite.suite.models import load_model
     from rlsuite.suite.engines.factory import make_engine
     from rlsuite.suite.spec import resolve
@@ -142,11 +142,11 @@ def cmd_eval(args) -> int:
     task = TASKS.get(spec.task.name)(spec.task)
     try:
         model, tok, _ = load_model(spec.model)
-        examples = task.splits()[args.split][: spec.eval.max_prompts or None]
+        examples = task.splits()[args.split][: eval_prompts(spec.eval, args.split) or None]
         enc = [encode_prompt(task, e, tok, spec.model.chat_template) for e in examples]
-        res, _ = evaluate(make_engine(spec.rollout.engine, model, tok, spec.rollout), tok, task, examples, [e[0] for e in enc],
-                          [e[1] for e in enc], spec.eval, spec.rollout.max_new_tokens, stop_ids(tok, model),
-                          spec.rollout.max_turns, spec.rollout.max_obs_tokens)
+        res, _ = evaluate(make_engine(spec.rollout.engine, model, tok, spec.rollout), tok, task, examples,
+                          [e[0] for e in enc], [e[1] for e in enc], spec.eval, spec.rollout.max_new_tokens,
+                          stop_ids(tok, model), spec.rollout.max_turns, spec.rollout.max_obs_tokens)
     finally:
         task.close()
     res = {f"eval/{task.name}/{k}": v for k, v in res.items()} | {"split": args.split, "n_prompts": len(examples)}

@@ -82,7 +82,8 @@ class Range:
         return f"in {'[' if self.lo_closed else '('}{lo}, {hi}{']' if self.hi_closed else ')'}"
 
 
-_RANGE = re.compile(r"^\s*([\[(])\s*([-+]?(?:inf|[\d.]+(?:e[-+]?\d+)?))\s*,\s*([-+]?(?:inf|[\d.]+(?:e[-+]?\d+)?))\s*([\])])\s*$")
+_RANGE = re.compile(r"^\s*([\[(])\s*([-+]?(?:inf|[\d.]+(?:e[-+]?\d+)?))\s*,"
+                    r"\s*([-+]?(?:inf|[\d.]+(?:e[-+]?\d+)?))\s*([\])])\s*$")
 
 
 @functools.lru_cache(maxsize=None)
@@ -217,7 +218,8 @@ class RolloutConfig:
 
     ranges: ClassVar[dict[str, str]] = {
         "group_size": "[1, inf)", "prompts_per_step": "[1, inf)", "max_new_tokens": "[1, inf)",
-        "temperature": "(0, inf)", "top_p": "(0, 1]", "top_k": "[0, inf)", "vllm_gpu_memory": "(0, 1]", "vllm_cpu_kv_gib": "(0, inf)",
+        "temperature": "(0, inf)", "top_p": "(0, 1]", "top_k": "[0, inf)", "vllm_gpu_memory": "(0, 1]",
+        "vllm_cpu_kv_gib": "(0, inf)",
         "s3r_gamma": "[0, inf)", "s3r_sink": "[0, inf)", "s3r_window": "[1, inf)", "staleness": "[0, inf)",
         "mismatch_scale": "[0, inf)", "max_turns": "[1, inf)", "max_obs_tokens": "[1, inf)", "topk": "[0, inf)",
         "max_refill_tries": "[0, inf)"}
@@ -461,7 +463,11 @@ class EvalConfig:
     every: float = 0.25
     """Scheduled evals each time progress of the binding budget crosses a multiple of this."""
     max_prompts: int = 200
-    """Prompts per eval split (0 = all)."""
+    """Prompts of each val eval, the first of the split's fixed order (0 = all)."""
+    test_prompts: int = 0
+    """Prompts of the test-split evals, the base's at step 0 and the final one that scores the run
+    (0 = the whole split: a run's score is not the first slice of its test set; a positive value
+    takes the first that many, for a quick look)."""
     greedy: bool = True
     """Report ``greedy_acc`` (temperature 0, one completion per prompt)."""
     n_samples: int = 0
@@ -487,8 +493,8 @@ class EvalConfig:
     not kept). Not in the run id: the rows are the same."""
 
     ranges: ClassVar[dict[str, str]] = {
-        "every": "(0, 1]", "max_prompts": "[0, inf)", "n_samples": "[0, inf)", "ks": "[1, inf)",
-        "temperature": "[0, inf)", "top_p": "(0, 1]", "seed": "[0, inf)", "save_samples": "[0, inf)",
+        "every": "(0, 1]", "max_prompts": "[0, inf)", "test_prompts": "[0, inf)", "n_samples": "[0, inf)",
+        "ks": "[1, inf)", "temperature": "[0, inf)", "top_p": "(0, 1]", "seed": "[0, inf)", "save_samples": "[0, inf)",
         "batch_size": "[1, inf)"}
 
 
@@ -498,10 +504,11 @@ SECTION_CLASSES = {"model": ModelConfig, "rollout": RolloutConfig, "optim": Opti
 """The sections with one class each (``task`` and ``algo`` take the chosen entry's ``Config``)."""
 
 
-SCHEMA = 2
+SCHEMA = 3
 """The version of a ``spec.json`` document. 2: the config sections ``loss``, ``dist``, ``log``, the
-identity inputs (``identity``) and this field (issue 32's run-id reset). Documents without it are
-version 1 and are read through :func:`rlsuite.suite.migrate.migrate`."""
+identity inputs (``identity``) and this field (issue 32's run-id reset). 3: ``eval.test_prompts``
+(the test split scored whole by default, issue 34). Documents without the field are version 1; older
+versions are read through :func:`rlsuite.suite.migrate.migrate`."""
 
 LABELS = ("sweep", "factors", "tuning")
 """Top-level labels of a spec document that are not in the run id."""

@@ -22,7 +22,8 @@ from typing import Any, Callable, Optional
 import torch
 
 from rlsuite.suite.engines import make_engine
-from rlsuite.suite.evaluate import class_file_hash, evaluate, memo_base_eval, source_hash, weights_hash
+from rlsuite.suite.evaluate import (class_file_hash, eval_prompts, evaluate, memo_base_eval, source_hash,
+                                    weights_hash)
 from rlsuite.suite.lifecycle import CountingGrader
 from rlsuite.suite.train_state import TrainState
 
@@ -67,7 +68,7 @@ class EvalStage:
         current = self.parallel.eval_engine(st, s.rollout, self.tok)  # a collective where it gathers
         if not self.world.main:
             return {}  # rank 0 evaluates alone; the other ranks wait at their next collective
-        examples = self.splits[split][: s.eval.max_prompts or None]
+        examples = self.splits[split][: eval_prompts(s.eval, split) or None]
         ids = [self.prompt(split, i) for i in range(len(examples))]
         updates = st.budget.counters["updates"]
         engine = st.engine

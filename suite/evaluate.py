@@ -34,6 +34,12 @@ from rlsuite.suite.engines import SamplingParams
 from rlsuite.suite.rollout import collect
 
 
+def eval_prompts(cfg: EvalConfig, split: str) -> int:
+    """How many of ``split``'s prompts an eval scores (its first, in the split's fixed order; 0 = all):
+    ``test_prompts`` for the test split (0 by default: the whole split), ``max_prompts`` otherwise."""
+    return cfg.test_prompts if split == "test" else cfg.max_prompts
+
+
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k for one prompt (1 when n − c < k)."""
     if k > n:

@@ -14,6 +14,11 @@ through :func:`migrate`, which returns the document as this version writes it:
   ``None`` ("not recorded"), so two version-1 runs of one configuration still pool, and never
   with a version-2 run.
 
+Version 2 documents (issue 32's reset, before issue 34's whole-split test evals) lack
+``eval.test_prompts``: their test evals read the first ``eval.max_prompts`` prompts, which is the
+value the migration gives them (:func:`_v2_to_v3`), so a version-2 run keeps its identity and pools
+only with version-3 runs that score the same test prompts.
+
 The migrated document's :func:`rlsuite.suite.config.identity_doc` is the identity of the old run
 as this version defines identities; the old folder name (its run id) is kept as ``run_id``.
 Pure dict → dict, stdlib only (the reports import it without the trainer).
@@ -37,6 +42,9 @@ V1_VALUES: dict[str, dict] = {
 """Version 1: the value of each setting a document may lack, by section (the field did not exist
 yet when it was written, so the run used this)."""
 
+V2_MAX_PROMPTS = 200
+"""``eval.max_prompts``'s default before version 3 (a document that omits it used this)."""
+
 V1_TASK_VALUES: dict[str, dict] = {"arith": {"style": "bare"}}
 """The same for task settings, by task name (``arith``'s prompt style came later)."""
 
@@ -57,7 +65,20 @@ def migrate(doc: dict) -> dict:
         raise BadInput(f"spec.json has schema {v}, newer than this rlsuite's ({SCHEMA}): upgrade rlsuite to read it")
     if v == 1:
         doc = _v1_to_v2(doc)
+    if schema_of(doc) == 2:
+        doc = _v2_to_v3(doc)
     return doc
+
+
+def _v2_to_v3(doc: dict) -> dict:
+    """Version 3 added ``eval.test_prompts``; before it the test evals read the first
+    ``eval.max_prompts`` prompts, so that is the value such a run used."""
+    d = copy.deepcopy(doc)
+    ev = dict(d.get("eval") or {})
+    ev.setdefault("test_prompts", ev.get("max_prompts", V2_MAX_PROMPTS))
+    d["eval"] = ev
+    d["schema"] = 3
+    return d
 
 
 def _v1_to_v2(doc: dict) -> dict:
@@ -82,5 +103,5 @@ def _v1_to_v2(doc: dict) -> dict:
         for k, v in V1_TASK_VALUES.get(task.get("name"), {}).items():
             task.setdefault(k, v)
     d["identity"] = {"task_version": None, "base_sha256": None}
-    d["schema"] = SCHEMA
+    d["schema"] = 2
     return d

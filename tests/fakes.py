@@ -34,7 +34,8 @@ class TwoTurnTask(Task):
     summary = "test-only two-turn environment"
     Config = TwoTurnConfig
     presets = {"embedded": {"rollout": {"group_size": 2, "prompts_per_step": 2, "max_new_tokens": 12,
-                                        "max_turns": 2}, "budget": {"updates": 2}, "eval": {"max_prompts": 4}}}
+                                        "max_turns": 2}, "budget": {"updates": 2}, "eval": {"max_prompts": 4,
+                                        "test_prompts": 4}}}
 
     def splits(self):
         items = [f"q{i}:" for i in range(12)]
@@ -57,7 +58,8 @@ class ParityTask(TwoTurnTask):
 
     name = "_parity_test"
     presets = {"embedded": {"rollout": {"group_size": 4, "prompts_per_step": 4, "max_new_tokens": 8},
-                            "optim": {"lr": 1e-3}, "budget": {"updates": 4}, "eval": {"max_prompts": 4}}}
+                            "optim": {"lr": 1e-3}, "budget": {"updates": 4}, "eval": {"max_prompts": 4,
+                            "test_prompts": 4}}}
 
     def grade(self, example, completion):
         ok = len(completion) % 2 == 0

@@ -63,7 +63,7 @@ def test_perturbation_leaves_trained_weights_bit_identical_and_flops_match_grpo(
         seen["behaviours"] = sorted(set(out[0].behaviour_id.tolist()))
         return out
 
-    sets = [("model.warm_start", "none"), ("eval.max_prompts", 4)]
+    sets = [("model.warm_start", "none"), ("eval.max_prompts", 4), ("eval.test_prompts", 4)]
     try:
         RolloutStage.rollout = spy
         spec = resolve("arith", "3po", "tiny", 0, sets=sets, budgets=[("updates", 1)])

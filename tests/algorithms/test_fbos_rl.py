@@ -124,7 +124,8 @@ def test_trainer_feedback_round_on_arith(tmp_path, monkeypatch):
     monkeypatch.setattr(Trainer, "_update", spy)
     spec = resolve("arith", "fbos_rl", "tiny", 0, sets=[("model.warm_start", "none"), ("algo.schedule", "joint"),
                                                        ("rollout.prompts_per_step", 4), ("rollout.group_size", 4),
-                                                       ("eval.max_prompts", 4)], budgets=[("updates", 2)])
+                                                       ("eval.max_prompts", 4),
+                                                       ("eval.test_prompts", 4)], budgets=[("updates", 2)])
     code, run = execute(spec, tmp_path)
     assert code == 0
     b, counters = seen[0]

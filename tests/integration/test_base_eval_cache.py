@@ -16,6 +16,7 @@ from rlsuite.suite.evaluate import memo_base_eval
 from rlsuite.suite.runfolder import read_jsonl
 
 SMALL = ["--task", "arith", "--algo", "grpo", "--set", "model.warm_start=none", "--set", "eval.max_prompts=8",
+    "--set", "eval.test_prompts=8",
          "--set", "rollout.prompts_per_step=2", "--set", "rollout.group_size=2", "--budget", "updates=1"]
 
 

@@ -15,6 +15,7 @@ from rlsuite.suite.runfolder import read_jsonl
 
 P, P_CRITIC = 505_216, 492_416
 SMALL = ["--task", "arith", "--set", "model.warm_start=none", "--set", "eval.max_prompts=4",
+    "--set", "eval.test_prompts=4",
          "--set", "rollout.prompts_per_step=4", "--set", "rollout.group_size=4",
          "--set", "train.share_prefix=false"]  # every position computed (the shared-prefix count: test_trainer_levers)
 

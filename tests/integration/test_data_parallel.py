@@ -27,7 +27,7 @@ from safetensors.torch import load_file
 from rlsuite.suite.cli import main
 from rlsuite.suite.runfolder import read_jsonl
 
-DP = ["--task", "arith", "--algo", "grpo", "--seed", "1", "--set", "eval.max_prompts=8",
+DP = ["--task", "arith", "--algo", "grpo", "--seed", "1", "--set", "eval.max_prompts=8", "--set", "eval.test_prompts=8",
       "--set", "rollout.prompts_per_step=4", "--set", "rollout.group_size=4", "--set", "rollout.rng=row",
       "--set", "train.minibatches=2", "--set", "train.micro_batch_size=4"]
 TWO = ["--set", "dist.world_size=2"]
@@ -141,7 +141,7 @@ tasks: [arith]
 algorithms: [grpo]
 seeds: [1]
 budget: {{samples: 48}}
-set: {{eval.max_prompts: 8, rollout.prompts_per_step: 4, rollout.group_size: 4, rollout.rng: row,
+set: {{eval.max_prompts: 8, eval.test_prompts: 8, rollout.prompts_per_step: 4, rollout.group_size: 4, rollout.rng: row,
       dist.world_size: 2}}
 resources: {{timeout_min: 10, mem_gb: 2, tasks_per_node: {tasks}}}
 """
@@ -186,7 +186,8 @@ def test_a_rank_that_dies_fails_the_run_and_a_rerun_completes_it(tmp_path):
     from tests.fakes import kill_rank_when
     from rlsuite.suite.spec import resolve
 
-    sets = [("eval.max_prompts", 8), ("rollout.prompts_per_step", 4), ("rollout.group_size", 4),
+    sets = [("eval.max_prompts", 8),
+        ("eval.test_prompts", 8), ("rollout.prompts_per_step", 4), ("rollout.group_size", 4),
             ("rollout.rng", "row"), ("dist.world_size", 2), ("train.checkpoint_every", 1)]
     spec = resolve("arith", "grpo", "tiny", 1, sets=sets, budgets=[("updates", 40)])
     run = tmp_path / spec.run_id

@@ -23,7 +23,8 @@ from rlsuite.suite.cli import _spec_from_args, build_parser, main
 from rlsuite.suite.runfolder import read_jsonl
 
 FAST = ["--task", "arith", "--algo", "grpo", "--budget", "samples=256", "--set", "model.warm_start=none",
-        "--set", "eval.max_prompts=16", "--set", "rollout.prompts_per_step=8", "--set", "rollout.group_size=4",
+        "--set", "eval.max_prompts=16",
+        "--set", "eval.test_prompts=16", "--set", "rollout.prompts_per_step=8", "--set", "rollout.group_size=4",
         "--set", "train.checkpoint_every=2"]
 
 

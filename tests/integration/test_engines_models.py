@@ -136,6 +136,7 @@ def test_saved_model_loads_by_path_with_chat_template(tmp_path, capsys):
     assert text.startswith("<user>") and text.endswith("<assistant>")
     code = main(["run", "--task", "arith", "--algo", "grpo", "--model", str(tmp_path / "m"), "--budget", "updates=2",
                  "--set", "rollout.prompts_per_step=2", "--set", "rollout.group_size=2", "--set", "eval.max_prompts=4",
+                 "--set", "eval.test_prompts=4",
                  "--out", str(tmp_path / "runs")])
     out = capsys.readouterr().out
     assert code == 0

@@ -29,7 +29,8 @@ from rlsuite.suite.spec import resolve
 sys.path.insert(0, str(Path(__file__).parent))
 from fsdp_harness import probe, spawn_probe, spawn_run  # noqa: E402
 
-BASE = [("eval.max_prompts", 8), ("rollout.prompts_per_step", 4), ("rollout.group_size", 4), ("rollout.rng", "row"),
+BASE = [("eval.max_prompts", 8),
+    ("eval.test_prompts", 8), ("rollout.prompts_per_step", 4), ("rollout.group_size", 4), ("rollout.rng", "row"),
         ("train.minibatches", 1), ("train.micro_batch_size", 4),
         ("train.share_prefix", False), ("optim.fused", False)]  # the levers a sharded run resolves `auto` to
 SHARD2 = [("dist.world_size", 2), ("dist.shard", "fsdp")]
@@ -272,6 +273,7 @@ def real_model() -> Path:
 REAL = [("task.style", "question"), ("task.max_operand", 20), ("task.ops", "+"), ("task.val_fraction", 0.1),
         ("rollout.prompts_per_step", 2), ("rollout.group_size", 2), ("rollout.max_new_tokens", 16),
         ("rollout.rng", "row"), ("train.micro_batch_size", 2), ("optim.lr", 1e-5), ("eval.max_prompts", 4),
+        ("eval.test_prompts", 4),
         ("optim.grad_clip", 0.0), ("train.share_prefix", False), ("optim.fused", False)]
 """Unclipped: a clip coefficient from torch's float32 norm (above) would move AdamW's first step on
 entries whose gradient is near eps by the norm's own error (measured 3e-5 of the update)."""

@@ -66,7 +66,8 @@ def test_broken_data_row_is_one_clear_error(tmp_path, capsys):
 @pytest.mark.slow
 def test_gsm8k_run_with_local_data(gsm8k_dir, tmp_path, capsys):
     code = main(["run", "--task", "gsm8k", "--algo", "ppo", "--seed", "1", "--set", f"task.data_path={gsm8k_dir}",
-                 "--budget", "samples=16", "--set", "eval.max_prompts=4", "--set", "rollout.max_new_tokens=24",
+                 "--budget", "samples=16", "--set", "eval.max_prompts=4",
+                 "--set", "eval.test_prompts=4", "--set", "rollout.max_new_tokens=24",
                  "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0

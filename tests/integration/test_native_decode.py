@@ -134,7 +134,8 @@ def test_one_decode_step_equals_the_eager_step(model_tok, simd):
     model, tok = model_tok
     eager, nat = KVSampler(model, tok), native.NativeKVSampler(model, tok)
     nat.simd = simd
-    (ref_pre, ref_cache, key_mask, pos, W), (got_pre, got_cache, *_) = _prefilled(eager, tok, 3), _prefilled(nat, tok, 3)
+    (ref_pre, ref_cache, key_mask, pos, W), (got_pre, got_cache, *_) = (_prefilled(eager, tok, 3),
+                                                                        _prefilled(nat, tok, 3))
     # the prefill: the last prompt position's logits, and every prompt slot's key and value
     assert torch.allclose(got_pre, ref_pre, atol=1e-5), (got_pre - ref_pre).abs().max()
     for a, b in zip(ref_cache, got_cache):
@@ -284,6 +285,7 @@ def test_unsupported_models_are_refused():
 
 
 SMALL = ["--task", "arith", "--algo", "grpo", "--set", "model.warm_start=none", "--set", "eval.max_prompts=4",
+    "--set", "eval.test_prompts=4",
          "--set", "rollout.prompts_per_step=4", "--set", "rollout.group_size=4", "--budget", "updates=2"]
 
 

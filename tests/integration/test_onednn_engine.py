@@ -123,6 +123,7 @@ def test_unsupported_models_are_refused(monkeypatch):
 
 
 SMALL = ["--task", "arith", "--algo", "grpo", "--set", "model.warm_start=none", "--set", "eval.max_prompts=4",
+    "--set", "eval.test_prompts=4",
          "--set", "rollout.prompts_per_step=4", "--set", "rollout.group_size=4", "--budget", "updates=2"]
 
 

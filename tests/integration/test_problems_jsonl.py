@@ -16,7 +16,8 @@ from rlsuite.suite.cli import main
 from rlsuite.suite.runfolder import read_jsonl
 
 FAST = ["--task", "arith", "--budget", "samples=128", "--set", "model.warm_start=none", "--set",
-        "eval.max_prompts=24", "--set", "rollout.prompts_per_step=8", "--set", "rollout.group_size=4",
+        "eval.max_prompts=24",
+        "--set", "eval.test_prompts=24", "--set", "rollout.prompts_per_step=8", "--set", "rollout.group_size=4",
         "--set", "eval.n_samples=2", "--set", "eval.ks=[1,2]"]
 
 

@@ -68,7 +68,7 @@ def test_two_grpo_steps_and_an_eval_on_the_real_model(real_model, tmp_path, caps
     an EOS that equals the pad token is still a trained token, and the checkpoint is gone."""
     sets = ["task.style=question", "task.max_operand=20", "task.ops=+", "task.val_fraction=0.1",
             "rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=32",
-            "eval.max_prompts=4", "eval.every=1.0", "optim.lr=1e-5"]
+            "eval.max_prompts=4", "eval.test_prompts=4", "eval.every=1.0", "optim.lr=1e-5"]
     args = ["run", "--task", "arith", "--algo", "grpo", "--model", PM.name, "--budget", "updates=2",
             "--out", str(tmp_path)]
     for s in sets:
@@ -85,7 +85,8 @@ def test_two_grpo_steps_and_an_eval_on_the_real_model(real_model, tmp_path, caps
     assert not any("<|im_end|>" in s["completion"] for s in samples)  # decoded without special tokens
     capsys.readouterr()
     assert cli(["eval", "--task", "arith", "--model", PM.name, "--set", "task.style=question",
-                "--set", "eval.max_prompts=4", "--set", "rollout.max_new_tokens=32", "--json"]) == 0
+                "--set", "eval.max_prompts=4",
+                "--set", "eval.test_prompts=4", "--set", "rollout.max_new_tokens=32", "--json"]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert res["n_prompts"] == 4 and 0.0 <= res["eval/arith/greedy_acc"] <= 1.0
 

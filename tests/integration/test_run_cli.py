@@ -20,7 +20,8 @@ from rlsuite.suite.cli import main
 from rlsuite.suite.runfolder import read_jsonl
 
 FAST = ["--task", "arith", "--budget", "samples=256", "--set", "model.warm_start=none",
-        "--set", "eval.max_prompts=16", "--set", "rollout.prompts_per_step=8", "--set", "rollout.group_size=4"]
+        "--set", "eval.max_prompts=16",
+        "--set", "eval.test_prompts=16", "--set", "rollout.prompts_per_step=8", "--set", "rollout.group_size=4"]
 
 
 def run_cli(capsys, *args: str) -> tuple[int, str, str]:
@@ -84,7 +85,7 @@ def test_run_writes_the_run_folder_contract(tmp_path, capsys):
 
     # the final policy evaluates with `rlsuite eval`
     code, out, err = run_cli(capsys, "eval", "--task", "arith", "--model", str(rd / "final"),
-                             "--set", "eval.max_prompts=8", "--json")
+                             "--set", "eval.max_prompts=8", "--set", "eval.test_prompts=8", "--json")
     assert code == 0, err
     res = json.loads(out.strip().splitlines()[-1])
     assert 0.0 <= res["eval/arith/greedy_acc"] <= 1.0 and res["n_prompts"] == 8
@@ -151,7 +152,7 @@ def test_bad_config_file(tmp_path, capsys):
 def test_config_file_and_set_precedence(tmp_path, capsys):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("rollout: {group_size: 2, prompts_per_step: 4}\nmodel: {warm_start: none}\n"
-                   "eval: {max_prompts: 4}\nbudget: {updates: 2}\n")
+                   "eval: {max_prompts: 4, test_prompts: 4}\nbudget: {updates: 2}\n")
     code, out, err = run_cli(capsys, "run", "--task", "arith", "--algo", "grpo", "--config", str(cfg),
                              "--set", "rollout.group_size=3", "--out", str(tmp_path))
     assert code == 0, err

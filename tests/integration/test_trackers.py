@@ -373,7 +373,8 @@ def test_tensorboard_on_a_full_disk_is_one_warning_without_a_thread_traceback(tm
             "from rlsuite.suite.cli import main\n"
             "sys.exit(main(sys.argv[1:]))\n")
     args = ["run", "--task", "arith", "--algo", "grpo", "--set", "model.warm_start=none", "--set",
-            "eval.max_prompts=4", "--set", "rollout.prompts_per_step=2", "--set", "rollout.group_size=2",
+            "eval.max_prompts=4",
+            "--set", "eval.test_prompts=4", "--set", "rollout.prompts_per_step=2", "--set", "rollout.group_size=2",
             "--budget", "updates=2", "--log", "tensorboard", "--out", str(tmp_path)]
     res = subprocess.run([sys.executable, "-c", boot, *args], capture_output=True, text=True, timeout=300)
     err = res.stderr
@@ -419,7 +420,8 @@ def test_a_tracker_server_that_never_answers_is_bounded_and_a_stop_signal_is_act
     pytest.importorskip("mlflow")
     srv, uri = _silent_server()
     base = [sys.executable, "-m", "rlsuite.suite.cli", "run", "--task", "arith", "--algo", "grpo", "--set",
-            "model.warm_start=none", "--set", "eval.max_prompts=4", "--set", "rollout.prompts_per_step=2",
+            "model.warm_start=none", "--set", "eval.max_prompts=4",
+            "--set", "eval.test_prompts=4", "--set", "rollout.prompts_per_step=2",
             "--set", "rollout.group_size=2", "--budget", "updates=2", "--log", "mlflow",
             "--set", f"log.mlflow_uri={uri}"]
     env = {**__import__("os").environ, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0"}

@@ -18,6 +18,7 @@ from rlsuite.suite.runfolder import read_jsonl
 from tests import fakes  # noqa: F401  (fake tasks)
 
 SMALL = ["--task", "arith", "--set", "model.warm_start=none", "--set", "eval.max_prompts=8",
+    "--set", "eval.test_prompts=8",
          "--set", "rollout.prompts_per_step=4", "--set", "rollout.group_size=4"]
 
 
@@ -159,8 +160,9 @@ def test_warm_start_cache_is_built_once_under_concurrency(tmp_path):
 
 
 def test_lag_staleness_holds_the_behaviour_policy_k_updates_back(tmp_path, capsys):
-    code = main(["run", "--task", "_parity_test", "--algo", "grpo", "--budget", "updates=6", "--set", "rollout.sync=lag",
-                 "--set", "rollout.staleness=2", "--set", "algo.kl_coef=0", "--out", str(tmp_path)])
+    code = main(["run", "--task", "_parity_test", "--algo", "grpo", "--budget", "updates=6",
+                 "--set", "rollout.sync=lag", "--set", "rollout.staleness=2", "--set", "algo.kl_coef=0",
+                 "--out", str(tmp_path)])
     out, err = capsys.readouterr()
     assert code == 0, err
     rows = read_jsonl(f"{_dir(out)}/metrics.jsonl")
@@ -199,7 +201,8 @@ def _assert_crash_and_resume_reproduce(spec, tmp_path, monkeypatch, crash_at: in
     assert execute(spec, tmp_path / "crash")[0] == 1
     code, run = execute(spec, tmp_path / "crash")
     assert code == 0
-    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("time", "budget/wall_s") and not k.startswith("perf/")}
+    strip = lambda rows: [{k: v for k, v in r.items()
+                           if k not in ("time", "budget/wall_s") and not k.startswith("perf/")}
                           for r in rows]
     rows = read_jsonl(ref / "metrics.jsonl")
     assert strip(read_jsonl(run / "metrics.jsonl")) == strip(rows)
@@ -209,8 +212,9 @@ def _assert_crash_and_resume_reproduce(spec, tmp_path, monkeypatch, crash_at: in
 def test_lag_staleness_resumes_exactly(tmp_path, monkeypatch):
     from rlsuite.suite.spec import resolve
 
-    spec = resolve("_parity_test", "grpo", "tiny", 0, sets=[("rollout.sync", "lag"), ("rollout.staleness", 2),
-                                                            ("rollout.mismatch", "noise"), ("train.checkpoint_every", 2)],
+    spec = resolve("_parity_test", "grpo", "tiny", 0,
+                   sets=[("rollout.sync", "lag"), ("rollout.staleness", 2), ("rollout.mismatch", "noise"),
+                         ("train.checkpoint_every", 2)],
                    budgets=[("updates", 6)])
     _assert_crash_and_resume_reproduce(spec, tmp_path, monkeypatch, crash_at=3)
 

@@ -29,7 +29,7 @@ from rlsuite.suite.types import Batch
 
 P = 505_216  # non-embedding parameters of the tiny model (tests/integration/test_budget_flops.py)
 G = 4
-SMALL = ["--task", "arith", "--set", "model.warm_start=none", "--set", "eval.max_prompts=4",
+SMALL = ["--task", "arith", "--set", "model.warm_start=none", "--set", "eval.max_prompts=4", "--set", "eval.test_prompts=4",
          "--set", "rollout.prompts_per_step=4", "--set", f"rollout.group_size={G}"]
 
 
@@ -246,7 +246,7 @@ def test_pi_old_from_the_update_forward_is_the_scoring_pass_bit_for_bit(tmp_path
     rows = {}
     for on in (True, False):
         monkeypatch.setattr(Scorer, "old_from_update", on)
-        spec = resolve("arith", algo, "tiny", 0, sets=[("model.warm_start", "none"), ("eval.max_prompts", 4),
+        spec = resolve("arith", algo, "tiny", 0, sets=[("model.warm_start", "none"), ("eval.max_prompts", 4), ("eval.test_prompts", 4),
                                                        ("rollout.prompts_per_step", 4), ("rollout.group_size", G),
                                                        *sets], budgets=[("updates", 3)])
         code, run_dir = execute(spec, tmp_path / str(on))

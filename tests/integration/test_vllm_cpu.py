@@ -116,7 +116,8 @@ def test_grpo_trains_through_vllm_with_the_engine_in_step_with_the_trainer(tmp_p
     float noise: the weights pushed after each update are the ones sampled with."""
     py = vllm_python()
     res = subprocess.run([py, "-m", "rlsuite.suite.cli", "run", "--task", "arith", "--algo", "grpo", "--seed", "0",
-                          "--set", "rollout.engine=vllm", "--budget", "updates=3", "--out", str(tmp_path)],
+                          "--set", "rollout.engine=vllm", "--budget", "updates=3", "--out", str(tmp_path),
+                          "--set", "eval.test_prompts=200"],  # the manifest's base: the first 200 test prompts
                          capture_output=True, text=True, cwd=REPO.parent, env=_env(), timeout=1200)
     assert res.returncode == 0, res.stderr[-4000:]
     run = Path(res.stdout.strip().splitlines()[-1].split("run_dir: ")[1])

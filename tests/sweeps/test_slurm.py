@@ -51,7 +51,8 @@ algorithms: [grpo]
 seeds: {seeds}
 budget: {{updates: {updates}}}
 base: none
-set: {{train.checkpoint_every: 2, eval.max_prompts: 4, rollout.prompts_per_step: 4, rollout.group_size: 4}}
+set: {{train.checkpoint_every: 2, eval.max_prompts: 4,
+    eval.test_prompts: 4, rollout.prompts_per_step: 4, rollout.group_size: 4}}
 resources: {{timeout_min: 10, mem_gb: 2, array_parallelism: 2, cpus_per_task: 1}}
 """
 

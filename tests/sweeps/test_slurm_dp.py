@@ -26,7 +26,7 @@ tasks: [arith]
 algorithms: [grpo]
 seeds: [1]
 budget: {samples: 48}
-set: {eval.max_prompts: 8, rollout.prompts_per_step: 4, rollout.group_size: 4, rollout.rng: row,
+set: {eval.max_prompts: 8, eval.test_prompts: 8, rollout.prompts_per_step: 4, rollout.group_size: 4, rollout.rng: row,
       dist.world_size: 2}
 resources: {timeout_min: 10, mem_gb: 2, cpus_per_task: 1, tasks_per_node: 2}
 """
@@ -65,7 +65,8 @@ def _slurm_run(tmp_path: Path, spec_text: str, name: str, capsys) -> Path:
 def _one_process_run(tmp_path: Path, algo: str, run_id: str, capsys, *sets: str) -> Path:
     """The same run (world size and sharding are not in the run id) in one local process."""
     code = main(["run", "--task", "arith", "--algo", algo, "--seed", "1", "--budget", "samples=48",
-                 "--set", "eval.max_prompts=8", "--set", "rollout.prompts_per_step=4", "--set", "rollout.group_size=4",
+                 "--set", "eval.max_prompts=8",
+                 "--set", "eval.test_prompts=8", "--set", "rollout.prompts_per_step=4", "--set", "rollout.group_size=4",
                  "--set", "rollout.rng=row", *[a for s in sets for a in ("--set", s)], "--out", str(tmp_path / "ref")])
     out = capsys.readouterr().out
     assert code == 0
@@ -88,7 +89,7 @@ tasks: [arith]
 algorithms: [{algo}]
 seeds: [1]
 budget: {{samples: 48}}
-set: {{eval.max_prompts: 8, rollout.prompts_per_step: 4, rollout.group_size: 4, rollout.rng: row,
+set: {{eval.max_prompts: 8, eval.test_prompts: 8, rollout.prompts_per_step: 4, rollout.group_size: 4, rollout.rng: row,
       dist.world_size: 2, dist.shard: fsdp, train.share_prefix: false, optim.fused: false}}
 resources: {{timeout_min: 10, mem_gb: 2, cpus_per_task: 1, nodes: 1, tasks_per_node: 2, gpus_per_node: 0}}
 """

@@ -26,7 +26,7 @@ algorithms: [grpo, rloo]
 seeds: [0]
 budget: {updates: 1}
 base: none
-set: {eval.max_prompts: 4, rollout.prompts_per_step: 2, rollout.group_size: 2}
+set: {eval.max_prompts: 4, eval.test_prompts: 4, rollout.prompts_per_step: 2, rollout.group_size: 2}
 comparisons: [{a: grpo, b: rloo, direction: greater, smallest_effect: 0.03}]
 checks: [{arm: all, signal: adv/mean, op: ">=", value: -1.0}]
 """

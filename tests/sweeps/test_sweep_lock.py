@@ -23,7 +23,7 @@ algorithms: [grpo]
 seeds: [0, 1]
 budget: {updates: 2}
 base: none
-set: {eval.max_prompts: 8, rollout.prompts_per_step: 4, rollout.group_size: 4}
+set: {eval.max_prompts: 8, eval.test_prompts: 8, rollout.prompts_per_step: 4, rollout.group_size: 4}
 resources: {timeout_min: 10}
 """
 

@@ -27,7 +27,8 @@ algorithms: [grpo, {name: rloo, variant: paper, set: {algo.mode: paper}}]
 seeds: [0, 1]
 budget: {updates: %d}
 base: none
-set: {eval.max_prompts: 8, rollout.prompts_per_step: 4, rollout.group_size: 4, train.checkpoint_every: 2}
+set: {eval.max_prompts: 8,
+    eval.test_prompts: 8, rollout.prompts_per_step: 4, rollout.group_size: 4, train.checkpoint_every: 2}
 resources: {timeout_min: 10}
 """
 
@@ -172,7 +173,7 @@ algorithms: [grpo, reinforce]
 seeds: [0, 1]
 budget: {updates: 2}
 base: none
-set: {eval.max_prompts: 4, rollout.prompts_per_step: 2, rollout.group_size: 2}
+set: {eval.max_prompts: 4, eval.test_prompts: 4, rollout.prompts_per_step: 2, rollout.group_size: 2}
 tuning: {lr: [0.001, 0.0003], seeds: [1000]}
 """)
     assert main(["sweep", "tune", str(spec), "--out", str(tmp_path), "--cluster", "debug"]) == 0

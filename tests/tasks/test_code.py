@@ -291,7 +291,8 @@ def test_fraction_reward(code_dir):
 @pytest.mark.slow
 def test_humaneval_run_with_the_tiny_model(code_dir, tmp_path, capsys):
     code = main(["run", "--task", "humaneval", "--algo", "grpo", "--seed", "1", "--set", f"task.data_path={code_dir}",
-                 "--budget", "samples=16", "--set", "eval.max_prompts=4", "--set", "rollout.max_new_tokens=32",
+                 "--budget", "samples=16", "--set", "eval.max_prompts=4",
+                 "--set", "eval.test_prompts=4", "--set", "rollout.max_new_tokens=32",
                  "--set", "model.warm_start=none", "--out", str(tmp_path)])
     assert code == 0, capsys.readouterr().err
 
@@ -314,7 +315,8 @@ def test_redefining_a_builtin_the_tests_call_does_not_help(humaneval):
     row = {"task_id": "T/abs", "prompt": "def half(x: float) -> float:\n    \"\"\"Half of x.\"\"\"\n",
            "entry_point": "half", "canonical_solution": "    return x / 2\n",
            "test": "def check(candidate):\n    assert abs(candidate(3.0) - 1.5) < 1e-9\n"}
-    hack = "```python\nimport builtins\nbuiltins.abs = lambda x: 0\nabs = lambda x: 0\n\n\ndef half(x):\n    return 7\n```\n"
+    hack = ("```python\nimport builtins\nbuiltins.abs = lambda x: 0\nabs = lambda x: 0\n\n\n"
+            "def half(x):\n    return 7\n```\n")
     assert humaneval.sandbox.run(humaneval_program(row, hack)).passed  # version 1 was fooled
     g = humaneval.grade_batch([row, row], [hack, row["canonical_solution"]])
     assert [x.correct for x in g] == [False, True]

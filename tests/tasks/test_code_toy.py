@@ -67,7 +67,8 @@ def test_config_errors():
 @pytest.mark.slow
 def test_short_run_through_the_cli(tmp_path, capsys):
     code = main(["run", "--task", "code_toy", "--algo", "grpo", "--seed", "3", "--set", "model.warm_start=none",
-                 "--budget", "samples=64", "--set", "eval.max_prompts=16", "--out", str(tmp_path)])
+                 "--budget", "samples=64", "--set", "eval.max_prompts=16",
+                 "--set", "eval.test_prompts=16", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0
     run_dir = out.strip().splitlines()[-1].split("run_dir: ")[1]

@@ -110,7 +110,8 @@ def test_offline_hub_load_is_a_clear_error(monkeypatch):
 @pytest.mark.slow
 def test_math_run_with_local_data(math_dir, tmp_path, capsys):
     code = main(["run", "--task", "math", "--algo", "grpo", "--seed", "1", "--set", f"task.data_path={math_dir}",
-                 "--budget", "samples=8", "--set", "eval.max_prompts=4", "--set", "rollout.max_new_tokens=16",
+                 "--budget", "samples=8", "--set", "eval.max_prompts=4",
+                 "--set", "eval.test_prompts=4", "--set", "rollout.max_new_tokens=16",
                  "--set", "rollout.prompts_per_step=2", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0
@@ -123,7 +124,8 @@ def test_parsed_answers_vote_in_maj_at_k(task, math_dir):
     from rlsuite.suite.evaluate import maj_at_k
 
     row = read_jsonl(math_dir / "test_sample.jsonl", FIELDS)[0]  # \left( 3, \frac{\pi}{2} \right)
-    comps = ["\\boxed{(3, \\pi)}", "\\boxed{\\left(3,\\dfrac{\\pi}{2}\\right)}", "no box", "\\boxed{(3, \\frac{\\pi}{2})}"]
+    comps = ["\\boxed{(3, \\pi)}", "\\boxed{\\left(3,\\dfrac{\\pi}{2}\\right)}", "no box",
+             "\\boxed{(3, \\frac{\\pi}{2})}"]
     grades = task.grade_batch([row] * 4, comps)
     assert [g.correct for g in grades] == [False, True, False, True]
     assert grades[1].parsed == grades[3].parsed and grades[2].parsed is None

@@ -28,8 +28,8 @@ from rlsuite.suite.models import char_tokenizer
 from rlsuite.suite.rollout import collect
 from rlsuite.suite.engines.base import GenOutput, SamplingParams
 from rlsuite.tasks.retrieval import BM25Index, RemoteRetriever, TinyBM25
-from rlsuite.tasks.search import (INVALID, Search, SearchConfig, SearchEnv, exact_match, extract_answer, f1_score, grade_answer,
-                                  normalize_answer, render_passages)
+from rlsuite.tasks.search import (INVALID, Search, SearchConfig, SearchEnv, exact_match, extract_answer, f1_score,
+                                  grade_answer, normalize_answer, render_passages)
 from tests.conftest import data_dir
 
 REPO = Path(__file__).resolve().parents[2]
@@ -146,7 +146,8 @@ def test_bm25_index_is_built_once_and_cached(tmp_path, monkeypatch):
         t.start()
     for t in threads:
         t.join()
-    assert len({str(i.folder) for i in opened}) == 1 and len(list((tmp_path / "cache" / "retrieval").glob("*tmp*"))) == 0
+    assert len({str(i.folder) for i in opened}) == 1
+    assert len(list((tmp_path / "cache" / "retrieval").glob("*tmp*"))) == 0
     hits = opened[0].search(["capital of Norway Oslo", "zzzz"], 2)
     assert hits[0][0]["document"] == {"id": "a", "contents": '"Oslo"\nOslo is in Norway.'} and hits[1] == []
     assert len(opened[0]) == 3
@@ -174,9 +175,9 @@ def test_retrieval_server_on_localhost(tmp_path):
     pytest.importorskip("bm25s", reason="the search extra (bm25s) is not installed")
     corpus = write_corpus(tmp_path / "c.jsonl")
     env = {**os.environ, "RLSUITE_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-m", "rlsuite.tasks.retrieval", "serve", "--corpus", str(corpus), "--port", "0",
-                             "--idle-exit", "30"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, cwd=REPO)
+    proc = subprocess.Popen([sys.executable, "-m", "rlsuite.tasks.retrieval", "serve", "--corpus", str(corpus),
+                             "--port", "0", "--idle-exit", "30"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, cwd=REPO)
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 60)
         assert ready, "server did not start within 60 s"
@@ -189,7 +190,8 @@ def test_retrieval_server_on_localhost(tmp_path):
         assert time.perf_counter() - t0 < 5
         assert remote[0][0]["document"]["id"] == "p2" and remote[1][0]["document"]["id"] == "p1" and remote[2] == []
         assert all(isinstance(h["score"], float) for h in remote[0])
-        req = urllib.request.Request(url, data=b'{"queries": "not a list"}', headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(url, data=b'{"queries": "not a list"}',
+                                     headers={"Content-Type": "application/json"})
         with pytest.raises(urllib.error.HTTPError, match="400"):
             urllib.request.urlopen(req, timeout=10)
         # Search-R1's own client shape: return_scores false → plain documents
@@ -272,7 +274,8 @@ def test_f1_reward_option():
 def test_search_run_with_local_data(search_dir, tmp_path, capsys):
     """Mechanics with the tiny model (embedded preset): the run completes and logs evals."""
     code = main(["run", "--task", "search", "--algo", "grpo", "--seed", "0", "--set", f"task.data_path={search_dir}",
-                 "--budget", "updates=1", "--set", "eval.max_prompts=2", "--out", str(tmp_path)])
+                 "--budget", "updates=1", "--set", "eval.max_prompts=2",
+                 "--set", "eval.test_prompts=2", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0
     run_dir = out.strip().splitlines()[-1].split("run_dir: ")[1]
@@ -285,6 +288,7 @@ def test_parsed_answers_vote_in_maj_at_k():
 
     golds = ["The Beatles"]
     grades = [grade_answer(c, golds, "em") for c in
-              ["<answer>Rolling Stones</answer>", "<answer>the beatles</answer>", "no answer", "<answer>Beatles!</answer>"]]
+              ["<answer>Rolling Stones</answer>", "<answer>the beatles</answer>", "no answer",
+               "<answer>Beatles!</answer>"]]
     assert [g.parsed for g in grades] == ["rolling stones", "beatles", None, "beatles"]
     assert maj_at_k([g.parsed for g in grades], [g.correct for g in grades], 4) == 1.0  # 2 votes beat 1; None abstains

@@ -98,7 +98,8 @@ def test_config_validation():
 def test_trainer_runs_search_then_answer_episodes(algo, tmp_path, capsys):
     """Two updates with the cached warm start: the episodes search, get passages, answer."""
     code = main(["run", "--task", "search_toy", "--algo", algo, "--seed", "0", "--budget", "updates=2",
-                 "--set", "eval.max_prompts=16", "--set", "eval.save_samples=16", "--out", str(tmp_path)])
+                 "--set", "eval.max_prompts=16",
+                 "--set", "eval.test_prompts=16", "--set", "eval.save_samples=16", "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0
     run_dir = out.strip().splitlines()[-1].split("run_dir: ")[1]

@@ -36,7 +36,7 @@ def test_a_version_1_document_moves_each_old_key_and_fills_the_values_of_its_tim
     snapshot = json.dumps(old, sort_keys=True)
     new = migrate(old)
     assert json.dumps(old, sort_keys=True) == snapshot  # the caller's document is left as it was
-    assert new["schema"] == SCHEMA == 2 and schema_of(old) == 1 and new["run_id"] == old["run_id"]
+    assert new["schema"] == SCHEMA == 3 and schema_of(old) == 1 and new["run_id"] == old["run_id"]
     assert new["dist"] == {"world_size": 2, "shard": "none", "shard_precision": "fp32"}
     assert new["loss"] == {"is_correction": "token_tis", "is_high": 3.0, "is_low": 0.0, "empty_rows": "count"}
     assert new["log"] == {"trackers": ["tensorboard"], "dir": "/tb", "project": "p", "progress": "lines"}
@@ -47,6 +47,7 @@ def test_a_version_1_document_moves_each_old_key_and_fills_the_values_of_its_tim
     assert new["task"]["style"] == "bare" and new["rollout"] == {"rng": "row"}  # (given: kept)
     assert migrate({"rollout": {}})["rollout"] == {"rng": "batch"}
     assert new["identity"] == {"task_version": None, "base_sha256": None}  # not recorded before the reset
+    assert new["eval"] == {"test_prompts": 200}  # the test evals read max_prompts' default then
     assert migrate(new) == new  # a current document passes unchanged
     spec = spec_from_dict(new)  # and resolves
     assert spec.dist.world_size == 2 and spec.loss.is_correction == "token_tis"
@@ -73,7 +74,7 @@ def test_every_committed_run_folder_migrates_completely():
     for path in COMMITTED:
         old = json.loads(path.read_text())
         # runs before the reset are schema 1 (README: "Results and the reset"); a study's copies since, the current
-        assert schema_of(old) in (1, SCHEMA), path
+        assert schema_of(old) in (1, 2, SCHEMA), path
         doc = migrate(old)
         again = identity_doc(spec_from_dict(doc).to_dict())
         mine = identity_doc(doc)
@@ -81,9 +82,25 @@ def test_every_committed_run_folder_migrates_completely():
                {k: v for k, v in again.items() if k != "identity"}, path
 
 
+def test_a_version_2_document_scored_the_first_max_prompts_of_its_test_split():
+    """Version 3 added ``eval.test_prompts`` (0: the whole test split). A version-2 run's test evals
+    read the first ``eval.max_prompts``: the migration says so, so such a run pools with a version-3
+    run only where that one scored the same prompts, and a current run at the defaults is another run."""
+    v2 = _doc(resolve("arith", "grpo", "tiny", 0, sets=[("eval.max_prompts", 120)]))
+    v2["schema"] = 2
+    del v2["eval"]["test_prompts"]
+    new = migrate(v2)
+    assert new["schema"] == 3 and new["eval"]["test_prompts"] == 120 and new["run_id"] == v2["run_id"]
+    same = _doc(resolve("arith", "grpo", "tiny", 0, sets=[("eval.max_prompts", 120), ("eval.test_prompts", 120)]))
+    assert identity_doc(new) == identity_doc(same)
+    default = _doc(resolve("arith", "grpo", "tiny", 0, sets=[("eval.max_prompts", 120)]))  # test_prompts 0
+    assert identity_doc(new) != identity_doc(default)
+    assert migrate({"schema": 2, "eval": {}})["eval"] == {"test_prompts": 200}  # max_prompts' default then
+
+
 def test_a_newer_document_is_refused_with_one_line():
-    with pytest.raises(BadInput, match="schema 3, newer than this rlsuite's \\(2\\)"):
-        migrate({"schema": 3})
+    with pytest.raises(BadInput, match="schema 4, newer than this rlsuite's \\(3\\)"):
+        migrate({"schema": 4})
     with pytest.raises(BadInput, match="schema must be a positive integer"):
         migrate({"schema": "2"})
 

@@ -44,6 +44,7 @@ def test_the_hint(monkeypatch, cores, threads, world, hinted):
 
 
 SMALL = ["--task", "arith", "--algo", "grpo", "--set", "model.warm_start=none", "--set", "eval.max_prompts=2",
+    "--set", "eval.test_prompts=2",
          "--set", "rollout.prompts_per_step=2", "--set", "rollout.group_size=2", "--budget", "updates=1"]
 
 
