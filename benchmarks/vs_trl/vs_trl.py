@@ -410,18 +410,21 @@ def rlsuite_trainer(path: Path, out: Path, threads: int, extra: list = (), seed:
 
 def instrument(ours, stats: dict) -> None:
     """rlsuite's phase wrappers: generation, the scoring passes, the update's forward, the sync."""
+    import rlsuite.suite.scoring as scoring_module
     import rlsuite.suite.trainer as trainer_module
 
     def count(out):
         stats["tokens"] = stats.get("tokens", 0) + sum(len(x) for x in out.ids)
         stats["width"] = max(stats.get("width", 0), max((len(x) for x in out.ids), default=0))
 
-    ours.engine.generate = PH.wrap("generate", ours.engine.generate, count=count)
-    ours._score = PH.wrap("score", ours._score, scoring=True)
-    ours.behaviour.sync = PH.wrap("sync", ours.behaviour.sync)
-    if not getattr(trainer_module.policy_forward, "_phase", False):
-        trainer_module.policy_forward = PH.wrap("forward", trainer_module.policy_forward)
-        trainer_module.policy_forward._phase = True
+    st = ours.state  # the training state's owner (suite/train_state.py): engine, behaviour, models
+    st.engine.generate = PH.wrap("generate", st.engine.generate, count=count)
+    ours.scorer.score = PH.wrap("score", ours.scorer.score, scoring=True)
+    st.behaviour.sync = PH.wrap("sync", st.behaviour.sync)
+    for module in (trainer_module, scoring_module):  # the update's forward; the scoring passes' (inside "score")
+        if not getattr(module.policy_forward, "_phase", False):
+            module.policy_forward = PH.wrap("forward", module.policy_forward)
+            module.policy_forward._phase = True
 
 
 def chat_ids(tok, n: int, seed: int) -> list[list[int]]:
@@ -444,14 +447,14 @@ def check_same_loss(path: Path, out: Path, threads: int) -> tuple[float, float]:
     ours = rlsuite_trainer(path, out / "check", threads)
     tok = ours.tok
     ids = [x for x in chat_ids(tok, P, 123) for _ in range(G)]
-    rec, _ = collect(ours.engine, tok, ids, SamplingParams(max_new_tokens=NEW, temperature=1.0,
+    rec, _ = collect(ours.state.engine, tok, ids, SamplingParams(max_new_tokens=NEW, temperature=1.0,
                                                            stop_ids=(tok.eos_token_id,)),
                      torch.Generator().manual_seed(0), group_ids=[i // G for i in range(P * G)])
     rewards = torch.randn(P * G, generator=torch.Generator().manual_seed(1))
-    batch = ours._score(rec.replace(rewards=rewards, scores=rewards))
+    batch = ours.scorer.score(rec.replace(rewards=rewards, scores=rewards))
     adv = ours.algo.advantages(batch, ours.context())
     batch = dataclasses.replace(batch, adv=adv.adv)
-    fwd = policy_forward(ours.model, batch.tokens, batch.attn_mask, 1.0)
+    fwd = policy_forward(ours.state.model, batch.tokens, batch.attn_mask, 1.0)
     # an off-policy π_old (ratios away from 1, some clipped) so the check exercises the clip, not just 0
     noise = 0.3 * torch.randn(batch.tokens.shape, generator=torch.Generator().manual_seed(2))
     batch = dataclasses.replace(batch, old_logp=(fwd.logp.detach() + noise) * batch.loss_mask)
@@ -466,7 +469,7 @@ def check_same_loss(path: Path, out: Path, threads: int) -> tuple[float, float]:
     inputs = {"prompt_ids": batch.tokens[:, :pw], "prompt_mask": batch.attn_mask[:, :pw],
               "completion_ids": batch.tokens[:, pw:], "completion_mask": batch.loss_mask[:, pw:].long(),
               "advantages": adv_seq, "old_per_token_logps": batch.old_logp[:, pw:]}
-    trl.model.load_state_dict(ours.model.state_dict())
+    trl.model.load_state_dict(ours.state.model.state_dict())
     trl.model.train()
     trl.current_gradient_accumulation_steps = 1  # set by TRL's training loop; one step per generation batch
     trl_loss = float(trl._compute_loss(trl.model, inputs).detach())

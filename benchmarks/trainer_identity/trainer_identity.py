@@ -8,10 +8,10 @@ worktree of the commit the split started from, mapped into the ``rlsuite`` names
 (exact equality), ``perf/*``, ``budget/wall_s`` and wall-clock stamps excluded; ``evals.jsonl`` is
 compared the same way, ``final/`` byte for byte and, in four more runs of the features whose code
 moved (:data:`VARIANTS`, checkpoints kept), ``checkpoint/state.pt`` entry by entry. Writes
-``benchmarks/results/trainer_identity.md``.
+``benchmarks/trainer_identity/trainer_identity.md``.
 
     git worktree add /tmp/trainer_before <commit>
-    python benchmarks/trainer_identity.py --before-src /tmp/trainer_before [--before-src ...]
+    python benchmarks/trainer_identity/trainer_identity.py --before-src /tmp/trainer_before [--before-src ...]
         [--after-src CHECKOUT] [--out DIR] [--only before|after]
 """
 
@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ALGOS = ("grpo", "ppo", "rloo", "dr_grpo")
 VARIANTS = (  # the features whose code moved, each in one more run (checkpoints kept: compared too)
     ("ppo, separate critic", "ppo", ["model.critic=separate"]),
@@ -218,7 +218,7 @@ each, with `""" + " ".join(KEEP) + """` (mid-run checkpoints, the last one kept 
     args += f" --after-src <worktree of {here}>" if after_src else ""
     text = f"""# The trainer split (#37 §1): reference runs before and after
 
-`python benchmarks/trainer_identity.py {args}`; after = {here}. Machine: {cpu()}
+`python benchmarks/trainer_identity/trainer_identity.py {args}`; after = {here}. Machine: {cpu()}
 ({platform.machine()}), {os.cpu_count()} cores, `OMP_NUM_THREADS=1` (one torch thread a run). `arith`,
 seed 0, `budget.updates=8`, tiny model from the committed base, each side through its own CLI
 (`rlsuite run --task arith --algo ALGO --seed 0 --set budget.updates=8`, the code of each checkout
@@ -231,7 +231,7 @@ excluded). The comparators report a difference where there is one (checked on pa
 runs: metrics, `final/` and checkpoints all differ).
 
 """ + "\n".join(sections)
-    dest = ROOT / "benchmarks" / "results" / "trainer_identity.md"
+    dest = Path(__file__).with_name("trainer_identity.md")
     dest.write_text(text)
     print(f"wrote {dest}")
     return 0
