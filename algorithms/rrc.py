@@ -1,7 +1,7 @@
 """RRC — Ranking-based Reward Construction from a generative (pairwise) judge.
 
 Source (arXiv 2608.06310; the authors' repository github.com/wangclnlp/RRC could not be reached):
-two independent summaries of the paper. A judge (``algorithms/judges.py``) gives, for responses
+two independent summaries of the paper. A judge (``suite/judges.py``) gives, for responses
 ``a, b`` shown in the order (A, B), the probability ``P_A(a, b)`` that the one in position A is
 better. The rewards of one prompt's G responses are built from it, then fed to GRPO or RLOO.
 
@@ -59,9 +59,9 @@ import torch
 from torch import Tensor
 
 from rlsuite.algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, Group, register
-from rlsuite.algorithms.judges import TIE_TOL, Judge, Judged, Pool, judge_pairs, load_judge
 from rlsuite.algorithms.rloo import leave_one_out_advantage
 from rlsuite.suite.aggregation import AggMode
+from rlsuite.suite.judges import TIE_TOL, Judge, Judged, Pool, judge_pairs, load_judge
 from rlsuite.suite.ops import broadcast_to_tokens, clipped_surrogate, group_normalised_advantage
 from rlsuite.suite.prompts import seed_for
 from rlsuite.suite.types import Batch, Forward
@@ -182,7 +182,7 @@ class RRCConfig(AlgoConfig):
     """``reference``: ``n_anchors`` samples of the frozen base per prompt, generated once; ``policy``: the
     current policy's greedy decode, every step."""
     judge: Literal["task", "lm"] = "task"
-    """Judge from ``rlsuite.algorithms.judges.JUDGES``: ``task`` (task grader) or ``lm`` (causal-LM judge)."""
+    """Judge from ``rlsuite.suite.judges.JUDGES``: ``task`` (task grader) or ``lm`` (causal-LM judge)."""
     judge_model: str = "tiny"
     """The LM judge: a registered model name, HF id or local path (``tiny`` is an untrained placeholder)."""
     reward: Literal["borda", "rank"] = "borda"

@@ -11,7 +11,7 @@ import torch
 
 from rlsuite import algorithms  # noqa: F401
 from rlsuite.algorithms.base import ALGORITHMS, Context, Group
-from rlsuite.algorithms.judges import Judge
+from rlsuite.suite.judges import Judge
 from tests.fakes import hook_ctx
 
 

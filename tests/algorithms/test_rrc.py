@@ -10,8 +10,8 @@ import math
 import pytest
 import torch
 
-from rlsuite.algorithms.judges import Judge
 from rlsuite.algorithms.rrc import average_ranks, draw_votes, rank_reward, resolve_ranking, tournament_ranks
+from rlsuite.suite.judges import Judge
 from rlsuite.suite.types import Batch
 from tests.algorithms.hand_judges import ABC, TableJudge, ctx, group, make
 from tests.fakes import hook_ctx

@@ -1,4 +1,4 @@
-"""The judges of the RRC entries (``algorithms/judges.py``): the task judge grading through
+"""The judges of the RRC entries (``suite/judges.py``): the task judge grading through
 ``Group.grade``, the registry and one load per model, and the LM judge on a tiny Llama saved to a
 temp dir (both orders, FLOPs charged). The entries' tests: ``tests/algorithms/test_rrc*.py``."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlsuite.algorithms.judges import JUDGES, LMJudge, Pool, TaskJudge, judge_pairs, load_judge
+from rlsuite.suite.judges import JUDGES, LMJudge, Pool, TaskJudge, judge_pairs, load_judge
 from rlsuite.suite.registry import UnknownName
 from tests.algorithms.hand_judges import ctx, group, make
 

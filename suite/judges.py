@@ -1,5 +1,8 @@
 """Pairwise judges for generative-reward-model rewards (used by RRC, ``algorithms/rrc.py``).
 
+Engine infrastructure, not an entry: the ``lm`` judge loads a model (``suite/models.py``), so this
+module lives with the engine and the entries import it.
+
 A judge answers one question: with responses ``first`` and ``second`` to a prompt shown in that
 order (positions A and B), how likely is ``first`` the better one? :func:`judge_pairs` turns the
 single-order verdicts into the order-debiased preference
@@ -14,7 +17,8 @@ entry-point group):
 
 * ``task`` — prefers the response the task grades higher (1, 0, or ½ on ties); deterministic
   and free. It grades through the task's own grader (``Group.grade``; grades already computed
-  for the group's responses are reused), so ``algorithms/`` imports no task.
+  for the group's responses are reused), so neither the engine nor ``algorithms/`` imports
+  a task.
 * ``lm`` — a causal LM (a registered model name, a Hugging Face id or a local path) prompted
   with :data:`TEMPLATE`; ``P_A`` is the softmax over the logits of the verdict tokens "A"/"B" at
   the answer position. Its forward FLOPs are charged as ``ctx.charge("judge", tokens, P)``.
