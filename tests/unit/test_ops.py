@@ -479,3 +479,19 @@ def test_entropy_keeps_float64_and_upcasts_half_precision():
     got = entropy_from_logits(logits)
     assert got.dtype == torch.float64 and abs(float(got - ref)) < 1e-14
     assert entropy_from_logits(logits.to(torch.bfloat16)).dtype == torch.float32
+
+
+def test_entropy_of_float64_logits_is_float64_to_1e12_by_hand():
+    """Issue 37: logits (0, ln 2, ln 3) give p = (1/6, 2/6, 3/6) and
+    H = ln(6)/6 + ln(3)/3 + ln(2)/2 by hand; a float32 path misses 1e-12 (by about 1e-8 here).
+    Float32 logits stay float32 (and agree to float32 rounding)."""
+    from rlsuite.suite.ops import entropy_from_logits
+
+    want = math.log(6) / 6 + math.log(3) / 3 + math.log(2) / 2
+    logits = torch.tensor([[0.0, math.log(2), math.log(3)], [0.0, 0.0, 0.0]], dtype=torch.float64)
+    got = entropy_from_logits(logits)
+    assert got.dtype == torch.float64 and got.shape == (2,)
+    assert abs(got[0].item() - want) < 1e-12 and abs(got[1].item() - math.log(3)) < 1e-12
+    got32 = entropy_from_logits(logits.float())
+    assert got32.dtype == torch.float32
+    assert abs(got32[0].item() - want) < 1e-6 and abs(got32[1].item() - math.log(3)) < 1e-6
