@@ -37,7 +37,7 @@ from typing import Literal
 
 import numpy as np
 
-from rlsuite.reports.stats import Interval, _sps
+from rlsuite.reports.stats.base import Interval, _sps
 
 Alternative = Literal["two-sided", "greater", "less"]
 ALTERNATIVES = ("two-sided", "greater", "less")

@@ -8,6 +8,8 @@ Run: python -m pytest tests/reports/test_reports_stats.py -q
 from __future__ import annotations
 
 import itertools
+import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -20,6 +22,7 @@ from hypothesis.extra.numpy import arrays
 from rlsuite.reports import ReportConfig, ReportError, cli, render, stats, synthetic, tables
 from rlsuite.reports.load import load_runs
 from rlsuite.reports.scores import SCORE_COLUMNS, Scored, score_runs
+from rlsuite.reports.stats import aggregates as stats_aggregates
 
 finite = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False)
 
@@ -216,6 +219,25 @@ def test_coverage_note_names_method_and_measured_coverage():
     perc = stats.coverage_note("percentile", [3])
     assert "percentile bootstrap (n = 3 seeds" in perc and "under-covers on normal" in perc
     assert "none" in stats.coverage_note("auto", [1])
+
+
+def test_coverage_tables_are_the_packaged_data_as_measured(tmp_path):
+    """Issue 37: the coverage tables are data (``reports/coverage.json``, loaded at import), and
+    they are the numbers of the committed study (its "As stored" block in `COVERAGE_FILE`)."""
+    root = Path(__file__).resolve().parents[2]
+    cell, agg = stats.load_coverage()
+    assert (cell, agg) == (stats.CELL_COVERAGE, stats.AGGREGATE_COVERAGE)
+    assert (stats.COVERAGE_DATA.parent.name, stats.COVERAGE_DATA.name) == ("reports", "coverage.json")
+    assert isinstance(cell.rows[3]["t"], tuple) and sorted(agg) == ["iqm", "mean"] and sorted(agg["mean"]) == [2, 5]
+    md = (root / stats.COVERAGE_FILE).read_text(encoding="utf-8")
+    block = md.split("```python\n", 1)[1].split("```", 1)[0]
+    stored: dict = {}
+    exec(block, {"stats": stats}, stored)
+    assert stored["CELL_COVERAGE"] == stats.CELL_COVERAGE and stored["AGGREGATE_COVERAGE"] == stats.AGGREGATE_COVERAGE
+    bad = tmp_path / "c.json"
+    bad.write_text(json.dumps({**json.loads(stats.COVERAGE_DATA.read_text()), "distributions": ["normal"]}))
+    with pytest.raises(ValueError, match="coverage measured on"):
+        stats.load_coverage(bad)
 
 
 def test_median_is_median_over_tasks_of_per_task_means():
@@ -501,7 +523,7 @@ def test_probability_of_improvement_counts_through_ranks_beyond_the_pairwise_siz
     a = rng.integers(0, 4, (6, 25)).astype(float)  # ties on purpose
     b = rng.integers(0, 4, (6, 31)).astype(float)
     pairwise = stats._poi([a, a[:, :5]], [b, b[:, :7]])
-    monkeypatch.setattr(stats, "PAIRWISE_MAX", 0)
+    monkeypatch.setattr(stats_aggregates, "PAIRWISE_MAX", 0)  # the module whose _poi reads it
     np.testing.assert_array_equal(stats._poi([a, a[:, :5]], [b, b[:, :7]]), pairwise)
     monkeypatch.undo()
     x, y = rng.normal(size=(1500, 1)), rng.normal(size=(1500, 1))
