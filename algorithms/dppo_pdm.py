@@ -108,7 +108,8 @@ class DPPOPDM(DPPO):
                 "code); base: Qi et al. 2026, Rethinking the Trust Region in LLM RL, arXiv:2602.04879")
     fidelity = "description"
     assumptions = ("one PG step on the sampled token is the logit move Δz = ηA(e_a − π)",
-                   "top-K: a (K+1)-category softmax (μ's top-K + rest); a's category is its top-K slot or the rest bucket",
+                   "top-K: a (K+1)-category softmax (μ's top-K + rest); a's category is its top-K slot or the "
+                   "rest bucket",
                    "K = rollout.topk ≈ 20; thresholds as DPPO (δ_TV 0.15, δ_KL 0.05)",
                    "crossing rule uses a fixed logit step η per unit A (crossing_eta; off by default)")
     switches = ("criterion", "divergence", "crossing_eta", "direction", "tis_cap", "anchor")

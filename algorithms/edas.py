@@ -143,7 +143,8 @@ class EDAS(DAPO):
                 "warmup_frac", "none_class", "equivalence")
     inert = {"alpha": "acts only where a group's wrong answers fall into ≥ 2 classes; the contract harness "
                       "carries no parsed answers (covered by its hand tests in tests/unit/)",
-             "equivalence": "the contract harness carries neither error classes nor parsed answers (covered by its hand tests in tests/unit/)",
+             "equivalence": "the contract harness carries neither error classes nor parsed answers (covered by "
+                            "its hand tests in tests/unit/)",
              "overlong_buffer": "read only with overlong = shaping (default none, the authors' DAPO launcher)",
              "overlong_penalty": "read only with overlong = shaping (default none, the authors' DAPO launcher)",
              "warmup_start": "the contract harness's groups carry no wrong set the shaping changes at its step "

@@ -116,7 +116,8 @@ class EntrocraftConfig(GRPOConfig):
             raise ValueError("schedule=custom needs custom_lower and custom_upper of equal, non-zero length")
 
 
-_CTX = "live when H ≤ U(s); the contract context (H = 0.9) is above every default band (see its hand tests in tests/unit/)"
+_CTX = ("live when H ≤ U(s); the contract context (H = 0.9) is above every default band (see its hand tests in "
+        "tests/unit/)")
 
 
 @register

@@ -72,7 +72,8 @@ class FBOSConfig(GRPOConfig):
     is_cap: float = 2.0
     """C: truncation of the importance weight π_old(y|x)/μ(y|x⁺) on the re-placed rows."""
     epa_feedback: bool = True
-    """EPA includes the feedback-guided responses re-scored under the original prompt (False: EPA = GRPO on the first group)."""
+    """EPA includes the feedback-guided responses re-scored under the original prompt (False: EPA = GRPO on
+    the first group)."""
     feedback: Literal["full", "binary"] = "full"
     """Feedback detail: the task's rule-based diagnosis, or only correct/incorrect."""
     source: Literal["worst", "random"] = "worst"
@@ -89,7 +90,8 @@ class FBOSConfig(GRPOConfig):
 @register
 class FBOSRL(GRPO):
     name = "fbos_rl"
-    summary = "A second, verifier-feedback-conditioned group; alternates EPA (pooled, truncated IS) and ECC (GRPO on x⁺)."
+    summary = ("A second, verifier-feedback-conditioned group; alternates EPA (pooled, truncated IS) and ECC "
+               "(GRPO on x⁺).")
     citation = ("Zhang et al. 2026, FBOS-RL: Feedback-Driven Bi-Objective Synergistic Reinforcement Learning, "
                 "arXiv:2605.20256")
     fidelity = "abstract"
@@ -103,7 +105,8 @@ class FBOSRL(GRPO):
     switches = ("objective", "schedule", "period", "is_cap", "epa_feedback", "feedback", "source")
     inert = {f: "acts through the trainer's feedback round (revise); covered in tests/algorithms/test_fbos_rl.py"
              for f in ("objective", "schedule", "period", "epa_feedback", "feedback", "source")}
-    inert["is_cap"] = "weights only re-placed rows (stage 2), which the contract batches do not have; see test_fbos_rl.py"
+    inert["is_cap"] = ("weights only re-placed rows (stage 2), which the contract batches do not have; "
+                       "see test_fbos_rl.py")
     Config = FBOSConfig
     cfg: FBOSConfig
 

@@ -62,7 +62,8 @@ class GSPO(GRPO):
             clipped = (l2 > l1).float()[:, None].expand_as(mask)
             lo = ((s < 1 - self.cfg.clip_eps_low) & (adv < 0)).float()[:, None].expand_as(mask)
             hi = ((s > 1 + self.cfg.clip_eps_high) & (adv > 0)).float()[:, None].expand_as(mask)
-            metrics = {"stats/clip_frac": masked_mean(clipped, mask), "algo/gspo/seq_clip_frac": (l2 > l1).float().mean(),
+            metrics = {"stats/clip_frac": masked_mean(clipped, mask),
+                       "algo/gspo/seq_clip_frac": (l2 > l1).float().mean(),
                        "stats/clip_frac_low": masked_mean(lo, mask), "stats/clip_frac_high": masked_mean(hi, mask),
                        "stats/approx_kl": approx_kl(fwd.logp, batch.old_logp, mask),
                        "stats/ratio_mean": s.mean(), "stats/ratio_min": s.min(), "stats/ratio_max": s.max()}

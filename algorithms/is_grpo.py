@@ -41,7 +41,8 @@ import torch
 
 from rlsuite.algorithms.base import AdvOut, Context, register
 from rlsuite.algorithms.grpo import GRPO, GRPOConfig
-from rlsuite.suite.ops import broadcast_to_tokens, group_all_equal, group_mean_std, group_normalised_advantage, masked_sum
+from rlsuite.suite.ops import (broadcast_to_tokens, group_all_equal, group_mean_std, group_normalised_advantage,
+                               masked_sum)
 from rlsuite.suite.types import Batch, Forward, Rollout
 
 
@@ -130,7 +131,8 @@ class ISGRPO(GRPO):
                 "reading")
     inert = {**dict.fromkeys(("alpha", "is_weight", "renormalise", "sigma_min", "sigma_prior", "sigma_source",
                               "ema_decay", "with_replacement"), "acts via sample_prompts and the σ̂ table: a fresh "
-                             "entry samples uniformly (w ≡ 1); see its hand tests in tests/unit/"), "orthogonality": "metric only",
+                             "entry samples uniformly (w ≡ 1); see its hand tests in tests/unit/"),
+             "orthogonality": "metric only",
              **dict.fromkeys(("reading", "response_cap"), "acts through the replay hook (a fresh entry has no "
                              "stale groups yet); see its hand tests in tests/unit/")}
     tune_knob = ("alpha", (0.5, 1.0))
@@ -200,7 +202,8 @@ class ISGRPO(GRPO):
         std = group_mean_std(fresh.rewards, fresh.group_id)[1]
         self.pending.append((idx, std.detach().float().cpu()))
         m["sigma_mean"] = float(std.mean())
-        return AdvOut(adv=broadcast_to_tokens(adv, batch.loss_mask), metrics={f"algo/is_grpo/{k}": v for k, v in m.items()})
+        return AdvOut(adv=broadcast_to_tokens(adv, batch.loss_mask),
+                      metrics={f"algo/is_grpo/{k}": v for k, v in m.items()})
 
     def after_update(self, ctx: Context) -> None:
         for idx, std in self.pending:  # σ̂ update once per step, after the batch was weighted

@@ -96,7 +96,8 @@ class PNPO(GRPO):
                    "t counts policy tokens of the response (observations skipped)")
     switches = ("ratio", "gradient", "clip_schedule")
     inert = {"clip_eps0": "used only with clip_schedule = inv_sqrt (default constant)",
-             "gradient": "changes the gradient, not the loss value the live-knob harness compares (see its hand tests in tests/unit/)"}
+             "gradient": "changes the gradient, not the loss value the live-knob harness compares (see its hand "
+                         "tests in tests/unit/)"}
     tune_knob = ("clip_eps_high", (2e-3, 5e-3, 1e-2))
     Config = PNPOConfig
     cfg: PNPOConfig

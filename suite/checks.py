@@ -52,8 +52,9 @@ def check_capabilities(model, needs: frozenset[str], algo_name: str, update_fiel
     if levers:
         why = unsupported(model, update_fields, 0)
         if why is not None:
-            raise BadInput(f"{' and '.join(levers)} {'use' if len(levers) > 1 else 'uses'} the functional forward of suite/fast_forward.py, which does not "
-                           f"serve {why}" + (f" (needed by algorithm '{algo_name}')" if why.startswith("fields") else "")
+            raise BadInput(f"{' and '.join(levers)} {'use' if len(levers) > 1 else 'uses'} the functional forward "
+                           f"of suite/fast_forward.py, which does not serve {why}"
+                           + (f" (needed by algorithm '{algo_name}')" if why.startswith("fields") else "")
                            + f"; turn {' and '.join(levers)} off for this run")
     if t.compile and device.type == "cpu" and cxx_compiler() is None:
         raise BadInput("train.compile on a CPU needs a C++ compiler for torch.compile's kernels (g++, clang++ "

@@ -83,9 +83,9 @@ def _layer_weights(model) -> list[tuple]:
     for layer in model.model.layers:
         a, m = layer.self_attn, layer.mlp
         out.append((layer.input_layernorm.weight, a.q_proj.weight, a.q_proj.bias, a.k_proj.weight, a.k_proj.bias,
-                    a.v_proj.weight, a.v_proj.bias, a.o_proj.weight, a.o_proj.bias, layer.post_attention_layernorm.weight,
-                    m.gate_proj.weight, m.gate_proj.bias, m.up_proj.weight, m.up_proj.bias, m.down_proj.weight,
-                    m.down_proj.bias))
+                    a.v_proj.weight, a.v_proj.bias, a.o_proj.weight, a.o_proj.bias,
+                    layer.post_attention_layernorm.weight, m.gate_proj.weight, m.gate_proj.bias, m.up_proj.weight,
+                    m.up_proj.bias, m.down_proj.weight, m.down_proj.bias))
     return out
 
 
@@ -95,9 +95,9 @@ def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), -1) * sin
 
 
-def _stack(x: Tensor, cos: Tensor, sin: Tensor, mask: Optional[Tensor], prefix_kv: Optional[list[tuple[Tensor, Tensor]]],
-           layers: list[tuple], norm_w: Tensor, n_heads: int, n_kv: int, head_dim: int, eps: float,
-           gqa: bool) -> tuple[Tensor, list]:
+def _stack(x: Tensor, cos: Tensor, sin: Tensor, mask: Optional[Tensor],
+           prefix_kv: Optional[list[tuple[Tensor, Tensor]]], layers: list[tuple], norm_w: Tensor, n_heads: int,
+           n_kv: int, head_dim: int, eps: float, gqa: bool) -> tuple[Tensor, list]:
     """The decoder layers and the final norm.
 
     x [N, S, H] embeddings; cos/sin [N, S, D]; mask [N, 1, S, K] bool (K = prefix + S) or None
@@ -271,7 +271,8 @@ def fast_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float, w
     if plan is None:
         x = model.model.embed_tokens(tokens)
         cos, sin = model.model.rotary_emb(x, pos)
-        h, _ = stack(x, cos, sin, _mask(attn_mask, T, 0, compiled), None, layers, norm_w, n_heads, n_kv, head_dim, eps, n_kv != n_heads)
+        h, _ = stack(x, cos, sin, _mask(attn_mask, T, 0, compiled), None, layers, norm_w, n_heads, n_kv, head_dim, eps,
+                     n_kv != n_heads)
         logp, ent, topk = _stats(model.lm_head(h[:, s0 - 1:-1]), tokens[:, s0:], temperature, want,
                                  topk_ids[:, s0:] if want_topk else None)
         pad = (s0, 0)
@@ -286,7 +287,8 @@ def fast_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float, w
     p_tok, p_mask, p_pos = tokens[first, :W], attn_mask[first, :W], pos[first, :W]
     x = emb[first, :W]
     cos, sin = model.model.rotary_emb(x, p_pos)
-    h_p, kv_p = stack(x, cos, sin, _mask(p_mask, W, 0, compiled), None, layers, norm_w, n_heads, n_kv, head_dim, eps, n_kv != n_heads)
+    h_p, kv_p = stack(x, cos, sin, _mask(p_mask, W, 0, compiled), None, layers, norm_w, n_heads, n_kv, head_dim, eps,
+                      n_kv != n_heads)
     # the response positions of every row, attending to [the group's prompt keys | their own],
     # in groups of rows of similar real length, each group cut to its longest row
     R = T - W

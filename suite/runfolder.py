@@ -39,8 +39,9 @@ STATES = ("running", "completed", "diverged", "failed", "preempted", "cancelled"
 
 
 def stale_after_s() -> float:
-    """Seconds without a heartbeat after which a ``running`` status from another host is stale (``RLSUITE_STALE_AFTER_S``,
-    default 180; read at each call, so a rank started from a preloaded server sees the launcher's)."""
+    """Seconds without a heartbeat after which a ``running`` status from another host is stale
+    (``RLSUITE_STALE_AFTER_S``, default 180; read at each call, so a rank started from a preloaded
+    server sees the launcher's)."""
     return float(os.environ.get("RLSUITE_STALE_AFTER_S", "180"))
 
 
@@ -121,7 +122,8 @@ def read_jsonl(path: Path, problems: Optional[list[str]] = None, *, keep_last: O
             obj = json.loads(line)
         except ValueError:
             last = i == len(lines) and not complete_end
-            note(f"{path}:{i}: {'truncated last line (still being written?)' if last else 'invalid JSON'}; line skipped")
+            note(f"{path}:{i}: {'truncated last line (still being written?)' if last else 'invalid JSON'}; "
+                 "line skipped")
             continue
         if isinstance(obj, dict):
             rows.append(obj)

@@ -226,7 +226,8 @@ def parse(raw: dict, source: str = "<spec>") -> SweepSpec:
     errors: list[str] = []
     for k in raw:
         if k not in SPEC_KEYS:
-            errors.append(f"{source}: unknown key '{k}'; {suggest(str(k), list(SPEC_KEYS))}valid: {', '.join(SPEC_KEYS)}")
+            errors.append(f"{source}: unknown key '{k}'; {suggest(str(k), list(SPEC_KEYS))}"
+                          f"valid: {', '.join(SPEC_KEYS)}")
     name = raw.get("name")
     if not safe_name(name):
         errors.append(f"{source}: 'name' must be one folder name (results go to <out>/<name>/): a non-empty "
@@ -295,8 +296,8 @@ def parse(raw: dict, source: str = "<spec>") -> SweepSpec:
     res_errors: list[str] = []
     res_raw = raw.get("resources") or {}
     if not isinstance(res_raw, dict):
-        res_errors.append(f"'resources' must be a mapping of {', '.join(f.name for f in dataclasses.fields(Resources))}, "
-                          f"got {res_raw!r}")
+        res_errors.append("'resources' must be a mapping of "
+                          f"{', '.join(f.name for f in dataclasses.fields(Resources))}, got {res_raw!r}")
         res_raw = {}
     resources = build(Resources, res_raw, "resources", res_errors)
     errors += [f"{source}: {e}" for e in res_errors]
@@ -322,9 +323,10 @@ def parse(raw: dict, source: str = "<spec>") -> SweepSpec:
     checks = _checks(raw.get("checks"), labels, bool(factors), source, errors)
     if errors:
         raise BadInput(errors)
-    return SweepSpec(lr_scaling=dict(lr_scaling), name=name, tasks=tuple(tasks), algorithms=tuple(arms), seeds=seeds, budget=dict(budget),
-                     model=str(raw.get("model", "tiny")), base=base, factors=dict(factors), set=raw.get("set") or {},
-                     resources=resources or Resources(), tuning=tuning, allow_identical_arms=allow_identical,
+    return SweepSpec(lr_scaling=dict(lr_scaling), name=name, tasks=tuple(tasks), algorithms=tuple(arms), seeds=seeds,
+                     budget=dict(budget), model=str(raw.get("model", "tiny")), base=base, factors=dict(factors),
+                     set=raw.get("set") or {}, resources=resources or Resources(), tuning=tuning,
+                     allow_identical_arms=allow_identical,
                      comparisons=comparisons, checks=checks, source=source)
 
 
@@ -385,8 +387,8 @@ def _checks(raw: Any, labels: set[str], factors: bool, source: str, errors: list
     for where, c in _entries(raw, "checks", ("arm", "signal", "value"), CHECK_KEYS, source, errors):
         problems = []
         if not (c["arm"] == "all" or _known_label(c["arm"], labels, factors)):
-            problems.append(f"{where}.arm: {c['arm']!r} is not an arm of this sweep; valid: {', '.join(sorted(labels))} "
-                            f"or all")
+            problems.append(f"{where}.arm: {c['arm']!r} is not an arm of this sweep; "
+                            f"valid: {', '.join(sorted(labels))} or all")
         if not isinstance(c["signal"], str) or not c["signal"]:
             problems.append(f"{where}.signal: a metrics.jsonl key such as stats/clip_frac, got {c['signal']!r}")
         if c.get("agg", "mean") not in CHECK_AGGS:
@@ -475,7 +477,8 @@ def expand(sweep: SweepSpec) -> list[RunSpec]:
                         spec = resolve(task, arm.name, model, seed, sets=sets, budgets=list(sweep.budget.items()), **kw)
                         rule = sweep.lr_scaling
                         if rule and arm.variant in rule["variants"] and rule["factor"] in combo:
-                            lr = spec.optim.lr * (float(combo[rule["factor"]]) / float(rule["base"])) ** float(rule["power"])
+                            lr = (spec.optim.lr
+                                  * (float(combo[rule["factor"]]) / float(rule["base"])) ** float(rule["power"]))
                             spec = resolve(task, arm.name, model, seed, sets=sets + [("optim.lr", lr)],
                                            budgets=list(sweep.budget.items()), **kw)
                         runs.append(spec)

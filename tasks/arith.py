@@ -96,7 +96,9 @@ class Arith(Task):
 
     def splits(self) -> dict[str, list[Problem]]:
         c = self.cfg
-        probs = [] if getattr(self, "_splits", None) else [Problem(a, b, op) for op in c.ops for a in range(c.max_operand + 1) for b in range(c.max_operand + 1)]
+        probs = [] if getattr(self, "_splits", None) else [Problem(a, b, op) for op in c.ops
+                                                           for a in range(c.max_operand + 1)
+                                                           for b in range(c.max_operand + 1)]
         if getattr(self, "_splits", None) is None:
             self._splits = generated_splits(probs, c.val_fraction)
         return self._splits

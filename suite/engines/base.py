@@ -143,7 +143,8 @@ class _StopTracker:
             stopped=[r != "length" for r in self.reason], stop_reason=self.reason,
             topk_ids=[torch.stack(x) if x else torch.zeros(0, self.params.topk, dtype=torch.long)
                       for x in self.topk_ids] if topk else None,
-            topk_logp=[torch.stack(x) if x else torch.zeros(0, self.params.topk) for x in self.topk_lp] if topk else None,
+            topk_logp=[torch.stack(x) if x else torch.zeros(0, self.params.topk)
+                       for x in self.topk_lp] if topk else None,
             attn_stat=self.attn if want_attn else None,
         )
 

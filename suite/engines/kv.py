@@ -14,7 +14,8 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-from rlsuite.suite.engines.base import KV_ARCHITECTURES, GenOutput, NoStats, SamplingParams, _StopTracker, _TensorTracker, left_pad
+from rlsuite.suite.engines.base import (KV_ARCHITECTURES, GenOutput, NoStats, SamplingParams, _StopTracker,
+                                        _TensorTracker, left_pad)
 from rlsuite.suite.engines.sampling import sample_step
 from rlsuite.suite.errors import BadInput
 from rlsuite.suite.engine_traits import TRAITS
@@ -147,8 +148,8 @@ class KVSampler(NoStats):
     # -- the forward -----------------------------------------------------------------
     def _check_window(self, total: int) -> None:
         if self.attention_window is not None and total > self.attention_window:
-            raise BadInput(f"sequence width {total} exceeds the model's sliding window {self.attention_window}; the kv and "
-                             f"s3r samplers attend to every key, so use rollout.engine=hf for such lengths")
+            raise BadInput(f"sequence width {total} exceeds the model's sliding window {self.attention_window}; "
+                           f"the kv and s3r samplers attend to every key, so use rollout.engine=hf for such lengths")
 
     def _rms(self, x: Tensor, weight: Tensor) -> Tensor:
         xf = x.float()
@@ -163,7 +164,8 @@ class KVSampler(NoStats):
     def _rope(self, pos: Tensor) -> tuple[Tensor, Tensor]:
         freqs = pos.float()[..., None] * self.inv_freq.to(pos.device)  # [B, S, D/2]
         emb = torch.cat([freqs, freqs], -1)
-        return (emb.cos() * self.rope_scale).to(self.dtype)[:, None], (emb.sin() * self.rope_scale).to(self.dtype)[:, None]
+        return ((emb.cos() * self.rope_scale).to(self.dtype)[:, None],
+                (emb.sin() * self.rope_scale).to(self.dtype)[:, None])
 
     @staticmethod
     def _rot(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

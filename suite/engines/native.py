@@ -255,7 +255,8 @@ class NativeKVSampler(KVSampler):
         and the decode step in one call, no Python per token) where it has the Python loop's
         exact semantics: noise from a ``torch.Generator`` (or greedy), no top-p/top-k, no stop
         strings, no top-K outputs, no attention statistic. Anything else: the Python loop."""
-        plain = (self.native_loop and not want_attn and not params.stop_strings and not params.topk and params.top_p >= 1.0
+        plain = (self.native_loop and not want_attn and not params.stop_strings and not params.topk
+                 and params.top_p >= 1.0
                  and not (params.top_k and params.top_k < logits.shape[-1])
                  and (isinstance(generator, torch.Generator) or (generator is None and params.temperature == 0))
                  and torch.get_default_dtype() == torch.float32)  # sample_step's torch.rand draws in it
@@ -264,7 +265,8 @@ class NativeKVSampler(KVSampler):
         stop = torch.tensor(sorted(set(params.stop_ids)), dtype=torch.long)
         toks, lps, count, eos = self._ext.generate_loop(
             logits, next_pos, key_mask.bool().contiguous(), W, max(limits) if limits else 0,
-            torch.tensor(limits, dtype=torch.long), stop, float(params.temperature), generator, float(self.compact_frac),
+            torch.tensor(limits, dtype=torch.long), stop, float(params.temperature), generator,
+            float(self.compact_frac),
             [c for layer in cache for c in layer], *self._model_args())
         return _TensorTracker.assemble(params, count, eos, toks, lps, lps)  # no truncation: trunc_logp = logp
 

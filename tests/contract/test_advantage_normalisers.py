@@ -191,7 +191,8 @@ def test_equal_groups_get_exactly_zero_and_the_others_match_float64(name, G, dty
     r64, w64 = r.double(), _weights(r).double()
     for rows in _groups(gids).values():
         xs = r64[rows].tolist()
-        want[rows] = torch.tensor(ref(xs) if ref is not None else ref_weighted(xs, w64[rows].tolist()), dtype=torch.float64)
+        want[rows] = torch.tensor(ref(xs) if ref is not None else ref_weighted(xs, w64[rows].tolist()),
+                                  dtype=torch.float64)
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-10, atol=1e-10)
     other = ~equal
     torch.testing.assert_close(adv[other].double(), want[other], **tol)

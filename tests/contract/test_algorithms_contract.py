@@ -103,7 +103,8 @@ def _canonical_batch():
                  group_id=torch.tensor([0, 0, 0, 1, 1, 1]), example_idx=torch.tensor([0, 0, 0, 1, 1, 1]),
                  scores=rewards, rewards=rewards, truncated=torch.zeros(B, dtype=torch.bool), prompt_width=2,
                  old_logp=logp, ref_logp=logp - 0.1 * mask, values=0.5 * mask, token_rewards=last,
-                 topk_ids=torch.zeros(B, T, 4, dtype=torch.long), topk_logp=torch.tensor([0.4, 0.3, 0.1, 0.05]).log().expand(B, T, 4).clone(),
+                 topk_ids=torch.zeros(B, T, 4, dtype=torch.long),
+                 topk_logp=torch.tensor([0.4, 0.3, 0.1, 0.05]).log().expand(B, T, 4).clone(),
                  attn_stat=0.5 * mask)
 
 

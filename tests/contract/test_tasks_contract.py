@@ -312,7 +312,8 @@ def test_inert_fields_are_real_fields_with_reasons(name):
     cls = TASKS.get(name)
     fields = {f.name for f in dataclasses.fields(cls.Config)} - {"name"}
     assert set(cls.inert) <= fields, f"{name}: inert names unknown fields {set(cls.inert) - fields}"
-    assert all(isinstance(r, str) and r.strip() for r in cls.inert.values()), f"{name}: every inert field needs a reason"
+    assert all(isinstance(r, str) and r.strip() for r in cls.inert.values()), \
+        f"{name}: every inert field needs a reason"
     stale = set(VALUES.get(name, {})) - (fields - set(cls.inert))
     assert not stale, f"{name}: VALUES lists {stale}, which are not live-checked fields"
 
@@ -364,4 +365,5 @@ def test_every_config_field_is_live(name, probe):
         problems.append(f"no valid non-default value found for {untried} (add values to VALUES in this file)")
     if dead:
         problems.append(f"fields {dead} change no prompt, data, grade or environment observation")
-    assert not problems, f"{name}: " + "; ".join(problems) + f"; make them live or list them in {cls.__name__}.inert with a reason"
+    assert not problems, (f"{name}: " + "; ".join(problems)
+                          + f"; make them live or list them in {cls.__name__}.inert with a reason")

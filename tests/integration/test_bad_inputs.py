@@ -77,7 +77,8 @@ def test_a_set_that_contradicts_task_or_algo_is_refused(tmp_path, capsys, no_loa
     assert_refused(code, err, needle, out)
     from rlsuite.suite.spec import resolve
 
-    assert resolve("arith", "grpo", "tiny", 0, sets=[("task.name", "arith"), ("algo.name", "grpo")]).task.name == "arith"
+    spec = resolve("arith", "grpo", "tiny", 0, sets=[("task.name", "arith"), ("algo.name", "grpo")])
+    assert spec.task.name == "arith"
 
 
 def test_optional_cap_refuses_nan_but_takes_null(tmp_path, capsys, no_loading):
@@ -148,8 +149,10 @@ GOOD = json.dumps({"question": "1+1?", "answer": "1+1=2\n#### 2"})
 
 
 @pytest.mark.parametrize("text, needle", [
-    (GOOD + "\n" + json.dumps({"question": 5, "answer": None}) + "\n", "gsm8k.jsonl:2: field 'question' must be a string"),
-    (GOOD + "\n" + json.dumps({"question": "q", "answer": None}) + "\n", "gsm8k.jsonl:2: field 'answer' must be a string"),
+    (GOOD + "\n" + json.dumps({"question": 5, "answer": None}) + "\n",
+     "gsm8k.jsonl:2: field 'question' must be a string"),
+    (GOOD + "\n" + json.dumps({"question": "q", "answer": None}) + "\n",
+     "gsm8k.jsonl:2: field 'answer' must be a string"),
     (GOOD + "\n\n" + json.dumps({"question": "q", "answer": "no gold line"}) + "\n" + GOOD + "\n",
      "1 row(s) have an 'answer' without a '#### <final answer>' line (line(s) 3)"),
     (b'{"question": "q", "answer": "#### 1"}\n\x89PNG\r\n\x1a\n\x00\xff\xfe', "gsm8k.jsonl:2: not UTF-8 text"),

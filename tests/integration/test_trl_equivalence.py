@@ -44,7 +44,8 @@ def setup(tmp_path_factory):
     model, tok, _ = load_model(ModelConfig())
     prompts = ["12+34=", "56+78=", "90+12="]  # equal length: no prompt padding (TRL's forward has no position ids)
     ids = [tok.encode(p) for p in prompts for _ in range(4)]
-    rec, _ = collect(KVSampler(model, tok), tok, ids, SamplingParams(max_new_tokens=NEW, temperature=1.0, stop_ids=(2,)),
+    rec, _ = collect(KVSampler(model, tok), tok, ids,
+                     SamplingParams(max_new_tokens=NEW, temperature=1.0, stop_ids=(2,)),
                      torch.Generator().manual_seed(0), group_ids=[i // 4 for i in range(12)])
     g = torch.Generator().manual_seed(1)
     mask = rec.loss_mask

@@ -59,7 +59,8 @@ def test_bad_specs_are_refused_with_their_location(over, needle):
 def test_identical_arms_with_different_labels_are_refused_unless_allowed():
     arms = [{"name": "grpo", "variant": "a"}, {"name": "grpo", "variant": "b", "set": {"algo.kl_coef": 0.04}}]
     text = problems(algorithms=arms)
-    assert "algorithms[0] (grpo, variant 'a') and algorithms[1] (grpo, variant 'b') resolve to identical settings" in text
+    assert ("algorithms[0] (grpo, variant 'a') and algorithms[1] (grpo, variant 'b') resolve to identical settings"
+            in text)
     assert "allow_identical_arms: true" in text
     runs = expand(parse({**BASE, "algorithms": arms, "allow_identical_arms": True}, "s.yaml"))
     assert sorted(r.variant for r in runs) == ["a", "b"]

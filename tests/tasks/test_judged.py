@@ -75,7 +75,8 @@ def test_other_objects_cross_as_opaque_references():
     assert _encode(r, None) == {"$": "ref", "id": 0}  # can be passed back to the candidate
 
 
-@pytest.mark.parametrize("bad", [{"$": "pickle", "v": "gASV"}, {"a": 1}, {"$": "tuple", "v": 1}, {"$": "float", "v": "1"},
+@pytest.mark.parametrize("bad", [{"$": "pickle", "v": "gASV"}, {"a": 1}, {"$": "tuple", "v": 1},
+                                 {"$": "float", "v": "1"},
                                  {"$": "defaultdict", "f": "os.system", "v": []}, {"$": "module", "v": "os; x"},
                                  {"$": "module", "v": "antigravity"},
                                  {"$": "range", "v": [1.5, 2, 1]}, {"$": "deque", "v": [], "m": -1}])
@@ -262,7 +263,8 @@ def test_root_prefers_a_world_usable_interpreter_for_the_uid_layer():
         pytest.skip("needs root, a running interpreter other users cannot use and a world-usable /usr/bin/python3")
     own = _detect(running, 61000, 1024)
     alt = _detect(_python_path(SYSTEM_PYTHON), 61000, 1024)
-    if not alt.available["uid"] or alt.python_info["version"].split(".")[:2] != own.python_info["version"].split(".")[:2]:
+    version = lambda d: d.python_info["version"].split(".")[:2]
+    if not alt.available["uid"] or version(alt) != version(own):
         pytest.skip("/usr/bin/python3 is another Python version or not usable by the uid layer here")
     d = detect()
     assert not own.available["uid"] and d.available["uid"] and d.python == _python_path(SYSTEM_PYTHON)

@@ -103,7 +103,8 @@ def test_accumulated_gradient_equals_full_batch_gradient(mode):
 def test_per_micro_batch_normaliser_would_differ():
     # Sanity of the property above: re-normalising each micro-batch on its own is *not* the
     # full-batch token-mean: rows [0] and [1, 2] give 3/2 + 35/5 = 8.5 ≠ 38/7.
-    naive = aggregate(LOSS[[0]], MASK[[0]], "token-mean", L_CONST) + aggregate(LOSS[1:], MASK[1:], "token-mean", L_CONST)
+    naive = (aggregate(LOSS[[0]], MASK[[0]], "token-mean", L_CONST)
+             + aggregate(LOSS[1:], MASK[1:], "token-mean", L_CONST))
     assert naive.item() == pytest.approx(8.5)
     assert naive.item() != pytest.approx(HAND["token-mean"])
 

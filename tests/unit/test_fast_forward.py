@@ -17,7 +17,8 @@ import pytest
 import torch
 
 from rlsuite.suite.config import ModelConfig
-from rlsuite.suite.fast_forward import fast_forward, positions_saved, share_plan, shared_positions, sliding_window, unsupported
+from rlsuite.suite.fast_forward import (fast_forward, positions_saved, share_plan, shared_positions, sliding_window,
+                                        unsupported)
 from rlsuite.suite.models import load_model
 from rlsuite.suite.policy import policy_forward
 

@@ -48,9 +48,11 @@ def _toy_pairs():
         pairs.append((p / p.sum(), q / q.sum()))
     e = torch.eye(4, dtype=D)
     pairs += [
-        (torch.tensor([0.5, 0.5, 0.0, 0.0], dtype=D), torch.tensor([0.0, 0.25, 0.25, 0.5], dtype=D)),  # q misses p's mass
-        (torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=D), torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=D)),    # p = q
-        (e[0], e[3]),                                                                                  # disjoint
+        # q misses p's mass
+        (torch.tensor([0.5, 0.5, 0.0, 0.0], dtype=D), torch.tensor([0.0, 0.25, 0.25, 0.5], dtype=D)),
+        # p = q
+        (torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=D), torch.tensor([0.1, 0.2, 0.3, 0.4], dtype=D)),
+        (e[0], e[3]),  # disjoint
         (torch.tensor([0.0, 0.0, 1.0, 0.0], dtype=D), torch.tensor([0.3, 0.3, 0.4, 0.0], dtype=D)),
     ]
     return pairs
@@ -243,7 +245,8 @@ def _dense_marginals(s3: S3RSampler, prompt: list[int], T: float):
     out = {}
     for mode in ("dense", "sparse"):
         c0 = expand(base, 1)
-        lg0, _ = s3.forward_tokens(ids[:, -1:], pos[:, -1:], c0, torch.tensor([W - 1]), torch.zeros(1, dtype=torch.long), mode)
+        lg0, _ = s3.forward_tokens(ids[:, -1:], pos[:, -1:], c0, torch.tensor([W - 1]),
+                                   torch.zeros(1, dtype=torch.long), mode)
         p0 = torch.softmax(lg0[0, 0].double() / T, -1)
         c1 = expand(c0, V)
         lg1, _ = s3.forward_tokens(torch.arange(V)[:, None], torch.full((V, 1), W), c1, torch.full((V,), W),

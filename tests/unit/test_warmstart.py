@@ -25,7 +25,8 @@ def test_every_embedded_task_with_a_warm_start_has_a_committed_base():
     for name in WITH_WARM_START:
         spec = resolve(name, "grpo", "tiny", 0)
         man = warmstart.committed_base(name, spec.task, "tiny")
-        assert man is not None, f"{name}: no committed base for the default configuration (rlsuite warmstart {name} --rebuild)"
+        assert man is not None, \
+            f"{name}: no committed base for the default configuration (rlsuite warmstart {name} --rebuild)"
         assert warmstart.sha256_file(warmstart.BASES / f"{name}__tiny.safetensors") == man["sha256"]
         assert man["task_version"] == str(TASKS.get(name).version)
         assert man["built_on"]["cpu_model"] and man["measured"], man
@@ -83,7 +84,8 @@ def test_a_changed_committed_file_fails_loudly(tmp_path, monkeypatch):
 def test_warmstart_cli_shows_the_base_and_refuses_bad_names(capsys):
     assert main(["warmstart", "arith", "--json"]) == 0
     man = json.loads(capsys.readouterr().out)
-    assert man["sha256"] == warmstart.committed_base("arith", resolve("arith", "grpo", "tiny", 0).task, "tiny")["sha256"]
+    base = warmstart.committed_base("arith", resolve("arith", "grpo", "tiny", 0).task, "tiny")
+    assert man["sha256"] == base["sha256"]
     assert main(["warmstart", "arithh"]) == 2
     assert "valid" in capsys.readouterr().err
 
@@ -99,7 +101,8 @@ def test_rebuild_writes_a_complete_manifest_and_same_cpu_gives_the_same_bytes(tm
 
     committed = json.loads(warmstart.manifest_path("arith", "tiny").read_text())
     key = ("cpu_model", "cpu_isa", "torch")
-    here = {"cpu_model": warmstart.cpu_model(), "cpu_isa": warmstart.cpu_isa(), "torch": torch.__version__.split("+")[0]}
+    here = {"cpu_model": warmstart.cpu_model(), "cpu_isa": warmstart.cpu_isa(),
+            "torch": torch.__version__.split("+")[0]}
     same_machine = [here[k] for k in key] == [committed["built_on"].get(k) for k in key]
     if not same_machine:
         real = spec_mod.resolve
