@@ -28,6 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from rlsuite.sweeps.study import namespace_path
+
 from rlsuite.suite.warmstart import cpu_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -36,23 +38,13 @@ HEADER = ("| algorithm | rows | before | after (old values) | after (new default
           "| new defaults: same rewards and lengths | new defaults: keys differing (largest rel. diff†) | which "
           "| new defaults resolved to |\n|---|---|---|---|---|---|---|---|---|---|\n")
 OLD_VALUES = ("train.share_prefix=false", "optim.fused=false", "rollout.engine=kv")
-PACKAGES = ("suite", "tasks", "algorithms", "sweeps", "reports")
 WALL = {"budget/wall_s", "time", "t", "wall_s", "timestamp"}
 REUSE = False
 SAMPLED = ("reward/mean", "reward/std", "reward/min", "reward/max", "budget/gen_tokens", "group/mixed_frac")
 """With ``len/*``: what the sampled tokens decide (``reward/shaped_mean`` holds a KL term: not here)."""
 
 
-def before_path(src: Path, tmp: Path) -> str:
-    """A PYTHONPATH under which ``import rlsuite.*`` reads the checkout ``src`` (its folders are
-    mapped into the namespace by its pyproject, as an install would)."""
-    pkg = tmp / "rlsuite"
-    pkg.mkdir(parents=True, exist_ok=True)
-    (pkg / "__init__.py").write_text((src / "rlsuite" / "__init__.py").read_text())
-    for p in PACKAGES:
-        if not (pkg / p).is_symlink():
-            (pkg / p).symlink_to(src / p)
-    return str(tmp)
+before_path = namespace_path  # a PYTHONPATH under which `import rlsuite.*` reads another checkout
 
 
 def run(argv: list[str], out: Path, pythonpath: str | None) -> Path:

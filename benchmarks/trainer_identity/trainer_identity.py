@@ -26,6 +26,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from rlsuite.sweeps.study import namespace_path
 from typing import Any
 
 import torch
@@ -40,21 +42,11 @@ VARIANTS = (  # the features whose code moved, each in one more run (checkpoints
                                                        "rollout.mismatch=noise", "loss.is_correction=token_tis"]),
 )
 KEEP = ["train.checkpoint_every=3", "train.keep_checkpoint=true"]
-PACKAGES = ("suite", "tasks", "algorithms", "sweeps", "reports")
 WALL = {"budget/wall_s", "time", "t", "wall_s", "timestamp"}
 BASE = ["--task", "arith", "--seed", "0", "--set", "budget.updates=8", "--set", "log.progress=off"]
 
 
-def before_path(src: Path, tmp: Path) -> str:
-    """A PYTHONPATH under which ``import rlsuite.*`` reads the checkout ``src`` (its folders mapped
-    into the namespace, as the editable install maps this checkout's)."""
-    pkg = tmp / "rlsuite"
-    pkg.mkdir(parents=True, exist_ok=True)
-    (pkg / "__init__.py").write_text((src / "rlsuite" / "__init__.py").read_text())
-    for p in PACKAGES:
-        if not (pkg / p).is_symlink():
-            (pkg / p).symlink_to(src / p)
-    return str(tmp)
+before_path = namespace_path  # a PYTHONPATH under which `import rlsuite.*` reads another checkout
 
 
 def run(algo: str, out: Path, pythonpath: str | None, sets: list[str] = ()) -> Path:
