@@ -8,9 +8,9 @@ pass@4 over 4 samples a problem, with the standard error of avg@4 over problems,
 A candidate is kept when 0.15 ≤ avg@4 ≤ 0.60, greedy < 0.80 and the estimated space is ≥ 10× the
 problems a run uses (test + val + the train prompts of a 4,096-sample budget at group 8).
 
-    python benchmarks/rgym_battery.py screen [--only LABEL ...] [--workers 2]
-    python benchmarks/rgym_battery.py confirm --only LABEL ... [--n-test 300]
-    python benchmarks/rgym_battery.py pilot --only LABEL ... [--seeds 100 101] [--temperature 0.6]
+    python benchmarks/rgym_battery/rgym_battery.py screen [--only LABEL ...] [--workers 2]
+    python benchmarks/rgym_battery/rgym_battery.py confirm --only LABEL ... [--n-test 300]
+    python benchmarks/rgym_battery/rgym_battery.py pilot --only LABEL ... [--seeds 100 101] [--temperature 0.6]
 
 ``pilot`` (the learnability check): one GRPO run per tuning seed on the *mixture* of the labels
 (the composite battery task: one run trains on all and evaluates each), the SmolLM2 settings of
@@ -19,7 +19,7 @@ screen's temperature, greedy accuracy on each dataset's ``--n-test`` test proble
 the table gives each dataset's gain per seed and its mean with the standard error of a difference
 of two proportions at that n.
 
-Each stage appends its table to ``benchmarks/results/rgym_battery.md`` (with the command, the
+Each stage appends its table to ``benchmarks/rgym_battery/rgym_battery.md`` (with the command, the
 CPU model and the date). Evaluation uses the suite's own code path (``rlsuite eval``: the task's
 prompt through the chat template, ``extract=auto``, the instruction below), one torch thread a
 worker.
@@ -39,8 +39,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results" / "rgym_battery.md"
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = Path(__file__).with_name("rgym_battery.md")
 MODEL = "smollm2-135m"
 INSTRUCTION = "Reply with only the answer."
 SAMPLES, KS = 4, (1, 4)
@@ -185,7 +185,8 @@ def render_pilot(runs: list[dict], labels: list[str], n_test: int, argv: list[st
                  samples: int) -> str:
     lines = [f"## pilot: GRPO on the mixture, {samples} samples a run, greedy on {n_test} test problems a dataset "
              f"({dt.date.today().isoformat()})", "",
-             f"`python benchmarks/rgym_battery.py {' '.join(argv)}`; machine: {_cpu()} ({platform.machine()}), "
+             f"`python benchmarks/rgym_battery/rgym_battery.py {' '.join(argv)}`; "
+             f"machine: {_cpu()} ({platform.machine()}), "
              f"{os.cpu_count()} cores, the runs side by side, 1 torch thread each. One run per seed trains "
              f"{MODEL} on the mixture of the labels (`{' '.join(PILOT)}`, temperature {temperature}); "
              "gain = greedy test accuracy after − before, in points; SE = √(2·p(1−p)/n) at the mean accuracy "
@@ -224,7 +225,8 @@ def kept(r: dict, n_test: int) -> tuple[bool, str]:
 
 def render(stage: str, rows: list[dict], n_test: int, argv: list[str], workers: int, temperature: float) -> str:
     lines = [f"## {stage} at {n_test} test problems, temperature {temperature} ({dt.date.today().isoformat()})", "",
-             f"`python benchmarks/rgym_battery.py {' '.join(argv)}`; machine: {_cpu()} ({platform.machine()}), "
+             f"`python benchmarks/rgym_battery/rgym_battery.py {' '.join(argv)}`; "
+             f"machine: {_cpu()} ({platform.machine()}), "
              f"{os.cpu_count()} cores, {workers} evals at a time, 1 torch thread each. Model {MODEL} (base, no RL); "
              f"prompt = the question + `{INSTRUCTION}` as the user turn; `extract=auto`; greedy, then {SAMPLES} "
              f"samples a problem at temperature {temperature}, at most 48 new tokens (the hf preset).", "",
