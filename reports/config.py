@@ -57,7 +57,7 @@ class ReportConfig:
     differences): `percentile` or `bca` (`scipy.stats.bootstrap`), `t` (Student-t; Welch-
     Satterthwaite for stratified means), `studentized` (bootstrap-t), or `auto`: per n, the
     method with the best measured coverage (`rlsuite.reports.stats.CELL_COVERAGE` and
-    `AGGREGATE_COVERAGE`, from benchmarks/results/report_coverage.md). Stratified intervals
+    `AGGREGATE_COVERAGE`, from benchmarks/report_scale/report_coverage.md). Stratified intervals
     have no BCa (`bca` gives percentile there); the IQM has no t (`t` gives studentized)."""
     confidence: float = 0.95
     """Confidence level of every interval."""

@@ -9,8 +9,8 @@ Coverage part: the fraction of nominal 95% intervals that cover the true value, 
 CI method (percentile, BCa, Student-t, studentized bootstrap) of one sample's mean at
 n = 2, 3, 5, 10, 20 seeds, and for the stratified aggregates (mean, IQM over 2 and 5 tasks;
 percentile, t, studentized), on normal, Beta(2, 8) and collapse-mixture scores; written to
-benchmarks/results/report_coverage.md with the tables as Python literals, which
-reports/stats.py stores as `CELL_COVERAGE` and `AGGREGATE_COVERAGE` (the `--ci auto` choice
+benchmarks/report_scale/report_coverage.md with the tables as Python literals, which
+reports/coverage.json stores for `CELL_COVERAGE` and `AGGREGATE_COVERAGE` (the `--ci auto` choice
 per n). About 5 minutes on 2 shared cores.
 
 Run: python benchmarks/report_scale/report_scale.py [--part all|scale|coverage] [--runs-per-cell 20]
@@ -45,7 +45,7 @@ from rlsuite.reports.scores import score_runs  # noqa: E402
 
 TASKS = ["arith", "gsm8k", "math", "mbpp", "nq"]
 RESULTS = Path(__file__).resolve().parent / "report_scale.md"
-COVERAGE_RESULTS = Path(__file__).resolve().parents[1] / "results" / "report_coverage.md"
+COVERAGE_RESULTS = Path(__file__).with_name("report_coverage.md")
 """Where it stays until ``rlsuite.reports.stats.COVERAGE_FILE`` (the report's note names it) moves with it."""
 
 

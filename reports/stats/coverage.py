@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from rlsuite.reports.stats.base import CI_CHOICES, CI_METHODS, CI_NAMES
 
-COVERAGE_FILE = "benchmarks/results/report_coverage.md"
+COVERAGE_FILE = "benchmarks/report_scale/report_coverage.md"
 """Where `CELL_COVERAGE` and `AGGREGATE_COVERAGE` were measured (benchmarks/report_scale.py)."""
 COVERAGE_DISTS = ("normal", "Beta(2, 8)", "collapse mixture")
 """Score distributions of the coverage study, in the order of each coverage tuple."""
@@ -134,7 +134,7 @@ def coverage_note(method: str, ns: Iterable[int], table: CoverageTable | None = 
 
     E.g. "95% intervals: Student-t (n = 3 seeds; measured coverage at n = 3: 95.0% normal,
     93.5% Beta(2, 8), 86.1% collapse mixture; under-covers on Beta(2, 8), collapse mixture);
-    benchmarks/results/report_coverage.md." ("under-covers": below 94%).
+    benchmarks/report_scale/report_coverage.md." ("under-covers": below 94%).
     """
     table = CELL_COVERAGE if table is None else table
     candidates = tuple(candidates)

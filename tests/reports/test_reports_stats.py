@@ -215,7 +215,7 @@ def test_coverage_note_names_method_and_measured_coverage():
     assert note.startswith("95% intervals (auto: best measured coverage per n): Student-t (n = 3 seeds; "
                            f"measured coverage at n = 3: {100 * normal:.1f}% normal, {100 * beta:.1f}% Beta(2, 8), "
                            f"{100 * mix:.1f}% collapse mixture")
-    assert note.endswith("benchmarks/results/report_coverage.md.")
+    assert note.endswith("benchmarks/report_scale/report_coverage.md.")
     perc = stats.coverage_note("percentile", [3])
     assert "percentile bootstrap (n = 3 seeds" in perc and "under-covers on normal" in perc
     assert "none" in stats.coverage_note("auto", [1])
