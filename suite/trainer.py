@@ -106,7 +106,8 @@ class Trainer:
                            f"start runs with `rlsuite run` (it spawns the processes) or a job with that many tasks")
         self.world.broadcast_module(model)  # every rank starts from rank 0's weights
         self.needs = algo.needs
-        self.fields = update_fields(self.needs, algo.critic or spec.model.critic)  # the training forward's, besides logp
+        # the training forward's fields, besides logp
+        self.fields = update_fields(self.needs, algo.critic or spec.model.critic)
         # the `auto` levers by capability (train.share_prefix, optim.fused; spec.json/env.json record them)
         self.resolved: dict[str, Any] = resolve_auto(model, self.fields, t, d, spec.optim)
         t = dataclasses.replace(t, share_prefix=self.resolved["train.share_prefix"])
@@ -173,7 +174,8 @@ class Trainer:
         out = []
         while len(out) < n:
             epoch, pos = divmod(st.cursor, n_train)
-            perm = torch.randperm(n_train, generator=torch.Generator().manual_seed(seed_for(self.spec.seed, "data", epoch)))
+            gen = torch.Generator().manual_seed(seed_for(self.spec.seed, "data", epoch))
+            perm = torch.randperm(n_train, generator=gen)
             take = min(n - len(out), n_train - pos)
             out += perm[pos:pos + take].tolist()
             st.cursor += take
@@ -202,7 +204,8 @@ class Trainer:
             if attempt == 0:  # reward, length, group and mismatch statistics of the first draw
                 metrics.update(roll_metrics)
                 fresh = batch if stale is None else batch.select(torch.arange(n_fresh, device=batch.tokens.device))
-                if fresh.stage is not None and bool((fresh.stage == 0).any()):  # the samples drawn on the task's prompts
+                # the samples drawn on the task's prompts
+                if fresh.stage is not None and bool((fresh.stage == 0).any()):
                     fresh = fresh.select(torch.nonzero(fresh.stage == 0).flatten())
                 metrics.update(rollout_metrics(fresh, r.group_size, self.state.budget.counters["updates"],
                                                self.algo.cfg))
@@ -245,7 +248,8 @@ class Trainer:
         computed = 0  # token positions the training forwards compute (fewer with train.share_prefix)
         from_update = None  # (rows, π_old) when the forward supplied π_old (Scorer.from_update)
         for epoch in range(t.epochs):
-            perm = torch.randperm(B, generator=torch.Generator().manual_seed(seed_for(s.seed, "minibatch", st.step_no, epoch)))
+            gen = torch.Generator().manual_seed(seed_for(s.seed, "minibatch", st.step_no, epoch))
+            perm = torch.randperm(B, generator=gen)
             for mb_idx in torch.tensor_split(perm, t.minibatches):
                 mb = batch.select(mb_idx.to(batch.tokens.device))
                 w_all = aggregation_weights(mb.loss_mask, self.algo.aggregation, s.rollout.max_new_tokens,
@@ -266,7 +270,8 @@ class Trainer:
                             fwd = dataclasses.replace(fwd, values=critic.forward_separate(mic.tokens, mic.attn_mask))
                     if "entropy" not in self.needs:
                         fwd = dataclasses.replace(fwd, entropy=fwd.entropy.detach())
-                    if mic.old_logp is None and mic.old_logp_mask is not None:  # π_old is this forward's (Scorer.from_update)
+                    # π_old is this forward's (Scorer.from_update)
+                    if mic.old_logp is None and mic.old_logp_mask is not None:
                         mic = dataclasses.replace(mic, old_logp=fwd.logp.detach().float() * mic.old_logp_mask)
                         from_update = (mb_idx[rows], mic.old_logp)
                     loss_tok, m = self.algo.loss(fwd, mic, ctx)

@@ -186,7 +186,8 @@ class SearchToy(Task):
                  (tokenizer.encode(t2, add_special_tokens=False) + [tokenizer.eos_token_id], 1.0)]
         return [i for ids, _ in parts for i in ids], [m for ids, m in parts for _ in ids]
 
-    def greedy_check(self, model, tokenizer, examples: Sequence[Question], max_new_tokens: int = 64) -> dict[str, float]:
+    def greedy_check(self, model, tokenizer, examples: Sequence[Question],
+                     max_new_tokens: int = 64) -> dict[str, float]:
         """Greedy episodes through the real rollout code: accuracy, and the share of answers
         that are one of the entity's two facts (the mechanics the warm start teaches)."""
         from rlsuite.suite.rollout import collect

@@ -393,7 +393,8 @@ def _check(item: str, env: Env, r: RunResult, sb: Sandbox, starts_before: int) -
                 pass
         said = sum(ln.startswith(("LEAK", "denied")) for ln in out.splitlines())
         return Outcome(item, not leaks and not changed and said >= 14,
-                       ("host file changed: %r -> %r; " % (env.meta_before, after) if changed else "host file unchanged; ")
+                       ("host file changed: %r -> %r; " % (env.meta_before, after) if changed
+                        else "host file unchanged; ")
                        + ("; ".join(leaks) if leaks else f"all {said} attempts denied"), r)
     raise KeyError(item)
 
@@ -512,14 +513,16 @@ def add(a, b):
         "rebind_assertion": (_fenced("import builtins\nbuiltins.AssertionError = type('AssertionError', (Warning,), {})"
                                      "\nAssertionError = builtins.AssertionError\n\ndef add(a, b):\n    return 0\n"),
                              _fenced("import builtins\nbuiltins.AssertionError = type('AssertionError', (Warning,), "
-                                     "{})\nAssertionError = builtins.AssertionError\n\ndef add(a, b):\n    return 0\n")),
+                                     "{})\nAssertionError = builtins.AssertionError\n\ndef add(a, b):\n"
+                                     "    return 0\n")),
         "redefine_check": (_fenced("def add(a, b):\n    return 0\n\ndef check(candidate):\n    pass\n"),
                            _fenced("def add(a, b):\n    return 0\n\ndef check(candidate):\n    pass\n")),
         "excepthook": (_fenced("import os, sys\nsys.excepthook = lambda *a: os._exit(0)\n\ndef add(a, b):\n"
                                "    return 0\n"),
                        _fenced("import os, sys\nsys.excepthook = lambda *a: os._exit(0)\n\ndef add(a, b):\n"
                                "    return 0\n")),
-        "garbage_fd3": ("    import os\n    for fd in range(3, 64):\n        try:\n            os.write(fd, b'0' * 32)\n"
+        "garbage_fd3": ("    import os\n    for fd in range(3, 64):\n        try:\n"
+                        "            os.write(fd, b'0' * 32)\n"
                         "        except OSError:\n            pass\n    os._exit(0)\n",
                         "import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b'0' * 32)\n"
                         "    except OSError:\n        pass\nos._exit(0)\n"),

@@ -29,7 +29,8 @@ from rlsuite.suite.types import Batch
 
 P = 505_216  # non-embedding parameters of the tiny model (tests/integration/test_budget_flops.py)
 G = 4
-SMALL = ["--task", "arith", "--set", "model.warm_start=none", "--set", "eval.max_prompts=4", "--set", "eval.test_prompts=4",
+SMALL = ["--task", "arith", "--set", "model.warm_start=none", "--set", "eval.max_prompts=4",
+         "--set", "eval.test_prompts=4",
          "--set", "rollout.prompts_per_step=4", "--set", f"rollout.group_size={G}"]
 
 
@@ -73,8 +74,9 @@ def test_every_lever_setting_is_its_own_run_id():
     of the run, the same on every machine) and an explicit value are different ids."""
     base = resolve("arith", "grpo", "tiny", 0)
     assert (base.train.share_prefix, base.optim.fused, base.rollout.engine) == ("auto", "auto", "auto")
-    assert resolve("arith", "grpo", "tiny", 0, sets=[("train.autocast", "none"), ("train.share_prefix", "auto"),
-                                                      ("train.compile", False), ("optim.fused", "auto")]).run_id == base.run_id
+    same = resolve("arith", "grpo", "tiny", 0, sets=[("train.autocast", "none"), ("train.share_prefix", "auto"),
+                                                    ("train.compile", False), ("optim.fused", "auto")])
+    assert same.run_id == base.run_id
     ids = {resolve("arith", "grpo", "tiny", 0, sets=[(k, v)]).run_id
            for k, v in (("train.autocast", "bf16"), ("train.share_prefix", True), ("train.share_prefix", False),
                         ("train.compile", True), ("optim.fused", True), ("optim.fused", False))}
@@ -83,7 +85,8 @@ def test_every_lever_setting_is_its_own_run_id():
 
 def test_auto_levers_resolve_by_capability_and_are_recorded(tmp_path, capsys):
     """`auto` turns the same-math levers on where they serve (the tiny Llama on a CPU: share_prefix,
-    fused AdamW, the native engine where a C++ toolchain builds it, else oneDNN's where torch has it); spec.json and env.json record the result.
+    fused AdamW, the native engine where a C++ toolchain builds it, else oneDNN's where torch has it);
+    spec.json and env.json record the result.
     An entry whose update needs a field the fast forward does not compute (attention statistics)
     resolves share_prefix off, as does a sharded run (tests/integration/test_fsdp.py)."""
     from rlsuite.suite.checks import resolve_auto
@@ -155,7 +158,8 @@ def test_trim_cuts_every_per_token_field():
     B, T = 3, 5
     ones = torch.ones(B, T)
     b = Batch(tokens=torch.arange(B * T).view(B, T), attn_mask=ones.long(), loss_mask=ones, behav_logp=ones,
-              turn_id=ones.long(), policy_version=torch.zeros(B, dtype=torch.long), behaviour_id=torch.zeros(B, dtype=torch.long),
+              turn_id=ones.long(), policy_version=torch.zeros(B, dtype=torch.long),
+              behaviour_id=torch.zeros(B, dtype=torch.long),
               group_id=torch.zeros(B, dtype=torch.long), example_idx=torch.arange(B), scores=torch.zeros(B),
               rewards=torch.zeros(B), truncated=torch.zeros(B, dtype=torch.bool), prompt_width=2,
               topk_ids=torch.zeros(B, T, 4, dtype=torch.long), adv=ones, extras={"w": torch.ones(B), "tok": ones})
@@ -183,7 +187,8 @@ def test_bucket_by_length_equals_the_unbucketed_update(tmp_path, capsys):
 def test_micro_batch_plan_orders_rows_longest_first():
     from rlsuite.suite.update_plan import micro_batches
 
-    train = resolve("arith", "grpo", "tiny", 0, sets=[("train.micro_batch_size", 2), ("train.bucket_by_length", True)]).train
+    train = resolve("arith", "grpo", "tiny", 0,
+                    sets=[("train.micro_batch_size", 2), ("train.bucket_by_length", True)]).train
     lengths = [3, 5, 4, 1, 2, 6, 6]
     attn = torch.tensor([[1] * n + [0] * (6 - n) for n in lengths])
     mb = type("MB", (), {"batch_size": 7, "tokens": attn, "attn_mask": attn})()
@@ -246,7 +251,8 @@ def test_pi_old_from_the_update_forward_is_the_scoring_pass_bit_for_bit(tmp_path
     rows = {}
     for on in (True, False):
         monkeypatch.setattr(Scorer, "old_from_update", on)
-        spec = resolve("arith", algo, "tiny", 0, sets=[("model.warm_start", "none"), ("eval.max_prompts", 4), ("eval.test_prompts", 4),
+        spec = resolve("arith", algo, "tiny", 0, sets=[("model.warm_start", "none"), ("eval.max_prompts", 4),
+                                                       ("eval.test_prompts", 4),
                                                        ("rollout.prompts_per_step", 4), ("rollout.group_size", G),
                                                        *sets], budgets=[("updates", 3)])
         code, run_dir = execute(spec, tmp_path / str(on))
