@@ -157,13 +157,20 @@ PROBE_ITEMS = 64
 """Items of a dataset generated under two string-hash seeds by :func:`hash_seed_dependence`."""
 
 
-def fingerprint(spec: str, gen_seed: int, n: int = PROBE_ITEMS) -> str:
-    """sha256 of the first ``n`` questions and answers of ``spec`` generated with ``gen_seed``."""
+def make_dataset(spec: str, gen_seed: int, size: int):
+    """reasoning-gym's dataset for ``spec`` (``name:key=value,...``) with ``gen_seed`` and ``size``
+    items, enum-typed parameters converted; the generator's own errors propagate (the task turns
+    them into one BadInput)."""
     import reasoning_gym as rg
     from reasoning_gym.factory import DATASETS
 
     name, params = parse_dataset_spec(spec)
-    ds = rg.create_dataset(name, seed=gen_seed, size=n, **enum_params(DATASETS[name][1], params))
+    return rg.create_dataset(name, seed=gen_seed, size=size, **enum_params(DATASETS[name][1], params))
+
+
+def fingerprint(spec: str, gen_seed: int, n: int = PROBE_ITEMS) -> str:
+    """sha256 of the first ``n`` questions and answers of ``spec`` generated with ``gen_seed``."""
+    ds = make_dataset(spec, gen_seed, n)
     text = "\x00".join(f"{ds[i]['question']}\x01{ds[i]['answer']}" for i in range(n))
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -227,13 +234,10 @@ def pinned_entries(spec: str, gen_seed: int, size: int) -> list[dict[str, Any]]:
     import sys
 
     code = ("import json, sys\n"
-            "import reasoning_gym as rg\n"
-            "from reasoning_gym.factory import DATASETS\n"
-            "from rlsuite.tasks.reasoning_gym import enum_params, parse_dataset_spec\n"
-            "name, params = parse_dataset_spec(sys.argv[1])\n"
-            "ds = rg.create_dataset(name, seed=int(sys.argv[2]), size=int(sys.argv[3]), "
-            "**enum_params(DATASETS[name][1], params))\n"
-            "json.dump([ds[i] for i in range(int(sys.argv[3]))], sys.stdout, allow_nan=False)\n")
+            "from rlsuite.tasks.reasoning_gym import make_dataset\n"
+            "n = int(sys.argv[3])\n"
+            "ds = make_dataset(sys.argv[1], int(sys.argv[2]), n)\n"
+            "json.dump([ds[i] for i in range(n)], sys.stdout, allow_nan=False)\n")
     proc = subprocess.run([sys.executable, "-c", code, spec, str(gen_seed), str(size)], capture_output=True,
                           text=True, env={**os.environ, "PYTHONHASHSEED": PINNED_HASH_SEED}, timeout=1800)
     if proc.returncode != 0:
@@ -329,7 +333,7 @@ class ReasoningGym(Task):
     # -- data ------------------------------------------------------------------------------
     def _dataset(self, label: str):
         if label not in self._ds:
-            rg = _import_rg()
+            _import_rg()  # the pinned version, or one BadInput
             from reasoning_gym.factory import DATASETS
 
             spec = self.cfg.datasets[self.labels.index(label)]
@@ -337,8 +341,7 @@ class ReasoningGym(Task):
             if name not in DATASETS:
                 raise BadInput(f"reasoning_gym: unknown dataset {name!r}; valid: {', '.join(sorted(DATASETS))}")
             try:
-                params = enum_params(DATASETS[name][1], params)
-                self._ds[label] = rg.create_dataset(name, seed=self.cfg.gen_seed, size=self.cfg.pool, **params)
+                self._ds[label] = make_dataset(spec, self.cfg.gen_seed, self.cfg.pool)
             except (TypeError, ValueError, AssertionError) as e:
                 raise BadInput(f"reasoning_gym: dataset {name!r} refuses parameters {params}: {e}") from None
             if hash_seed_dependence(spec, self.cfg.gen_seed) is not None:  # after the parameters were accepted
