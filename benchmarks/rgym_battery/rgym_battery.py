@@ -86,6 +86,19 @@ CANDIDATES = {  # label -> (kind, dataset spec)
     "pick_2": ("ordering", "number_format:min_num_candidates=2,max_num_candidates=2,min_n=10,max_n=1000"),
     # ransom_note is generated at a pinned string-hash seed since 64b70b0 (its generator iterates a set)
     "ransom_5": ("string", "ransom_note:max_note_length=4,max_magazine_length=10"),
+    # fourth screen (2026-12-06, third session): other kinds a 135M model might answer at all
+    "needle_6": ("retrieval", "needle_haystack:min_num_statements=3,max_num_statements=6"),
+    "needle_10": ("retrieval", "needle_haystack:min_num_statements=6,max_num_statements=10"),
+    "reorder_4": ("ordering", "sentence_reordering:min_words_in_sentence=3,max_words_in_sentence=4"),
+    "reorder_6": ("ordering", "sentence_reordering:min_words_in_sentence=3,max_words_in_sentence=6"),
+    "eq_add_20": ("arithmetic", "simple_equations:min_terms=2,max_terms=2,min_value=1,max_value=20,"
+                  "operators=[+,-],operators_weights=[0.5,0.5]"),
+    "eq_add_50": ("arithmetic", "simple_equations:min_terms=2,max_terms=2,min_value=1,max_value=50,"
+                  "operators=[+,-],operators_weights=[0.5,0.5]"),
+    "jumble_2w": ("string", "letter_jumble:min_words=1,max_words=2,min_word_len=3,max_word_len=6,"
+                  "min_corruption_level=0.1,max_corruption_level=0.3"),
+    "filter_4": ("ordering", "number_filtering:min_numbers=3,max_numbers=4,min_decimals=0,max_decimals=0,"
+                 "min_value=-20,max_value=20"),
 }
 
 
