@@ -189,7 +189,9 @@ def pilot(labels: list[str], seed: int, n_test: int, temperature: float, samples
     per = {lab: (first[f"eval/reasoning_gym/greedy_acc_{k}"], last[f"eval/reasoning_gym/greedy_acc_{k}"])
            for lab, k in zip(labels, keys)}
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    mixed = [r["group/mixed_frac"] for r in rows if "group/mixed_frac" in r]
     return {"seed": seed, "per": per, "steps": len(rows), "errors": sum(r.get("reward/grade_errors", 0) for r in rows),
+            "mixed": sum(mixed) / max(1, len(mixed)),
             "reward_first": rows[0].get("reward/mean"), "reward_last": rows[-1].get("reward/mean"),
             "wall_s": time.time() - t0, "cpu_s": cpu, "run_dir": str(run_dir)}
 
@@ -216,7 +218,8 @@ def render_pilot(runs: list[dict], labels: list[str], n_test: int, argv: list[st
                      + " | ".join(f"{r['per'][lab][1]:.3f} ({g:+.1f})" for r, g in zip(runs, gains))
                      + f" | {mean:+.1f} | {se:.1f} | {'yes' if mean > 2 * se else 'not shown'} |")
     lines += ["", "Runs: " + "; ".join(f"seed {r['seed']}: {r['steps']} steps, reward {r['reward_first']:.3f} → "
-                                       f"{r['reward_last']:.3f}, grade errors {r['errors']:.0f}, {r['wall_s']:.0f} s "
+                                       f"{r['reward_last']:.3f}, groups with mixed rewards {r.get('mixed', float('nan')):.2f} "
+                                       f"(mean over steps), grade errors {r['errors']:.0f}, {r['wall_s']:.0f} s "
                                        f"wall, {r['cpu_s']:.0f} CPU s" for r in runs)
               + f"; {sum(r['cpu_s'] for r in runs) / 3600:.2f} CPU-hours. `learns` = mean gain > 2 SE.", ""]
     return "\n".join(lines)
