@@ -217,11 +217,12 @@ def render_pilot(runs: list[dict], labels: list[str], n_test: int, argv: list[st
         lines.append(f"| {lab} | {CANDIDATES[lab][0]} | {before:.3f} | "
                      + " | ".join(f"{r['per'][lab][1]:.3f} ({g:+.1f})" for r, g in zip(runs, gains))
                      + f" | {mean:+.1f} | {se:.1f} | {'yes' if mean > 2 * se else 'not shown'} |")
-    lines += ["", "Runs: " + "; ".join(f"seed {r['seed']}: {r['steps']} steps, reward {r['reward_first']:.3f} → "
-                                       f"{r['reward_last']:.3f}, groups with mixed rewards "
-                                       f"{r.get('mixed', float('nan')):.2f} (mean over steps), grade errors {r['errors']:.0f}, "
-                                       f"{r['wall_s']:.0f} s "
-                                       f"wall, {r['cpu_s']:.0f} CPU s" for r in runs)
+    def run_line(r: dict) -> str:
+        return (f"seed {r['seed']}: {r['steps']} steps, reward {r['reward_first']:.3f} → {r['reward_last']:.3f}, "
+                f"groups with mixed rewards {r.get('mixed', float('nan')):.2f} (mean over steps), "
+                f"grade errors {r['errors']:.0f}, {r['wall_s']:.0f} s wall, {r['cpu_s']:.0f} CPU s")
+
+    lines += ["", "Runs: " + "; ".join(run_line(r) for r in runs)
               + f"; {sum(r['cpu_s'] for r in runs) / 3600:.2f} CPU-hours. `learns` = mean gain > 2 SE.", ""]
     return "\n".join(lines)
 
