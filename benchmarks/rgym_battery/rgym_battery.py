@@ -13,7 +13,8 @@ problems a run uses (test + val + the train prompts of a 4,096-sample budget at 
     python benchmarks/rgym_battery/rgym_battery.py pilot --only LABEL ... [--seeds 100 101] [--temperature 0.6]
 
 ``pilot`` (the learnability check): one GRPO run per tuning seed on the *mixture* of the labels
-(the composite battery task: one run trains on all and evaluates each), the SmolLM2 settings of
+(the composite battery task: one run trains on all and evaluates each), or on one label alone (a
+single-dataset pilot: every step trains that dataset), the SmolLM2 settings of
 ``sweeps/real_model.yaml`` (4 prompts × 8 samples a step, lr 2e-5, no KL term, π_old = μ) at the
 screen's temperature, greedy accuracy on each dataset's ``--n-test`` test problems before and after;
 the table gives each dataset's gain per seed and its mean with the standard error of a difference
@@ -186,8 +187,10 @@ def pilot(labels: list[str], seed: int, n_test: int, temperature: float, samples
     from rlsuite.tasks.reasoning_gym import battery_labels
 
     keys = battery_labels(specs)
-    per = {lab: (first[f"eval/reasoning_gym/greedy_acc_{k}"], last[f"eval/reasoning_gym/greedy_acc_{k}"])
+    # one dataset: the task's own greedy_acc (per-dataset metrics are a mixture's)
+    key = {lab: f"eval/reasoning_gym/greedy_acc_{k}" if len(labels) > 1 else "eval/reasoning_gym/greedy_acc"
            for lab, k in zip(labels, keys)}
+    per = {lab: (first[key[lab]], last[key[lab]]) for lab in labels}
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     mixed = [r["group/mixed_frac"] for r in rows if "group/mixed_frac" in r]
     return {"seed": seed, "per": per, "steps": len(rows), "errors": sum(r.get("reward/grade_errors", 0) for r in rows),
@@ -198,12 +201,13 @@ def pilot(labels: list[str], seed: int, n_test: int, temperature: float, samples
 
 def render_pilot(runs: list[dict], labels: list[str], n_test: int, argv: list[str], temperature: float,
                  samples: int) -> str:
-    lines = [f"## pilot: GRPO on the mixture, {samples} samples a run, greedy on {n_test} test problems a dataset "
+    what = "the mixture" if len(labels) > 1 else f"`{labels[0]}` alone"
+    lines = [f"## pilot: GRPO on {what}, {samples} samples a run, greedy on {n_test} test problems a dataset "
              f"({dt.date.today().isoformat()})", "",
              f"`python benchmarks/rgym_battery/rgym_battery.py {' '.join(argv)}`; "
              f"machine: {_cpu()} ({platform.machine()}), "
              f"{os.cpu_count()} cores, the runs side by side, 1 torch thread each. One run per seed trains "
-             f"{MODEL} on the mixture of the labels (`{' '.join(PILOT)}`, temperature {temperature}); "
+             f"{MODEL} on {what} (`{' '.join(PILOT)}`, temperature {temperature}); "
              "gain = greedy test accuracy after − before, in points; SE = √(2·p(1−p)/n) at the mean accuracy "
              "(two proportions on the same problems, an upper bound for paired ones).", "",
              "| label | kind | before | " + " | ".join(f"after (seed {r['seed']})" for r in runs)
@@ -291,8 +295,9 @@ def main() -> None:
     n_test = a.n_test or (100 if a.stage in ("screen", "pilot") else 300)
     head = "# A reasoning-gym battery for SmolLM2-135M-Instruct (issue 34 §1)\n\n"
     if a.stage == "pilot":
-        if len(labels) < 2 or min(a.seeds) < 100:
-            ap.error("pilot: give two or more labels (--only) and tuning seeds ≥ 100")
+        if not labels or min(a.seeds) < 100:
+            ap.error("pilot: give one label (a single-dataset pilot) or several (their mixture) with --only, "
+                     "and tuning seeds ≥ 100")
         import tempfile
 
         out = Path(tempfile.mkdtemp(prefix="rlsuite-rgym-pilot-"))
