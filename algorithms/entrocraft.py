@@ -45,6 +45,7 @@ import torch
 
 from rlsuite.algorithms.base import AdvOut, Context, register
 from rlsuite.algorithms.grpo import GRPO, GRPOConfig
+from rlsuite.algorithms.raft_pp import sign_acceptance
 from rlsuite.suite.aggregation import AggMode
 from rlsuite.suite.ops import broadcast_to_tokens, group_normalised_advantage
 from rlsuite.suite.types import Batch
@@ -151,7 +152,7 @@ class Entrocraft(GRPO):
         if c.branch_adv == "raw" and (a_pos < 1 or a_neg < 1):
             adv = batch.rewards - c.reward_center
         u = torch.rand(adv.shape, generator=ctx.generator("entrocraft/accept")).to(adv.device)
-        keep = torch.where(adv > 0, u < a_pos, torch.where(adv < 0, u < a_neg, torch.ones_like(u, dtype=torch.bool)))
+        keep = sign_acceptance(adv, a_pos, a_neg, u)  # band regime H > U: (1, 0), RAFT++'s rule (algorithms/raft_pp.py)
         m = {"lower": low, "upper": up, "target": 0.5 * (low + up), "accept_pos": a_pos, "accept_neg": a_neg,
              "regime": 0.0 if a_pos == a_neg else (1.0 if a_pos > a_neg else -1.0),  # +1: RAFT++, −1: NSR
              "rejected_frac": float((~keep).sum()) / max(1, int((adv != 0).sum()))}

@@ -1,0 +1,154 @@
+"""OTB: the per-token baseline B_t = Σ G·W / (Σ W + ε) worked by hand from chosen token distributions,
+the zero tail, the singleton group, the tool-integrated (policy-token) alignment against the column
+one on a row with an observation, and the dual-clip PPO loss.
+
+The ``VERL_*`` constants were produced once by running verl 0.9.1's
+``compute_optimal_token_baseline_advantage`` and ``compute_multi_turn_optimal_token_baseline_advantage``
+(``verl/trainer/ppo/core_algos.py``) on the same inputs — verl's tensors are the response columns only
+(this batch adds one prompt column), the outcome reward on the last valid token, ``old_log_probs`` =
+log π(y_t), ``sum_pi_squared`` = the Σπ² below, float32; verl is not needed to run the tests.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rlsuite.algorithms.otb import optimal_token_baseline, token_energy
+from rlsuite.suite.types import Forward
+from tests.algorithms.hand import t
+from tests.fakes import hand_batch, hook_ctx, make_entry
+
+CTX = hook_ctx(gen_seed=0, max_new_tokens=4, group_size=3, prompts_per_step=3)
+LN5 = math.log(0.5)
+
+# Token distributions (K = 2 top probabilities; π = the sampled token's probability):
+#   A: π 0.5,  top (0.5, 0.5)   Σπ² = 0.5     w = 1 − 2·0.5 + 0.5     = 0.5
+#   Bd: π 0.5, top (0.5, 0.25)  Σπ² = 0.3125  w = 1 − 1 + 0.3125      = 0.3125
+#   C: π 0.25, top (0.5, 0.25)  Σπ² = 0.3125  w = 1 − 0.5 + 0.3125    = 0.8125
+#   E: π 0.75, top (0.75, 0.25) Σπ² = 0.625   w = 1 − 1.5 + 0.625     = 0.125
+DIST = {"A": (0.5, (0.5, 0.5)), "Bd": (0.5, (0.5, 0.25)), "C": (0.25, (0.5, 0.25)), "E": (0.75, (0.75, 0.25)),
+        "-": (1.0, (0.5, 0.5))}  # "-": prompt or padding (masked out)
+# one prompt column, then 4 response columns; groups a = rows 0-2 (|y| 2, 3, 1), b = rows 3-4 (2, 2), c = row 5
+ROWS = [["-", "A", "E", "-", "-"], ["-", "C", "A", "A", "-"], ["-", "Bd", "-", "-", "-"],
+        ["-", "A", "A", "-", "-"], ["-", "E", "C", "-", "-"], ["-", "A", "-", "-", "-"]]
+MASK = [[0, 1, 1, 0, 0], [0, 1, 1, 1, 0], [0, 1, 0, 0, 0], [0, 1, 1, 0, 0], [0, 1, 1, 0, 0], [0, 1, 0, 0, 0]]
+GID = [0, 0, 0, 1, 1, 2]
+R = [0.0, 1.0, 1.0, 1.0, 0.0, 1.0]
+
+
+def otb_batch(rows=ROWS, mask=MASK, gid=GID, rewards=R):
+    behav = t([[math.log(DIST[d][0]) for d in r] for r in rows])
+    topk = t([[[math.log(p) for p in DIST[d][1]] for d in r] for r in rows])
+    return hand_batch(mask, gid, rewards, behav_logp=behav * t(mask), topk_logp=topk)
+
+
+# Cumulative energies W (response columns) and the baselines:
+# a: row 0 w (0.5, 0.125) → W (0.5, 0.625); row 1 w (0.8125, 0.5, 0.5) → W (0.8125, 1.3125, 1.8125);
+#    row 2 w 0.3125 → W 0.3125.  R = 0, 1, 1.
+#    col 0: B = (0·0.5 + 1·0.8125 + 1·0.3125)/(0.5 + 0.8125 + 0.3125) = 1.125/1.625 = 9/13
+#    col 1: B = (0·0.625 + 1·1.3125)/(0.625 + 1.3125) = 1.3125/1.9375 = 21/31
+#    col 2: row 1 alone, B = 1.8125/(1.8125 + ε) ≈ 1 − 5.5e-9; zero tail (|y| 3 > 2, unique longest) → B = 0
+#    Â: row 0 (−9/13, −21/31); row 1 (4/13, 10/31, 1); row 2 (4/13)
+# b: row 3 w (0.5, 0.5) → W (0.5, 1.0); row 4 w (0.125, 0.8125) → W (0.125, 0.9375).  R = 1, 0 (no tail: a tie)
+#    col 0: B = 0.5/0.625 = 0.8;  col 1: B = 1.0/1.9375 = 16/31
+#    Â: row 3 (0.2, 15/31); row 4 (−0.8, −16/31)
+# c: a singleton: no baseline, Â = R = 1
+HAND = [[0, -9 / 13, -21 / 31, 0, 0], [0, 4 / 13, 10 / 31, 1.0, 0], [0, 4 / 13, 0, 0, 0],
+        [0, 0.2, 15 / 31, 0, 0], [0, -0.8, -16 / 31, 0, 0], [0, 1.0, 0, 0, 0]]
+VERL_OTB = [[-0.692307710647583, -0.6774193644523621, -0.0, 0.0], [0.307692289352417, 0.32258063554763794, 1.0, 0.0],
+            [0.307692289352417, -0.0, -0.0, 0.0], [0.19999998807907104, 0.4838709831237793, 0.0, 0.0],
+            [-0.800000011920929, -0.5161290168762207, 0.0, 0.0], [1.0, 0.0, 0.0, 0.0]]
+
+
+def test_energy_is_one_minus_two_pi_plus_sum_of_squares():
+    b = otb_batch()
+    w = token_energy(b.behav_logp, b.topk_logp, b.loss_mask)
+    want = [[0, 0.5, 0.125, 0, 0], [0, 0.8125, 0.5, 0.5, 0], [0, 0.3125, 0, 0, 0],
+            [0, 0.5, 0.5, 0, 0], [0, 0.125, 0.8125, 0, 0], [0, 0.5, 0, 0, 0]]
+    torch.testing.assert_close(w, t(want))
+
+
+def test_advantage_by_hand_and_as_verl():
+    alg = make_entry("otb")
+    assert alg.needs >= {"topk", "old_logp"} and not alg.group_relative
+    out = alg.advantages(otb_batch(), CTX)
+    torch.testing.assert_close(out.adv, t(HAND), rtol=0, atol=1e-7)  # ε = 1e-8 in the divisor: |ΔÂ| < 2e-8
+    torch.testing.assert_close(out.adv[:, 1:], t(VERL_OTB), rtol=0, atol=1e-6)
+    # metric: the mean baseline G − Â over the 11 policy tokens: (9/13 + 21/31 + 9/13 + 21/31 + 0 + 9/13 + 0.8
+    # + 16/31 + 0.8 + 16/31 + 0)/11
+    want = (3 * 9 / 13 + 2 * 21 / 31 + 2 * 0.8 + 2 * 16 / 31) / 11
+    assert out.metrics["algo/otb/baseline_mean"] == pytest.approx(want)
+
+
+def test_without_zero_tail_the_longest_tail_is_its_own_baseline():
+    adv = make_entry("otb", handle_zero_tail=False).advantages(otb_batch(), CTX).adv
+    # row 1, col 2: Â = 1 − 1.8125/(1.8125 + 1e-8) = 1e-8/(1.8125 + 1e-8) ≈ 5.517e-9; the rest unchanged
+    assert float(adv[1, 3]) == pytest.approx(1e-8 / 1.8125, rel=1e-6)
+    torch.testing.assert_close(adv[:, :3], t(HAND)[:, :3], rtol=0, atol=1e-7)
+
+
+def test_equal_rewards_give_almost_zero_but_the_tail_keeps_its_return():
+    # group a with R = 1 everywhere: B_t = ΣW/(ΣW + ε) → Â = ε/(ΣW + ε) on shared columns; the zero tail of
+    # row 1 (col 2) keeps Â = 1
+    adv = make_entry("otb").advantages(otb_batch(rewards=[1.0] * 6), CTX).adv
+    assert float(adv[0, 1]) == pytest.approx(1e-8 / 1.625, rel=1e-6)
+    assert float(adv[1, 3]) == 1.0
+
+
+# Multi-turn: row 0 = policy token, observation (loss mask 0), policy token; row 1 = two policy tokens;
+# every w = 0.5 (distribution A); R = 1, 0; W: row 0 (0.5, ·, 1.0), row 1 (0.5, 1.0).
+MT_ROWS = [["-", "A", "-", "A", "-"], ["-", "A", "A", "-", "-"]]
+MT_MASK = [[0, 1, 0, 1, 0], [0, 1, 1, 0, 0]]
+# column alignment (otb): col 0 B = 0.5/1.0 = 0.5; col 1 row 1 alone: B = 0/1.0 = 0 → Â = 0;
+#   col 2 row 0 alone: B = 1.0/(1.0 + ε) → Â = ε/(1 + ε) ≈ 1e-8 (0 in verl's float32)
+# token alignment (tir): k 0 B = 0.5; k 1 B = (1·1.0 + 0·1.0)/2.0 = 0.5 → Â row 0 (0.5, 0.5), row 1 (−0.5, −0.5)
+VERL_OTB_MT = [[0.5, 0.0, 0.0, 0.0], [-0.5, 0.0, -0.0, 0.0]]
+VERL_TIR_MT = [[0.5, 0.0, 0.5, 0.0], [-0.5, -0.5, 0.0, 0.0]]
+
+
+def test_tool_integrated_form_aligns_policy_tokens_not_columns():
+    b = otb_batch(MT_ROWS, MT_MASK, [0, 0], [1.0, 0.0])
+    col = make_entry("otb").advantages(b, CTX).adv
+    tir = make_entry("otb", variant="tir").advantages(b, CTX).adv
+    torch.testing.assert_close(col, t([[0, 0.5, 0, 0, 0], [0, -0.5, 0, 0, 0]]), rtol=0, atol=1e-7)
+    assert float(col[0, 3]) == pytest.approx(1e-8 / (1 + 1e-8), rel=1e-6)
+    torch.testing.assert_close(tir, t([[0, 0.5, 0, 0.5, 0], [0, -0.5, -0.5, 0, 0]]))
+    torch.testing.assert_close(col[:, 1:], t(VERL_OTB_MT), rtol=0, atol=1e-6)
+    torch.testing.assert_close(tir[:, 1:], t(VERL_TIR_MT), rtol=0, atol=1e-6)
+    # single-turn rows: both alignments are the same
+    st = otb_batch()
+    torch.testing.assert_close(make_entry("otb", variant="tir").advantages(st, CTX).adv,
+                               make_entry("otb").advantages(st, CTX).adv, rtol=0, atol=0)
+
+
+def test_return_to_go_includes_the_in_reward_kl():
+    # token rewards r = (−0.1, 1 − 0.1) on row 0 and (−0.2, −0.2) on row 1 (one group, w = 0.5 each):
+    # G row 0 = (0.8, 0.9), row 1 = (−0.4, −0.2); W = (0.5, 1.0) on both rows
+    # B_0 = (0.8·0.5 − 0.4·0.5)/1.0 = 0.2; B_1 = (0.9·1.0 − 0.2·1.0)/2.0 = 0.35
+    mask = [[0, 1, 1], [0, 1, 1]]
+    b = hand_batch(mask, [0, 0], [0.8, -0.4], behav_logp=t([[0, LN5, LN5]] * 2),
+                   topk_logp=t([[[LN5, LN5]] * 3] * 2), token_rewards=t([[0, -0.1, 0.9], [0, -0.2, -0.2]]))
+    adv = make_entry("otb").advantages(b, CTX).adv
+    torch.testing.assert_close(adv, t([[0, 0.6, 0.55], [0, -0.6, -0.55]]), rtol=0, atol=1e-8)
+
+
+def test_pure_function_leaves_rows_without_policy_tokens_out_of_a_tir_group():
+    # rows 0 and 1 in one group, row 1 has no policy token: TIR leaves it out (N = 1: no baseline, Â = G)
+    mask = t([[0, 1, 1], [0, 0, 0]])
+    adv = optimal_token_baseline(t([[0, 1, 1], [0, 0, 0]]), 0.5 * mask, mask, torch.tensor([0, 0]), 1, "token")
+    torch.testing.assert_close(adv, t([[0, 1, 1], [0, 0, 0]]))
+
+
+def test_loss_is_ppo_clip_with_dual_clip():
+    alg = make_entry("otb")
+    mask = [[0, 1, 1]]
+    b = hand_batch(mask, [0], [0.0], old_logp=t([[0, -1.0, -1.0]]), adv=t([[0, -0.8, 0.5]]))
+    x = t([[0, 0.5, -0.5]])  # log-ratios 1.5 and 0.5: r = e^1.5 ≈ 4.4817, e^0.5 ≈ 1.6487
+    loss, m = alg.loss(Forward(logp=x), b, CTX)
+    # token 1 (Â = −0.8): max(0.8·4.4817, 0.8·1.2) = 3.5853, dual cap −Â·3 = 2.4 → 2.4
+    # token 2 (Â = 0.5): max(−0.5·1.6487, −0.5·1.2) = −0.6
+    torch.testing.assert_close(loss, t([[0, 2.4, -0.6]]))
+    assert float(m["stats/dual_clip_frac"]) == pytest.approx(0.5)
