@@ -10,6 +10,8 @@ hook                        contract (defaults in this class)
 ``needs``                   set of extra inputs the entry requires (:data:`NEEDS`);
                             the trainer computes only those and refuses at start (exit 2)
                             what the chosen backends cannot produce
+``task_problems(cfg,        (a classmethod, at resolution) → what the configuration cannot do
+task)``                     with the chosen task class, one line each; refused (exit 2)
 ``sample_prompts(ctx)``     → list of train-split indices for this step, or None for the
                             trainer's seeded uniform draw of ``rollout.prompts_per_step``
 ``before_rollout(ctx)``     → list of :class:`Behaviour` (weights + the sample rows each
@@ -162,6 +164,13 @@ class Algorithm:
     def aggregation(self) -> AggMode:
         """The loss aggregation mode the trainer applies (default: ``cfg.aggregation``)."""
         return self.cfg.aggregation
+
+    @classmethod
+    def task_problems(cls, cfg: AlgoConfig, task: type) -> list[str]:
+        """What this configuration cannot do with the task class ``task`` (one line each, naming the
+        field and the valid options), e.g. reward components the task's grades do not carry;
+        resolution refuses them (exit 2, nothing written). Default: nothing."""
+        return []
 
     # -- hooks with defaults -----------------------------------------------------------
     def sample_prompts(self, ctx: Context) -> Optional[list[int]]:

@@ -181,7 +181,7 @@ class ReRULE(GRPO):
         adv = group_normalised_advantage(batch.rewards, batch.group_id, c.scale_by_std)[:, None] * mask  # [B, T]
         m: dict[str, float] = {"replayed_groups": 0.0}
         if self.n_replayed:
-            w = aggregation_weights(mask, self.aggregation, ctx.max_new_tokens)  # [B, T]
+            w = aggregation_weights(mask, self.aggregation, ctx.max_new_tokens, group_id=batch.group_id)  # [B, T]
             s_f, s_r = float(w[:n].sum()), float(w[n:].sum())
             total = s_f + s_r
             scale = torch.ones(batch.batch_size, dtype=adv.dtype, device=adv.device)

@@ -327,7 +327,8 @@ class LossConfig:
     """Upper bound of the ratio for ``is_correction`` (verl's default 2.0; TRL's is 3.0)."""
     empty_rows: Literal["count", "skip"] = "count"
     """The ``seq-mean-*`` aggregations' N: every row (``count``) or, as verl 0.9.1, only rows with at
-    least one response token (``skip``; :mod:`rlsuite.suite.aggregation`)."""
+    least one response token (``skip``; :mod:`rlsuite.suite.aggregation`); likewise the prompt groups
+    P of ``prompt-mean-token-mean``."""
 
     ranges: ClassVar[dict[str, str]] = {"is_low": "[0, inf)", "is_high": "(0, inf)"}
 
@@ -582,7 +583,8 @@ class RunSpec:
     the tuning record of a tuned sweep (what was tuned, on which seeds, with what budget)."""
 
     def to_dict(self) -> dict:
-        d = {s: as_dict(getattr(self, s)) if getattr(self, s) is not None else {} for s in SECTIONS}
+        d = {s: as_dict(getattr(self, s), when_set=s in ("task", "algo")) if getattr(self, s) is not None else {}
+             for s in SECTIONS}
         d.update(seed=self.seed, identity=dataclasses.asdict(self.identity), sweep=self.sweep,
                  variant=self.variant, factors=dict(self.factors), tuning=dict(self.tuning), schema=SCHEMA)
         return d
@@ -598,11 +600,18 @@ class RunSpec:
         return f"{self.task.name}__{self.algo.name}__s{self.seed}__{self.config_hash}"
 
 
-def as_dict(cfg: Any) -> dict:
-    """Dataclass → plain dict (tuples become lists for JSON)."""
+def as_dict(cfg: Any, when_set: bool = False) -> dict:
+    """Dataclass → plain dict (tuples become lists for JSON). ``when_set``: leave out the fields
+    declared ``metadata={"identity": "when_set"}`` while at their default — for the entries' and
+    tasks' own configs (``algo``, ``task``), whose classes :func:`identity_doc` does not see, so such
+    a field (one added to an existing entry) is in ``spec.json`` and the run id only when set, and a
+    document without it reads as its default."""
     out = {}
     for f in dataclasses.fields(cfg):
         v = getattr(cfg, f.name)
+        if when_set and f.metadata.get("identity") == "when_set" and v == (
+                f.default if f.default is not dataclasses.MISSING else f.default_factory()):
+            continue
         out[f.name] = list(v) if isinstance(v, tuple) else v
     return out
 

@@ -151,9 +151,12 @@ class RolloutStage:
                           grade=lambda text, ex=example: self.grade_one(ex, text), anchors=anchors[g])
             rewards[sl] = torch.as_tensor(self.algo.rewards(group, ctx), dtype=torch.float)
             groups.append(group)
+        components = {k: torch.tensor([g.component(k) for g in grades], dtype=torch.float)
+                      for k in self.task.reward_components}  # name → [B]; empty for one-reward tasks
         rec = rec.replace(scores=scores, rewards=rewards, parsed=tuple(g.parsed for g in grades),
                           error_class=tuple(g.error_key for g in grades),
-                          grade_error=torch.tensor([g.error is not None for g in grades], dtype=torch.bool))
+                          grade_error=torch.tensor([g.error is not None for g in grades], dtype=torch.bool),
+                          reward_components=components)
         return rec, grades, groups
 
     def grade_one(self, example, text: str) -> float:

@@ -132,6 +132,8 @@ def resolve(task: Optional[str], algo: Optional[str], model: Optional[str], seed
         errors.append(f"loss.is_correction={built['loss'].is_correction} with algo '{algo_name}': {own}, so a "
                       f"trainer-level weight would correct twice; valid: loss.is_correction=none for this entry "
                       f"(its own knob corrects), or an entry without its own π/μ weight")
+    if algo_cls is not None and task_cls is not None and built["algo"] is not None:
+        errors += algo_cls.task_problems(built["algo"], task_cls)  # e.g. reward components the task lacks
     required = {k: v for k, v in built.items() if not (k == "algo" and algo_name is None and not need_algo)}
     if errors or any(v is None for v in required.values()):
         raise BadInput(errors or ["invalid run spec"])

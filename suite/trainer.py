@@ -253,7 +253,7 @@ class Trainer:
             for mb_idx in torch.tensor_split(perm, t.minibatches):
                 mb = batch.select(mb_idx.to(batch.tokens.device))
                 w_all = aggregation_weights(mb.loss_mask, self.algo.aggregation, s.rollout.max_new_tokens,
-                                            s.loss.empty_rows)
+                                            s.loss.empty_rows, group_id=mb.group_id)
                 st.opt.zero_grad(set_to_none=True)
                 plan = micro_batches(mb, self.world.size, t)  # every rank's micro-batches (rows of mb)
                 computed += computed_positions(st.model, mb, plan, opts["prompt_width"], want, t.bucket_by_length)

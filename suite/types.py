@@ -71,7 +71,10 @@ class Rollout:
         (``rlsuite.algorithms.base.Revision``): 0 first group, 1 feedback-conditioned group, 2 the
         latter's responses after the original prompt (behaviour μ = the feedback-conditioned one);
       topk_ids / topk_logp [B, T, K], attn_stat [B, T] (detached), hidden [B, T, H]:
-        optional extras recorded by the engine when an algorithm ``needs`` them.
+        optional extras recorded by the engine when an algorithm ``needs`` them;
+      reward_components: name → [B] float, the task's named reward components
+        (``Task.reward_components``, ``Grade.components``; raw, before ``algo.rewards`` and any KL);
+        empty when the task reports none.
     """
 
     tokens: Tensor
@@ -96,6 +99,7 @@ class Rollout:
     topk_logp: Optional[Tensor] = None
     attn_stat: Optional[Tensor] = None
     hidden: Optional[Tensor] = None
+    reward_components: Mapping[str, Tensor] = field(default_factory=dict)
 
     @property
     def batch_size(self) -> int:

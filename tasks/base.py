@@ -17,9 +17,9 @@ import dataclasses
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Optional, Sequence
+from typing import Any, ClassVar, Mapping, Optional, Sequence
 
 from rlsuite.suite.errors import BadInput
 from rlsuite.suite.registry import Registry
@@ -54,13 +54,29 @@ class Grade:
     An errored grade is not a wrong answer: it carries ``reward`` 0, ``correct`` False and no
     vote, and the trainer counts it (``reward/grade_errors``), leaves its row out of the policy
     loss, and fails the run when every grade of a batch errored (see :class:`GraderError`).
-    A candidate that fails its tests or times out is a wrong answer, not an error."""
+    A candidate that fails its tests or times out is a wrong answer, not an error.
+
+    ``components``: the named reward components of this grade, one value for each name in the
+    task's :attr:`Task.reward_components` (e.g. ``{"correct": 1.0, "format": 0.0}``), raw and
+    unweighted, for multi-reward estimators (GDPO's ``reward_keys``); ``reward`` stays the task's
+    one scalar reward (how the task combines them). None: the task reports no components (or the
+    grade errored; its components then count as 0, like its reward)."""
 
     reward: float
     correct: bool
     parsed: Optional[str]
     error_class: Optional[str] = None
     error: Optional[str] = None
+    components: Optional[Mapping[str, float]] = field(default=None, hash=False)
+
+    def component(self, name: str) -> float:
+        """The named component's value (0 for an errored grade); KeyError naming the ones it has."""
+        if self.error is not None:
+            return 0.0
+        if self.components is None or name not in self.components:
+            raise KeyError(f"grade has no reward component {name!r}; it has: "
+                           f"{', '.join(self.components or {}) or 'none'}")
+        return float(self.components[name])
 
     @classmethod
     def errored(cls, why: str, error_class: Optional[str] = None) -> "Grade":
@@ -97,6 +113,10 @@ class Task:
     version: ClassVar[str] = "1"
     citation: ClassVar[str] = ""
     reward_range: ClassVar[tuple[float, float]] = (0.0, 1.0)
+    reward_components: ClassVar[tuple[str, ...]] = ()
+    """Names of the reward components every (non-errored) grade carries in ``Grade.components``
+    (the rollout carries them as ``Rollout.reward_components``; GDPO's ``reward_keys`` choose among
+    them). Empty: the task reports only its one scalar reward."""
     Config: ClassVar[type[TaskConfig]] = TaskConfig
     presets: ClassVar[dict[str, dict[str, dict[str, Any]]]] = {}
     """Section overrides per model family: ``{"embedded": {...}, "hf": {...}}``."""

@@ -14,7 +14,10 @@ tokens with EOS at the default ``min_steps..max_steps`` of 3..12) is part of wha
 a response that stops early, skips or repeats a step, or runs past ``k`` is wrong.
 ``format_weight`` (default 0, off; below 1) adds a separate, documented format component: that
 weight for a completion whose text is a well-formed trace (``ii:vv^ss=vv … #vv``, any count),
-right or wrong, so the total reward is ``correct + format_weight · well_formed``.
+right or wrong, so the total reward is ``correct + format_weight · well_formed``. Every grade
+also carries the two as named reward components, raw and whatever ``format_weight`` is
+(``Grade.components``: ``correct`` 1/0 and ``format`` 1/0), for multi-reward estimators such as
+GDPO's ``reward_keys``; the reward itself is unchanged by them.
 
 Difficulty: ``min_steps``/``max_steps`` (the number of steps ``k``), ``carry`` (ordinary addition
 modulo ``modulus``, prompt ``07+13x05:``: carries make each step much harder) and ``modulus`` (the
@@ -145,6 +148,7 @@ class ChainTask(Task):
     summary = ("Embedded multi-step reasoning: iterate a digit-wise modular addition in a written "
                "scratchpad (40–148 tokens), binary exact-answer reward (CPU-sized).")
     version = "1"
+    reward_components = ("correct", "format")
     Config = ChainConfig
     cfg: ChainConfig
     inert = dict.fromkeys(("warm_target", "warm_max_steps"),
@@ -186,10 +190,11 @@ class ChainTask(Task):
         m = _ANSWER.search(completion)
         parsed = str(int(m.group(1))) if m else None
         ok = parsed is not None and int(parsed) == example.answer
+        well_formed = float(bool(_TRACE.match(completion.strip())))
         reward = float(ok)
         if self.cfg.format_weight:
-            reward += self.cfg.format_weight * float(bool(_TRACE.match(completion.strip())))
-        return Grade(reward=reward, correct=ok, parsed=parsed)
+            reward += self.cfg.format_weight * well_formed
+        return Grade(reward=reward, correct=ok, parsed=parsed, components={"correct": float(ok), "format": well_formed})
 
     @staticmethod
     def first_wrong_step(example: Chain, completion: str) -> Optional[int]:

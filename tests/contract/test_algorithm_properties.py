@@ -228,7 +228,7 @@ def test_accumulation_equals_one_big_batch(name, mode):
     algo = make(name)
     batch, fwd = random_batch(5)
     _, b = run_hooks(algo, batch, fwd)
-    w = aggregation_weights(b.loss_mask, mode, MAX_NEW)
+    w = aggregation_weights(b.loss_mask, mode, MAX_NEW, group_id=b.group_id)
     full = fwd.logp.clone().requires_grad_(True)
     (w * algo.loss(dataclasses.replace(fwd, logp=full), b, ctx())[0]).sum().backward()
     acc = fwd.logp.clone().requires_grad_(True)

@@ -57,6 +57,22 @@ def test_format_component_is_separate_and_off_by_default():
         task(format_weight=1.0)
 
 
+@pytest.mark.parametrize("completion, correct, well_formed", [
+    ("01:07^13=10 02:10^13=23 03:23^13=36 04:36^13=49 05:49^13=52 #52", 1.0, 1.0),  # right trace
+    ("01:07^13=10 02:10^13=23 #11", 0.0, 1.0),                 # well-formed, wrong
+    ("#52", 1.0, 0.0),                                         # right, no scratchpad: not a trace
+    ("banana", 0.0, 0.0),
+])
+def test_reward_components_are_raw_and_leave_the_reward_alone(completion, correct, well_formed):
+    # The two named components whatever format_weight is; the reward is correct + w·format as before.
+    assert ChainTask.reward_components == ("correct", "format")
+    for w in (0.0, 0.25):
+        g = task(format_weight=w).grade(Chain(7, 13, 5), completion)
+        assert dict(g.components) == {"correct": correct, "format": well_formed}
+        assert g.reward == correct + w * well_formed
+        assert (g.component("correct"), g.component("format")) == (correct, well_formed)
+
+
 def test_first_wrong_step_and_feedback_never_leak_the_answer():
     t, p = task(), Chain(7, 13, 5)
     assert t.first_wrong_step(p, p.trace) is None

@@ -8,13 +8,15 @@ import torch
 
 from rlsuite.suite.aggregation import AGG_MODES, aggregate, aggregation_weights
 
-# A [3, 4] per-token loss and its loss mask (row lengths 2, 4, 1).
+# A [3, 4] per-token loss and its loss mask (row lengths 2, 4, 1); rows 0 and 1 answer prompt 7,
+# row 2 prompt 3 (group ids need not be 0..P−1).
 LOSS = torch.tensor([[1.0, 2.0, 3.0, 4.0],
                      [5.0, 6.0, 7.0, 8.0],
                      [9.0, 10.0, 11.0, 12.0]], dtype=torch.float64)
 MASK = torch.tensor([[1.0, 1.0, 0.0, 0.0],
                      [1.0, 1.0, 1.0, 1.0],
                      [1.0, 0.0, 0.0, 0.0]], dtype=torch.float64)
+GID = torch.tensor([7, 7, 3])
 L_CONST = 5
 
 # Σ m·ℓ per row: 1+2 = 3; 5+6+7+8 = 26; 9.  Total 38.  Σ m = 2 + 4 + 1 = 7.  N = 3.
@@ -29,16 +31,18 @@ HAND = {
     "seq-mean-token-sum-norm": 38.0 / 15.0,
     # Σ mℓ = 38 (verl's token-sum)
     "token-sum": 38.0,
+    # prompt 7 pools rows 0, 1: (3 + 26) / (2 + 4) = 29/6; prompt 3: 9/1; P = 2 → (29/6 + 9) / 2 = 83/12
+    "prompt-mean-token-mean": 83.0 / 12.0,
 }
 
 
-def test_modes_are_the_five_documented():
+def test_modes_are_the_six_documented():
     assert set(AGG_MODES) == set(HAND)
 
 
 @pytest.mark.parametrize("mode", sorted(HAND))
 def test_aggregate_by_hand(mode):
-    got = aggregate(LOSS, MASK, mode, L_CONST)
+    got = aggregate(LOSS, MASK, mode, L_CONST, group_id=GID)
     assert got.item() == pytest.approx(HAND[mode], rel=1e-6)
 
 
@@ -51,6 +55,53 @@ def test_seq_mean_token_mean_weights_by_hand():
     torch.testing.assert_close(w, expected, rtol=1e-15, atol=0)
 
 
+def test_prompt_mean_token_mean_weights_by_hand():
+    # w_{i,t} = m_{i,t} / (P · tokens of row i's prompt): prompt 7 has 2 + 4 = 6 tokens → 1/12 on
+    # rows 0 and 1; prompt 3 has 1 token → 1/2 on row 2.  Each prompt's weights sum to 1/P = 1/2.
+    w = aggregation_weights(MASK, "prompt-mean-token-mean", L_CONST, group_id=GID)
+    expected = torch.tensor([[1 / 12, 1 / 12, 0, 0],
+                             [1 / 12, 1 / 12, 1 / 12, 1 / 12],
+                             [1 / 2, 0, 0, 0]], dtype=torch.float64)
+    torch.testing.assert_close(w, expected, rtol=1e-15, atol=0)
+
+
+def test_prompt_mean_token_mean_as_skyrl_on_its_own_test_inputs():
+    """SkyRL (a956457) ``tests/backends/skyrl_train/utils/test_ppo_utils.py::test_prompt_mean``:
+    rows (1, 2), (3, pad), (5, 6), (7, 8), prompts {0, 1} and {2, 3}; its expected value, worked
+    there: prompt 0 (1+2+3)/3 = 2, prompt 1 (5+6+7+8)/4 = 6.5, mean 4.25."""
+    loss = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [1.0, 1.0], [1.0, 1.0]])
+    got = aggregate(loss, mask, "prompt-mean-token-mean", 2, group_id=torch.tensor([0, 0, 1, 1]))
+    assert got.item() == pytest.approx(4.25)
+
+
+def test_prompt_mean_token_mean_differs_from_token_and_sequence_means():
+    # The same inputs as HAND: 83/12 ≈ 6.917 vs token-mean 38/7 ≈ 5.429 and seq-mean-token-mean 17/3 ≈ 5.667;
+    # one prompt per row makes it seq-mean-token-mean; one prompt for the batch makes it token-mean.
+    assert HAND["prompt-mean-token-mean"] not in (HAND["token-mean"], HAND["seq-mean-token-mean"])
+    one_each = aggregate(LOSS, MASK, "prompt-mean-token-mean", L_CONST, group_id=torch.tensor([0, 1, 2]))
+    assert one_each.item() == pytest.approx(17.0 / 3.0)
+    one = aggregate(LOSS, MASK, "prompt-mean-token-mean", L_CONST, group_id=torch.tensor([4, 4, 4]))
+    assert one.item() == pytest.approx(38.0 / 7.0)
+
+
+def test_prompt_mean_token_mean_needs_the_group_ids():
+    with pytest.raises(ValueError, match="needs each row's group id"):
+        aggregation_weights(MASK, "prompt-mean-token-mean", L_CONST)
+    with pytest.raises(ValueError, match="needs each row's group id"):
+        aggregation_weights(MASK, "prompt-mean-token-mean", L_CONST, group_id=torch.tensor([0, 1]))
+
+
+def test_prompt_mean_token_mean_empty_group_rule():
+    # Prompt 0: rows (1, 2) and (3, pad) → 6/3 = 2; prompt 1: one empty row. count: P = 2 → 2/2 = 1
+    # (SkyRL counts every prompt, its token count clamped at 1); skip: P = 1 → 2.
+    loss = torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]])
+    gid = torch.tensor([0, 0, 1])
+    assert aggregate(loss, mask, "prompt-mean-token-mean", 2, group_id=gid).item() == pytest.approx(1.0)
+    assert aggregate(loss, mask, "prompt-mean-token-mean", 2, "skip", group_id=gid).item() == pytest.approx(2.0)
+
+
 def test_unknown_mode_lists_valid_modes():
     with pytest.raises(ValueError) as e:
         aggregation_weights(MASK, "sum-of-tokens", L_CONST)
@@ -61,7 +112,7 @@ def test_unknown_mode_lists_valid_modes():
 def test_empty_mask_gives_zero_not_nan():
     zero = torch.zeros(2, 3)
     for mode in AGG_MODES:
-        out = aggregate(torch.ones(2, 3), zero, mode, 4)
+        out = aggregate(torch.ones(2, 3), zero, mode, 4, group_id=torch.tensor([0, 1]))
         assert out.item() == 0.0
 
 
@@ -71,8 +122,9 @@ SPLITS = [[[0], [1], [2]], [[0, 1], [2]], [[0], [1, 2]], [[2, 0], [1]]]
 @pytest.mark.parametrize("mode", AGG_MODES)
 @pytest.mark.parametrize("split", SPLITS)
 def test_accumulated_micro_batches_equal_full_batch_value(mode, split):
-    # The trainer computes w on the whole minibatch, then each micro-batch adds Σ w[rows]·ℓ[rows].
-    w = aggregation_weights(MASK, mode, L_CONST)
+    # The trainer computes w on the whole minibatch, then each micro-batch adds Σ w[rows]·ℓ[rows]
+    # (split [[0], [1], [2]] cuts prompt 7 in two micro-batches: the same value).
+    w = aggregation_weights(MASK, mode, L_CONST, group_id=GID)
     acc = sum((w[rows] * LOSS[rows]).sum() for rows in split)
     assert acc.item() == pytest.approx(HAND[mode], rel=1e-6)
 
@@ -90,10 +142,11 @@ def test_accumulated_gradient_equals_full_batch_gradient(mode):
     mask[:, 0] = 1.0  # every row has a token
     theta = torch.tensor([0.7, -0.3], dtype=torch.float64, requires_grad=True)
 
-    full = aggregate(_param_loss(theta, x), mask, mode, 9)
+    gid = torch.tensor([0, 0, 1, 1, 1])  # prompt 1 spans two micro-batches
+    full = aggregate(_param_loss(theta, x), mask, mode, 9, group_id=gid)
     (g_full,) = torch.autograd.grad(full, theta)
 
-    w = aggregation_weights(mask, mode, 9)  # once, on the whole batch
+    w = aggregation_weights(mask, mode, 9, group_id=gid)  # once, on the whole batch
     theta.grad = None
     for rows in ([0, 1], [2], [3, 4]):
         (w[rows] * _param_loss(theta, x[rows])).sum().backward()
@@ -115,7 +168,7 @@ def test_extra_masked_columns_change_nothing(mode):
     garbage = torch.full((3, 3), 123.0, dtype=torch.float64)
     loss = torch.cat([garbage[:, :1], LOSS, garbage], dim=1)
     mask = torch.cat([torch.zeros(3, 1, dtype=torch.float64), MASK, torch.zeros(3, 3, dtype=torch.float64)], dim=1)
-    assert aggregate(loss, mask, mode, L_CONST).item() == pytest.approx(HAND[mode], rel=1e-6)
+    assert aggregate(loss, mask, mode, L_CONST, group_id=GID).item() == pytest.approx(HAND[mode], rel=1e-6)
 
 
 def test_the_empty_row_rule_and_verl_on_the_same_inputs():
