@@ -40,7 +40,12 @@ ctx)``                      ``"values"`` is in ``needs``
 KL to a reference policy is generic: every config carries ``kl_coef``, ``kl_estimator``
 and ``kl_where``; the trainer loads π_ref only when ``kl_coef > 0`` and applies the term as a
 loss (``+β·k`` per token, aggregated with the rest) or in the reward (``r_t −= β·k`` on
-policy tokens, with π_old's log-probs; sequence rewards get ``−β·Σ_t k``).
+policy tokens, with π_old's log-probs; sequence rewards get ``−β·Σ_t k``); ``loss.kl_is_weight``
+weights the loss term by π/π_old. The other options every entry shares (``loss.opsm_delta``,
+``loss.top_entropy_quantile``, ``loss.entropy_coef``/``entropy_target``,
+``rollout.filter_zero_variance``, ``rollout.retire_pass_rate``) also act around the hooks, in the
+trainer (:mod:`rlsuite.suite.loss_options`, :mod:`rlsuite.suite.curriculum`): an entry needs no
+code for them.
 
 Algorithm configs hold only the algorithm's knobs with paper defaults; learning rates, G,
 batch and lengths come from the task/model preset (:mod:`rlsuite.suite.config`).

@@ -10,7 +10,9 @@ Differs from GRPO by:
   3. Dynamic sampling: groups whose scores are all equal are dropped (``filter``) and the
      trainer's refill loop draws more batches until the step is full (bounded by
      ``rollout.max_refill_tries``; discarded samples are charged to the budget). The trainer
-     logs ``filter/kept_frac`` (kept share) and ``filter/rollout_batches`` (refills + 1).
+     logs ``filter/kept_frac`` (kept share) and ``filter/rollout_batches`` (refills + 1). Every
+     entry can filter so with ``rollout.filter_zero_variance=drop`` (``suite/curriculum.py``; it
+     keeps singleton groups, which this filter drops).
   4. Overlong reward shaping with lengths relative to ``max_new_tokens``: with
      ``L_max = max_new_tokens``, ``L_cache = overlong_buffer · L_max`` and
      ``L_exp = L_max − L_cache``, add ``min(−(|y| − L_exp)/L_cache · penalty, 0)`` (the form of
@@ -33,7 +35,7 @@ import torch
 from rlsuite.algorithms.base import AdvOut, Context, Group, register
 from rlsuite.algorithms.grpo import GRPO, GRPOConfig
 from rlsuite.suite.aggregation import AggMode
-from rlsuite.suite.ops import masked_mean
+from rlsuite.suite.ops import group_all_equal, masked_mean
 from rlsuite.suite.types import Batch, Forward
 
 
@@ -81,12 +83,7 @@ class DAPO(GRPO):
     def filter(self, batch: Batch, ctx: Context) -> Optional[torch.Tensor]:
         if not self.cfg.dynamic_sampling:
             return None
-        _, inv = torch.unique(batch.group_id, return_inverse=True)
-        n = int(inv.max()) + 1
-        sc = batch.scores
-        lo = torch.full((n,), float("inf"), dtype=sc.dtype, device=sc.device).scatter_reduce(0, inv, sc, "amin")
-        hi = torch.full((n,), float("-inf"), dtype=sc.dtype, device=sc.device).scatter_reduce(0, inv, sc, "amax")
-        return (hi > lo)[inv]
+        return ~group_all_equal(batch.scores, batch.group_id)  # (a singleton group too: its scores are all equal)
 
     def advantages(self, batch: Batch, ctx: Context) -> AdvOut:
         out = super().advantages(batch, ctx)

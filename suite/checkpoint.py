@@ -13,7 +13,8 @@ A checkpoint holds what resuming needs and nothing resuming can rebuild (issue 1
   base for ``tiny``, the loaded model otherwise); ``base_sha256`` records the base's bytes so
   a resume whose base loads other weights is refused instead of drifting silently. A reference
   an algorithm refreshed (``Context.refresh_reference``) is no longer the base and is kept;
-* counters, the algorithm's state, the data cursor.
+* counters, the algorithm's state, the data cursor, the shared options' state (``options``: the
+  curriculum's retired prompts, the adaptive entropy coefficient; :meth:`TrainState.options_state`).
 
 Tensors: every weight dict goes through :class:`TensorStore`: entries with the same bytes
 (tied embeddings, the current policy kept in the lag history, a refreshed reference equal to
@@ -159,6 +160,8 @@ def state_of(st) -> dict[str, Any]:
         out["history"] = st.behaviour.history  # the current policy in it is stored once (pack)
     if st.ref_anchors:
         out["ref_anchors"] = dict(st.ref_anchors)
+    if st.options_state():  # the shared options' state (curriculum, adaptive entropy coefficient)
+        out["options"] = st.options_state()
     return out
 
 
@@ -188,6 +191,7 @@ def resume(st, folder, parallel, device, model_name: str) -> bool:
     st.kl_coef = float(ck.get("kl_coef", st.algo.cfg.kl_coef))
     st.ref_anchors.clear()
     st.ref_anchors.update(ck.get("ref_anchors", {}))
+    st.load_options_state(ck.get("options", {}))
     v = ck["engine_version"]
     if "engine" in ck:
         st.engine.load_weights(ck["engine"], v)

@@ -40,7 +40,12 @@ SECTIONS = ("model", "task", "algo", "rollout", "optim", "train", "loss", "dist"
 BUDGET_KEYS = ("prompts", "samples", "gen_tokens", "train_tokens", "updates", "flops", "wall_s")
 OUTSIDE_ID = {"identity": False}
 """Field metadata of a setting that does not change results (a resource, retention or reporting
-setting): :func:`identity_doc` leaves it out of the run id. Every other field is in it."""
+setting): :func:`identity_doc` leaves it out of the run id. Every other field is in it (those
+declared :data:`IN_ID_WHEN_SET`, only when set)."""
+IN_ID_WHEN_SET = {"identity": "when_set"}
+"""Field metadata of an option added after schema 3 whose default is the behaviour from before it
+(off): :func:`identity_doc` leaves it out of the run id at its default (and where an older
+document lacks it), so adding it changed no run id; any other value is in the id."""
 
 
 @dataclass(frozen=True)
@@ -215,6 +220,18 @@ class RolloutConfig:
     """K of the behaviour top-K log-probs, recorded only when an algorithm needs them."""
     max_refill_tries: int = 4
     """Filtering algorithms: most extra rollout batches drawn to refill a step."""
+    filter_zero_variance: Literal["off", "mask", "drop"] = field(default="off", metadata=IN_ID_WHEN_SET)
+    """Prompt groups of ≥ 2 samples whose task scores are all equal (no group-relative signal), for
+    every entry (:mod:`rlsuite.suite.curriculum`): ``mask`` zeroes their loss mask before the
+    advantages (they leave the loss and its normaliser; SkyRL's ``zero_variance_filter``);
+    ``drop`` discards them after the advantages and the refill loop draws more batches (bounded by
+    ``max_refill_tries``; discarded samples are charged; verl's ``filter_groups``, DAPO's dynamic
+    sampling, which ``dapo`` applies on its own); ``off``: kept."""
+    retire_pass_rate: Optional[float] = field(default=None, metadata=IN_ID_WHEN_SET)
+    """No-positive-resampling curriculum (ScaleRL, arXiv 2510.13786: 0.9): a train prompt whose
+    group's pass rate (mean task score of its samples in a step) reaches this value is not drawn
+    again in later passes over the train split (kept in checkpoints; :mod:`rlsuite.suite.curriculum`).
+    Refused for entries that draw their own prompts (``sample_prompts``); None = off."""
 
     ranges: ClassVar[dict[str, str]] = {
         "group_size": "[1, inf)", "prompts_per_step": "[1, inf)", "max_new_tokens": "[1, inf)",
@@ -222,7 +239,7 @@ class RolloutConfig:
         "vllm_cpu_kv_gib": "(0, inf)",
         "s3r_gamma": "[0, inf)", "s3r_sink": "[0, inf)", "s3r_window": "[1, inf)", "staleness": "[0, inf)",
         "mismatch_scale": "[0, inf)", "max_turns": "[1, inf)", "max_obs_tokens": "[1, inf)", "topk": "[0, inf)",
-        "max_refill_tries": "[0, inf)"}
+        "max_refill_tries": "[0, inf)", "retire_pass_rate": "(0, 1]"}
     """Declared ranges (:class:`Range`), checked by :func:`build`."""
 
 
@@ -327,10 +344,44 @@ class LossConfig:
     """Upper bound of the ratio for ``is_correction`` (verl's default 2.0; TRL's is 3.0)."""
     empty_rows: Literal["count", "skip"] = "count"
     """The ``seq-mean-*`` aggregations' N: every row (``count``) or, as verl 0.9.1, only rows with at
-    least one response token (``skip``; :mod:`rlsuite.suite.aggregation`); likewise the prompt groups
-    P of ``prompt-mean-token-mean``."""
+    least one response token (``skip``; :mod:`rlsuite.suite.aggregation`)."""
+    opsm_delta: Optional[float] = field(default=None, metadata=IN_ID_WHEN_SET)
+    """Off-policy sequence masking (DeepSeek-V3.2; TRL's ``off_policy_mask_threshold``, slime's
+    ``--opsm-delta``): the policy loss of a token with a negative advantage is masked when its
+    sequence's mean ``log μ − log π_θ`` over the policy tokens exceeds this δ (μ the engine's
+    log-probs; unlike the ``*_reject`` modes of ``is_correction``, only negative-advantage tokens;
+    the normaliser is unchanged). None = off (:mod:`rlsuite.suite.loss_options`)."""
+    kl_is_weight: bool = field(default=False, metadata=IN_ID_WHEN_SET)
+    """The IS-corrected (unbiased) KL estimate of DeepSeek-V3.2 (TRL's ``use_bias_correction_kl``):
+    the per-token KL loss term is multiplied by the ratio ``π_θ/π_old`` (differentiable, so it
+    changes the gradient even where it is 1). Needs the KL in the loss (``algo.kl_coef`` > 0,
+    ``algo.kl_where=loss``)."""
+    top_entropy_quantile: float = field(default=1.0, metadata=IN_ID_WHEN_SET)
+    """ρ of the high-entropy-minority training ("Beyond the 80/20 rule", arXiv 2506.01939; TRL's
+    ``top_entropy_quantile``, paper 0.2): the policy loss keeps only the tokens whose entropy is at
+    least the ``1 − ρ`` quantile of the policy tokens of each training forward (a micro-batch; the
+    whole minibatch at ``train.micro_batch_size=0``); the normaliser is unchanged. 1 = every token."""
+    entropy_coef: float = field(default=0.0, metadata=IN_ID_WHEN_SET)
+    """Entropy bonus ``− c·Σ w·H`` added to the loss, aggregated with the entry's mode (verl 0.9.1's
+    ``entropy_coeff``; TRL's ``entropy_coef`` averages over tokens whatever its loss type), on the
+    tokens the policy loss keeps (:mod:`rlsuite.suite.loss_options`). With ``entropy_target``, the
+    adaptive coefficient's starting value. 0 = off."""
+    entropy_target: Optional[float] = field(default=None, metadata=IN_ID_WHEN_SET)
+    """Adaptive entropy control (Skywork-OR1, arXiv 2505.22312; TRL's ``use_adaptive_entropy`` with
+    ``entropy_target``): after each optimizer update the coefficient moves by ``entropy_coef_delta``,
+    up when the update's token-mean entropy was ≤ this target and down otherwise, within
+    ``[0, entropy_coef_max]``; the bonus acts only while the last measured entropy is ≤ the target
+    (not before the first measurement). Kept in checkpoints. None = a fixed ``entropy_coef``."""
+    entropy_coef_delta: float = field(default=0.005, metadata=IN_ID_WHEN_SET)
+    """Step of the adaptive entropy coefficient per optimizer update (TRL's default; read only with
+    ``entropy_target``)."""
+    entropy_coef_max: float = field(default=1.0, metadata=IN_ID_WHEN_SET)
+    """Upper bound of the adaptive entropy coefficient (TRL's default; read only with ``entropy_target``)."""
 
-    ranges: ClassVar[dict[str, str]] = {"is_low": "[0, inf)", "is_high": "(0, inf)"}
+    ranges: ClassVar[dict[str, str]] = {
+        "is_low": "[0, inf)", "is_high": "(0, inf)", "opsm_delta": "[0, inf)", "top_entropy_quantile": "[0, 1]",
+        "entropy_coef": "[0, inf)", "entropy_target": "[0, inf)", "entropy_coef_delta": "(0, inf)",
+        "entropy_coef_max": "[0, inf)"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -517,19 +568,27 @@ LABELS = ("sweep", "factors", "tuning")
 
 def _outside_id() -> dict[str, frozenset[str]]:
     """Section → the fields declared ``metadata=OUTSIDE_ID`` (a resource or reporting setting)."""
-    return {sec: frozenset(f.name for f in dataclasses.fields(cls) if not f.metadata.get("identity", True))
+    return {sec: frozenset(f.name for f in dataclasses.fields(cls) if f.metadata.get("identity", True) is False)
+            for sec, cls in SECTION_CLASSES.items()}
+
+
+def _when_set() -> dict[str, dict[str, Any]]:
+    """Section → field → default of the fields declared ``metadata=IN_ID_WHEN_SET``."""
+    return {sec: {f.name: f.default for f in dataclasses.fields(cls) if f.metadata.get("identity") == "when_set"}
             for sec, cls in SECTION_CLASSES.items()}
 
 
 def identity_doc(d: dict, *, seed: bool = True) -> dict:
     """The run identity: the part of a version-2 spec document (``RunSpec.to_dict()``, a ``spec.json``,
     or an older one after :func:`rlsuite.suite.migrate.migrate`) that defines a run, in one canonical
-    form: every section field except those declared ``OUTSIDE_ID``, the identity inputs (the committed
+    form: every section field except those declared ``OUTSIDE_ID`` (and those declared
+    ``IN_ID_WHEN_SET`` while at their default), the identity inputs (the committed
     base's sha256, the task version), the seed (``seed=False``: runs of one configuration) and the
     ``variant`` when set (two arms never share a folder). Used by :attr:`RunSpec.config_hash` (the run
     id), by the runner (does a folder hold this run?) and by the reports (which runs pool)."""
-    outside = _outside_id()
-    out = {sec: {k: v for k, v in dict(d.get(sec) or {}).items() if k not in outside.get(sec, ())}
+    outside, when_set = _outside_id(), _when_set()
+    out = {sec: {k: v for k, v in dict(d.get(sec) or {}).items() if k not in outside.get(sec, ())
+                 and not (k in when_set.get(sec, {}) and v == when_set[sec][k])}
            for sec in SECTIONS}
     out["identity"] = dict(d.get("identity") or {})
     if seed:
@@ -835,6 +894,14 @@ def check_ranges(spec: RunSpec) -> list[str]:
                  f"valid rollout.engine with rng=row: {', '.join(engines_with('row_rng'))}")
     if ev.n_samples and any(k > ev.n_samples for k in ev.ks):
         e.append(f"eval.ks {list(ev.ks)} must lie in 1..eval.n_samples ({ev.n_samples})")
+    lo, a = spec.loss, spec.algo
+    if lo.kl_is_weight and a is not None and not (a.kl_coef > 0 and a.kl_where == "loss"):
+        e.append(f"loss.kl_is_weight weights the KL loss term, but algo.kl_coef={a.kl_coef}, "
+                 f"algo.kl_where={a.kl_where}; valid: algo.kl_coef > 0 with algo.kl_where=loss, or kl_is_weight=false")
+    if lo.top_entropy_quantile < 1 and d.world_size > 1:
+        e.append(f"loss.top_entropy_quantile={lo.top_entropy_quantile} takes its quantile over one process's "
+                 f"training forward; dist.world_size={d.world_size} is not supported with it; valid: "
+                 f"dist.world_size=1, or top_entropy_quantile=1")
     if not spec.budget.limits():
         e.append("no budget set: give at least one of " + ", ".join(f"budget.{k}" for k in BUDGET_KEYS))
     return e

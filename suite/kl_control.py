@@ -4,7 +4,7 @@
 * ``kl_where=reward``: −β·k(π_old, π_ref) on every policy token, computed once in the scoring pass
   (:func:`reward_kl`; the trainer folds it into the token rewards);
 * ``kl_where=loss``: β·Σ w·k(π, π_ref)·mask added to the aggregated loss of each micro-batch
-  (:func:`loss_term`);
+  (:func:`loss_term`), each token's k weighted by ``π_θ/π_old`` with ``loss.kl_is_weight``;
 * adaptive β (``kl_target``): after each step, the proportional controller of Ziegler et al.
   (2019, arXiv 1909.08593) moves β toward the target, ``β ← β·(1 + clip(KL/target − 1, ±0.2)·B/horizon)``
   with KL the step's mean per-sequence KL at π_old (the reading :func:`reward_kl` returns) and B
@@ -43,12 +43,19 @@ def reward_kl(cfg, old_logp: Optional[Tensor], ref_logp: Tensor, mask: Tensor) -
 
 
 def loss_term(cfg, beta: float, w: Tensor, logp: Tensor, ref_logp: Optional[Tensor],
-              loss_mask: Tensor) -> Optional[Tensor]:
+              loss_mask: Tensor, old_logp: Optional[Tensor] = None) -> Optional[Tensor]:
     """β·Σ w·k(π, π_ref)·mask, the loss's KL term (a scalar), or None (no reference, or the KL is in
-    the reward). Shapes: w (the aggregation weights), logp, ref_logp, loss_mask [B, T]."""
+    the reward). With ``old_logp`` (``loss.kl_is_weight``) each token's k is multiplied by the ratio
+    ``π_θ/π_old = exp(logp − old_logp)``, differentiable through ``logp`` (DeepSeek-V3.2's unbiased
+    KL estimate; TRL 1.16.0 ``use_bias_correction_kl``: ``per_token_kl * coef_1`` with its
+    token-level ``coef_1``). Shapes: w (the aggregation weights), logp, ref_logp, loss_mask,
+    old_logp [B, T]."""
     if ref_logp is None or cfg.kl_where != "loss":
         return None
-    return beta * (w * s_kl(cfg, logp, ref_logp) * loss_mask).sum()
+    k = s_kl(cfg, logp, ref_logp)
+    if old_logp is not None:
+        k = k * torch.exp((logp - old_logp.detach()) * loss_mask)
+    return beta * (w * k * loss_mask).sum()
 
 
 def adapt(beta: float, reading: Optional[float], cfg, batch_size: int) -> float:

@@ -274,3 +274,31 @@ def explained_variance(values: Tensor, returns: Tensor, mask: Tensor) -> Tensor:
     """``1 − Var(R − V)/Var(R)`` over the mask (NaN when Var(R) = 0)."""
     var_r = masked_var(returns, mask)
     return 1 - masked_var(returns - values, mask) / var_r if var_r > 0 else values.new_tensor(float("nan"))
+
+
+def off_policy_sequence_mask(adv: Tensor, logp: Tensor, behav_logp: Tensor, mask: Tensor, delta: float) -> Tensor:
+    """Off-policy sequence masking (OPSM; DeepSeek-V3.2, arXiv 2512.02556, eq. 9): 0 on a token whose
+    advantage is negative and whose sequence's mean ``log μ − log π`` over the mask exceeds
+    ``delta``, 1 elsewhere (TRL 1.16.0 ``GRPOTrainer.get_off_policy_mask``: keep where ``A ≥ 0`` or
+    ``KL ≤ δ``; slime ``compute_opsm_mask``, per token of a per-token advantage).
+
+    ``logp`` is detached here. Shapes: adv, logp, behav_logp, mask [B, T] → [B, T] (float, every
+    position; a row without mask tokens has KL 0)."""
+    m = mask.to(logp.dtype)
+    kl = ((behav_logp - logp.detach()) * m).sum(-1, keepdim=True) / m.sum(-1, keepdim=True).clamp(min=1)
+    return ((adv >= 0) | (kl <= delta)).to(logp.dtype)
+
+
+def top_entropy_mask(entropy: Tensor, mask: Tensor, quantile: float) -> Tensor:
+    """The high-entropy minority (Wang et al. 2025, arXiv 2506.01939): True on the mask tokens whose
+    entropy is at least the ``1 − quantile`` quantile of the mask tokens' entropies (``torch.quantile``,
+    linear interpolation; ties at the threshold are kept), as TRL 1.16.0
+    ``GRPOTrainer.get_high_entropy_mask`` with ``top_entropy_quantile = quantile``: 1 keeps every
+    token, 0 the highest-entropy one(s). Shapes: entropy, mask [B, T] → [B, T] bool (False off the
+    mask, and everywhere when the mask is empty)."""
+    sel = mask > 0
+    vals = entropy.detach()[sel].float()
+    if vals.numel() == 0:
+        return torch.zeros_like(sel)
+    threshold = torch.quantile(vals, 1.0 - quantile)
+    return (entropy.detach().float() >= threshold) & sel

@@ -5,8 +5,10 @@ values) and their AdamW optimizer, the frozen reference π_ref and initial polic
 engine and the behaviour policy μ it samples with (:class:`rlsuite.suite.behaviour.BehaviourSync`:
 staleness, the lag history, the mismatch knob), the algorithm entry (its ``state_dict`` is
 checkpointed), the budget, the loop's counters (step, data cursor, evals done, last entropy),
-the KL coefficient β (:mod:`rlsuite.suite.kl_control`) and the reference anchors of
-``ref_anchor`` entries.
+the KL coefficient β (:mod:`rlsuite.suite.kl_control`), the reference anchors of
+``ref_anchor`` entries, and the state of the options every entry shares: the retired prompts of
+the curriculum (:class:`rlsuite.suite.curriculum.Curriculum`) and the entropy bonus's coefficient
+(:class:`rlsuite.suite.loss_options.EntropyControl`), checkpointed as :meth:`TrainState.options_state`.
 
 The trainer (:mod:`rlsuite.suite.trainer`) owns it and runs the loop over it; checkpointing
 (:func:`rlsuite.suite.checkpoint.save`, :func:`rlsuite.suite.checkpoint.resume`) and the parallel
@@ -26,6 +28,8 @@ from torch import nn
 
 from rlsuite.suite.budget import Budget
 from rlsuite.suite.checkpoint import state_sha256
+from rlsuite.suite.curriculum import Curriculum
+from rlsuite.suite.loss_options import EntropyControl
 from rlsuite.suite.models import Critic
 from rlsuite.suite.prompts import seed_for
 
@@ -64,16 +68,23 @@ class TrainState:
     """``ref_anchor`` entries: the base's samples by train index (filled by the rollout stage)."""
     base_sha: Optional[str] = dataclasses.field(default=None, repr=False)
     """sha256 of the base π_ref / π_init copy (:meth:`base_sha256`, computed when first needed)."""
+    curriculum: Optional[Curriculum] = None
+    """The group filter and retired prompts (``rollout.filter_zero_variance``, ``rollout.retire_pass_rate``)."""
+    entropy_control: Optional[EntropyControl] = None
+    """The entropy bonus's coefficient (``loss.entropy_coef``, ``loss.entropy_target``)."""
 
     @classmethod
-    def build(cls, spec, algo, model: nn.Module, engine, behaviour, device: torch.device) -> "TrainState":
+    def build(cls, spec, algo, model: nn.Module, engine, behaviour, device: torch.device,
+              n_train: int = 0) -> "TrainState":
         """The state at step 0: frozen copies of the base for π_ref / π_init where the entry needs
-        them, and a critic whose initial weights depend on the seed only."""
+        them, and a critic whose initial weights depend on the seed only (``n_train``: the train
+        split's size, for the curriculum)."""
         needs = algo.needs
         frozen = lambda: copy.deepcopy(model).eval().requires_grad_(False)  # noqa: E731
         st = cls(model=model, engine=engine, behaviour=behaviour, algo=algo, budget=Budget(spec.budget.limits()),
                  ref=frozen() if "ref_logp" in needs else None, init=frozen() if "init_logp" in needs else None,
-                 kl_coef=float(algo.cfg.kl_coef))
+                 kl_coef=float(algo.cfg.kl_coef), curriculum=Curriculum(spec.rollout, n_train),
+                 entropy_control=EntropyControl(spec.loss))
         if "values" in needs:
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed_for(spec.seed, "critic") % 2**63)
@@ -90,6 +101,17 @@ class TrainState:
         self.opt = torch.optim.AdamW(groups, lr=o.lr, betas=(o.beta1, o.beta2), eps=o.eps,
                                      weight_decay=o.weight_decay, **({"fused": True} if fused else {}))
         return [g["lr"] for g in self.opt.param_groups]
+
+    # -- the shared options' state (checkpointed) ---------------------------------------
+    def options_state(self) -> dict[str, Any]:
+        """The state of the options every entry shares, for the checkpoint (empty when none has any)."""
+        out = {"curriculum": self.curriculum.state_dict(), "entropy": self.entropy_control.state_dict()}
+        return {k: v for k, v in out.items() if v}
+
+    def load_options_state(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`options_state` (a checkpoint without it: the options' initial state)."""
+        self.curriculum.load_state_dict(state.get("curriculum", {}))
+        self.entropy_control.load_state_dict(state.get("entropy", {}))
 
     # -- the critic kinds, in one place -------------------------------------------------
     @property

@@ -3,7 +3,8 @@ the parallel mode.
 
 Per step (numbers match the sections of :meth:`Trainer.step`):
 
-1. draw prompts (``algo.sample_prompts`` or a seeded pass over the train split);
+1. draw prompts (``algo.sample_prompts`` or a seeded pass over the train split, skipping the
+   prompts ``rollout.retire_pass_rate`` retired: :mod:`rlsuite.suite.curriculum`);
 2. roll out G completions per prompt with the behaviour policies (``algo.before_rollout``);
    the engine records μ's log-probs and what the algorithm ``needs``;
 3. grade with the task, then ``algo.rewards`` per group; a completion the grader could not
@@ -14,10 +15,13 @@ Per step (numbers match the sections of :meth:`Trainer.step`):
 4. scoring passes: π_old (or μ when exactly on-policy and configured), π_ref, values;
    in-reward KL; token rewards (:class:`rlsuite.suite.scoring.Scorer`);
 5. ``algo.advantages``; ``algo.filter`` with the refill loop (bounded; discarded samples
-   are charged);
-6. K epochs × minibatches: ``algo.loss`` (+ the KL loss term, + ``algo.value_loss``)
-   aggregated with the global normaliser of the entry's mode (computed before the
-   micro-batch loop), backward, clip, AdamW step, ``algo.after_update``; the adaptive KL
+   are charged); ``rollout.filter_zero_variance`` masks zero-variance groups before the
+   advantages or drops them with the entry's filter (:mod:`rlsuite.suite.curriculum`);
+6. K epochs × minibatches: ``algo.loss`` (masked by the ``loss`` options OPSM and the
+   high-entropy minority; + the KL loss term, − the entropy bonus, + ``algo.value_loss``:
+   :mod:`rlsuite.suite.loss_options`) aggregated with the global normaliser of the entry's mode
+   (computed before the micro-batch loop), backward, clip, AdamW step, ``algo.after_update``
+   (the adaptive entropy coefficient moves after each); the adaptive KL
    coefficient moves (:mod:`rlsuite.suite.kl_control`); the rollout engine is re-synced per
    ``rollout.sync``/``rollout.staleness`` (periodic catch-up, or a fixed lag of k updates),
    through the mismatch knob (``rollout.mismatch``) when set;
@@ -60,7 +64,7 @@ from typing import Any, Optional
 import torch
 
 from rlsuite.algorithms.base import Algorithm
-from rlsuite.suite import checkpoint, kl_control
+from rlsuite.suite import checkpoint, kl_control, loss_options
 from rlsuite.suite.aggregation import aggregation_weights
 from rlsuite.suite.behaviour import BehaviourSync
 from rlsuite.suite.budget import scoring_flops, training_flops
@@ -105,7 +109,7 @@ class Trainer:
             raise BadInput(f"dist.world_size={d.world_size} but this process group has {self.world.size} process(es); "
                            f"start runs with `rlsuite run` (it spawns the processes) or a job with that many tasks")
         self.world.broadcast_module(model)  # every rank starts from rank 0's weights
-        self.needs = algo.needs
+        self.needs = algo.needs | loss_options.needs(spec.loss)  # the entry's, and the loss options' (entropy)
         # the training forward's fields, besides logp
         self.fields = update_fields(self.needs, algo.critic or spec.model.critic)
         # the `auto` levers by capability (train.share_prefix, optim.fused; spec.json/env.json record them)
@@ -122,7 +126,8 @@ class Trainer:
         self.stop_ids = stop_ids(tokenizer, model)
         engine = make_engine(r.engine, model, tokenizer, r)
         behaviour = BehaviourSync(r, spec.seed, engine, model)  # staleness and the mismatch knob
-        self.state = st = TrainState.build(spec, algo, model, engine, behaviour, self.device)
+        self.state = st = TrainState.build(spec, algo, model, engine, behaviour, self.device, len(self.splits["train"]))
+        st.curriculum.check(algo)  # exit 2: the curriculum with an entry that draws its own prompts
         self.parallel = parallel_mode(d, self.device, self.world)  # one process, data parallel or sharded
         self.parallel.prepare(st)  # sharded: the models laid out across the ranks (before the optimizer)
         self.base_lrs = st.build_optimizer(spec.optim, self.resolved["optim.fused"])
@@ -169,7 +174,8 @@ class Trainer:
 
     # -- 1. prompts --------------------------------------------------------------------
     def _draw_prompts(self, n: int) -> list[int]:
-        """Seeded passes over the train split: a fresh permutation per pass."""
+        """Seeded passes over the train split: a fresh permutation per pass (retired prompts are
+        passed over: they move the cursor, not the draw)."""
         st, n_train = self.state, len(self.splits["train"])
         out = []
         while len(out) < n:
@@ -177,7 +183,7 @@ class Trainer:
             gen = torch.Generator().manual_seed(seed_for(self.spec.seed, "data", epoch))
             perm = torch.randperm(n_train, generator=gen)
             take = min(n - len(out), n_train - pos)
-            out += perm[pos:pos + take].tolist()
+            out += [i for i in perm[pos:pos + take].tolist() if st.curriculum.draws(i)]
             st.cursor += take
         return out
 
@@ -196,7 +202,8 @@ class Trainer:
             stale = self.algo.replay(ctx) if attempt == 0 else None
             if stale is not None:  # re-used rows go after the fresh ones, in groups of their own
                 rec = cat_rollouts([rec, stale])
-            batch = self.scorer.score(rec)  # 4
+            batch, zv_metrics = self.state.curriculum.mask(self.scorer.score(rec))  # 4 (+ zero-variance mask)
+            self.state.curriculum.record(batch, n_fresh)  # the curriculum's pass rates
             adv = self.algo.advantages(batch, ctx)
             batch = dataclasses.replace(batch, adv=adv.adv, returns=adv.returns, extras={**batch.extras, **adv.extras},
                                         loss_mask=batch.loss_mask if adv.loss_mask is None else adv.loss_mask)
@@ -210,9 +217,10 @@ class Trainer:
                 metrics.update(rollout_metrics(fresh, r.group_size, self.state.budget.counters["updates"],
                                                self.algo.cfg))
                 metrics.update(self.scorer.is_metrics)
+                metrics.update(zv_metrics)
                 if stale is not None:
                     metrics["replay/rows"] = float(stale.batch_size)
-            keep = self.algo.filter(batch, ctx)
+            keep = self.state.curriculum.keep(batch, self.algo.filter(batch, ctx))  # + zero-variance drop
             filtered = keep is not None
             if keep is None:
                 kept, n_kept = [batch], batch.batch_size
@@ -231,7 +239,7 @@ class Trainer:
         if filtered and batch.batch_size > target:  # refilled past the target: trim (a feedback round may exceed it)
             batch = batch.select(torch.arange(target, device=batch.tokens.device))
         metrics.update({"filter/discarded": float(discarded), "filter/rollout_batches": float(tries),
-                        "filter/kept_frac": n_kept / max(1, n_kept + discarded)})
+                        "filter/kept_frac": n_kept / max(1, n_kept + discarded), **self.state.curriculum.metrics()})
         if batch.grade_error is not None and bool(batch.grade_error.any()):  # ungraded rows: no policy gradient
             keep = (~batch.grade_error.to(batch.loss_mask.device)).to(batch.loss_mask.dtype)
             batch = dataclasses.replace(batch, loss_mask=batch.loss_mask * keep[:, None])
@@ -277,14 +285,26 @@ class Trainer:
                     loss_tok, m = self.algo.loss(fwd, mic, ctx)
                     if "is_weight" in mic.extras:  # loss.is_correction: the policy term only
                         loss_tok = loss_tok * mic.extras["is_weight"]
-                    m = dict(m)
+                    # loss.opsm_delta, loss.top_entropy_quantile: the policy term only (suite/loss_options.py)
+                    keep, high, om = loss_options.policy_masks(s.loss, fwd.logp, fwd.entropy, mic.adv, mic.behav_logp,
+                                                               mic.loss_mask)
+                    if keep is not None:
+                        loss_tok = loss_tok * keep
+                    m = {**m, **om}
                     policy = (w * loss_tok).sum()
                     m["loss/policy"] = policy.detach()
                     total = policy
-                    kl = kl_control.loss_term(cfg, st.kl_coef, w, fwd.logp, mic.ref_logp, mic.loss_mask)
+                    kl = kl_control.loss_term(cfg, st.kl_coef, w, fwd.logp, mic.ref_logp, mic.loss_mask,
+                                              mic.old_logp if s.loss.kl_is_weight else None)
                     if kl is not None:
                         total = total + kl
                         m["loss/kl"] = kl.detach()
+                    bonus = st.entropy_control.bonus(w, fwd.entropy, mic.loss_mask * (1 if high is None else high),
+                                                     live)
+                    if bonus is not None:  # loss.entropy_coef (adaptive with loss.entropy_target)
+                        total = total - bonus
+                        m["loss/entropy_bonus"] = bonus.detach()
+                        m["stats/entropy_coef"] = st.entropy_control.applied
                     if st.critic is not None:
                         v_tok, vm = self.algo.value_loss(fwd, mic, ctx)
                         vl = (w * v_tok).sum()
@@ -302,6 +322,7 @@ class Trainer:
                     for k, v in (m.items() if live else ()):
                         acc.setdefault(k, []).append((float(v), share))
                 acc.setdefault("stats/grad_norm", []).append((self._clip_and_step(nonfinite), 1.0))
+                st.entropy_control.step(self.world)  # the adaptive entropy coefficient (loss.entropy_target)
                 st.budget.charge("updates", 1)
                 self.algo.after_update(self.context())
         st.budget.charge("train_tokens", n_tok * t.epochs)
