@@ -5,7 +5,8 @@ Advantage of sample i of a group with mean reward R̄ (Tajwar et al. 2026, arXiv
     Â_i = (R_i − R̄) / (R̄ + ε)   if R̄ > 0,      Â_i = 0   if R̄ ≤ 0,
 
 broadcast to every token of y_i; a singleton group keeps its reward (mean 0 by the verl/SkyRL
-convention, no division; prime-rl's (R − R)/R gives it 0). With 0/1 rewards and pass rate p the correct answers get (1 − p)/p ≈ 1/p:
+convention, no division; prime-rl's (R − R)/R gives it 0). With 0/1 rewards and pass rate p the
+correct answers get (1 − p)/p ≈ 1/p:
 the gradient is unbiased for the order-G truncation of the maximum-likelihood objective log p
 (G = 1: REINFORCE; G → ∞: exact maximum likelihood), so hard prompts weigh more than under GRPO's
 1/std. A group with no success carries no signal.
@@ -20,7 +21,8 @@ Fidelity: ``code`` — SkyRL (NovaSky-AI/SkyRL, snapshot a956457, 2026-08-21)
 the mean; singleton → R − 0) and its trainer defaults in ``skyrl/train/config/config.py``
 (``regular`` loss, ε_clip 0.2/0.2, ``token_mean``, ``use_kl_loss`` with k3 and 0.001, as in
 ``examples/train/algorithms/maxrl/run_maxrl_gsm8k.sh``); prime-rl (PrimeIntellect-ai/prime-rl,
-snapshot 559b447, 2026-08-21) ``docs/algorithms.md`` and ``src/prime_rl/orchestrator/algo/max_rl.py``
+snapshot 559b447, 2026-08-21) its algorithms page (``docs/``, section ``max_rl``) and
+``src/prime_rl/orchestrator/algo/max_rl.py``
 (no ε; R̄ ≤ 0 → 0; its RL loss is its own DPPO default, not used here). Where they differ this
 entry takes prime-rl's R̄ ≤ 0 rule (SkyRL divides by ε there, which only matters for negative
 rewards: with R ≥ 0, R̄ = 0 means every reward is 0 and both give 0) and SkyRL's ε (``epsilon = 0``
