@@ -349,8 +349,33 @@ def catalogue(ents: list[tuple[str, type]], link_prefix: str) -> str:
         rows.append((min(RANK.get(c.fidelity, 9) for _, c in members), said == "fidelity", mod,
                      f"| {names} | {fid} | {cell(src)} | {said or '—'} |"))
     out += [r[-1] for r in sorted(rows, key=lambda r: (-r[0], r[1], r[2]))]
-    out += ["", END]
+    out += ["", *shared_options(), "", END]
     return "\n".join(out)
+
+
+OPTION_SECTIONS = ("rollout", "loss")
+"""The config sections whose opt-in fields (``IN_ID_WHEN_SET``) are options every entry can use."""
+
+
+def shared_options() -> list[str]:
+    """The catalogue's table of the options every entry shares: each opt-in field (declared
+    ``IN_ID_WHEN_SET`` in ``suite/config.py``) of :data:`OPTION_SECTIONS`, its default and the first
+    sentence of its docstring."""
+    from rlsuite.suite.config import SECTION_CLASSES
+
+    out = ["## Options every entry shares", "",
+           "Generated from `suite/config.py`: the opt-in fields of the `rollout` and `loss` sections, which "
+           "the trainer applies around any entry's hooks (off at their default and then left out of the run "
+           "id). What each does, with its peer source: [Options every entry shares](../docs/cli.md"
+           "#options-every-entry-shares).", "", "| setting | default | what it is |", "|---|---|---|"]
+    for sec in OPTION_SECTIONS:
+        klass = SECTION_CLASSES[sec]
+        docs = class_fields(klass)[1]
+        for f in dataclasses.fields(klass):
+            if f.metadata.get("identity") == "when_set":
+                out.append(f"| `{sec}.{f.name}` | {code(fmt_value(f.default))} | "
+                           f"{cell(first_sentence(docs.get(f.name, '')))} |")
+    return out
 
 
 def with_catalogue(text: str, block: str) -> str:
