@@ -2,13 +2,15 @@
 ``rollout.staleness``) and the training–inference mismatch knob (``rollout.mismatch``).
 
 Its input is the ``rollout`` config section and the run seed; it loads weights into the
-engine it is given and keeps, under ``sync=lag``, the policy's weights of the last k updates.
+engine it is given and keeps, under ``sync=lag``, the policy's weights of the last k updates
+(under the HF names; a LoRA policy's merged: :func:`rlsuite.suite.lora.hf_state`).
 """
 
 from __future__ import annotations
 
 import torch
 
+from rlsuite.suite.lora import hf_state
 from rlsuite.suite.prompts import seed_for
 
 
@@ -17,10 +19,10 @@ class BehaviourSync:
 
     def __init__(self, rollout, seed: int, engine, model) -> None:
         self.r, self.seed, self.engine, self.model = rollout, seed, engine, model
-        self.history: dict[int, dict] = {0: {k: v.detach().clone() for k, v in model.state_dict().items()}} \
+        self.history: dict[int, dict] = {0: {k: v.detach().clone() for k, v in hf_state(model).items()}} \
             if rollout.sync == "lag" else {}
         if rollout.mismatch != "none":
-            engine.load_weights(self.behaviour_state(model.state_dict(), 0), 0)
+            engine.load_weights(self.behaviour_state(hf_state(model), 0), 0)
 
     def behaviour_state(self, state: dict, version: int, gen=None) -> dict:
         """The weights the engine samples with: the policy's, through the mismatch knob (``gen``:
@@ -44,14 +46,14 @@ class BehaviourSync:
         """After a step: periodic re-sync once the lag exceeds k, or hold exactly k updates back."""
         r, u = self.r, updates
         if r.sync == "lag":
-            self.history[u] = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            self.history[u] = {k: v.detach().clone() for k, v in hf_state(self.model).items()}
             target = max(v for v in self.history if v <= max(0, u - r.staleness))
             for old in [v for v in self.history if v < target]:
                 del self.history[old]
             if target != self.engine.version or r.staleness == 0:
                 self.load(self.history[target], target)
         elif u - self.engine.version > r.staleness:
-            self.load(self.model.state_dict(), u)
+            self.load(hf_state(self.model), u)
 
     def load(self, state: dict, version: int) -> None:
         """Load the policy weights ``state`` of ``version`` into the engine, through the mismatch

@@ -3,7 +3,9 @@ tensor stored once, and its size by component.
 
 A checkpoint holds what resuming needs and nothing resuming can rebuild (issue 18 §5):
 
-* the trained models (the policy; the critic when there is one) and their AdamW states;
+* the trained models (the policy; the critic when there is one) and their AdamW states; of a
+  LoRA policy (``model.lora_rank``), its adapters only (:mod:`rlsuite.suite.lora`: the frozen base
+  is rebuilt on resume and checked by its sha256, as the reference is);
 * the behaviour policy μ only where it is not the policy: the engine's weights when they lag
   the policy (``rollout.staleness`` > 0 between syncs) and, under ``rollout.sync=lag``, the
   last k policies (:class:`rlsuite.suite.behaviour.BehaviourSync`); an engine that holds the policy
@@ -43,6 +45,7 @@ import torch
 from torch import Tensor
 
 from rlsuite.suite.errors import BadInput
+from rlsuite.suite.lora import hf_state, is_lora, trained_state
 
 FORMAT = 2
 """The layout :func:`pack` writes (``state["format"]``)."""
@@ -144,7 +147,7 @@ def engine_rebuilt(st) -> bool:
 def state_of(st) -> dict[str, Any]:
     """The checkpoint of the :class:`~rlsuite.suite.train_state.TrainState` ``st``, unpacked
     (:func:`pack` stores it)."""
-    out = {"model": st.model.state_dict(), "opt": st.opt.state_dict(), "algo": st.algo.state_dict(),
+    out = {"model": trained_state(st.model), "opt": st.opt.state_dict(), "algo": st.algo.state_dict(),
            "budget": st.budget.state_dict(), "step": st.step_no, "cursor": st.cursor,
            "evals_done": st.evals_done, "entropy": st.entropy, "engine_version": st.engine.version,
            "kl_coef": st.kl_coef}
@@ -178,7 +181,7 @@ def resume(st, folder, parallel, device, model_name: str) -> bool:
     if not path.exists():
         return False
     ck = load(path, map_location=device)
-    rebuilds_base = (st.ref is not None and "ref" not in ck) or st.init is not None
+    rebuilds_base = (st.ref is not None and "ref" not in ck) or st.init is not None or is_lora(st.model)
     if rebuilds_base and ck.get("base_sha256") is not None and ck["base_sha256"] != st.base_sha256():
         raise BadInput(f"{path}: the run started from a base model with other weights (sha256 "
                        f"{ck['base_sha256'][:12]}…, now {st.base_sha256()[:12]}… for model "
@@ -196,7 +199,7 @@ def resume(st, folder, parallel, device, model_name: str) -> bool:
     if "engine" in ck:
         st.engine.load_weights(ck["engine"], v)
     else:  # the policy of version v, through the mismatch knob, as the behaviour sync loads it
-        src = st.behaviour.history[v] if v in st.behaviour.history else st.model.state_dict()
+        src = st.behaviour.history[v] if v in st.behaviour.history else hf_state(st.model)
         st.behaviour.load(src, v)
     return True
 

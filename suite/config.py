@@ -143,6 +143,21 @@ class ModelConfig:
     """Format prompts with the tokenizer's chat template (``auto``: when it has one)."""
     critic: Literal["head", "separate"] = "head"
     """For algorithms that need values: a value head on the actor's trunk, or a separate model."""
+    lora_rank: int = field(default=0, metadata=IN_ID_WHEN_SET)
+    """r of LoRA adapters on the policy (0 = off: every weight trains). Through PEFT (the ``lora``
+    extra; :mod:`rlsuite.suite.lora`): only the adapters and their AdamW state train and are
+    checkpointed, π_ref/π_init are the shared frozen base (adapters disabled), the rollout engine
+    samples with the merged weights, ``final/`` holds the merged policy and ``final/adapter/`` the
+    PEFT adapter. ``train.share_prefix=auto`` resolves to off; ``dist.shard=fsdp`` is refused."""
+    lora_alpha: float = field(default=16.0, metadata=IN_ID_WHEN_SET)
+    """α of the adapters: the update ``W + (α/r)·B·A`` (PEFT's ``lora_alpha``)."""
+    lora_dropout: float = field(default=0.0, metadata=IN_ID_WHEN_SET)
+    """Dropout on the adapters' input in the training forward (not in the scoring passes nor the engine)."""
+    lora_targets: str = field(default="all-linear", metadata=IN_ID_WHEN_SET)
+    """The layers that get adapters (PEFT's ``target_modules``): ``all-linear`` (every linear layer
+    of the decoder, not the output head) or comma-separated module names (``q_proj,v_proj``)."""
+
+    ranges: ClassVar[dict[str, str]] = {"lora_rank": "[0, inf)", "lora_alpha": "(0, inf)", "lora_dropout": "[0, 1)"}
 
 
 @dataclass(frozen=True, kw_only=True)

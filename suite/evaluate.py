@@ -183,9 +183,12 @@ def source_hash() -> str:
 
 
 def weights_hash(model) -> str:
-    """sha256 of a model's state (names, dtypes, shapes and bytes)."""
+    """sha256 of a model's state (names, dtypes, shapes and bytes; a LoRA policy's merged weights
+    under the HF names: :func:`rlsuite.suite.lora.hf_state`)."""
+    from rlsuite.suite.lora import hf_state
+
     h = hashlib.sha256()
-    for k, v in model.state_dict().items():
+    for k, v in hf_state(model).items():
         t = v.detach().cpu().contiguous()
         h.update(f"{k}|{t.dtype}|{tuple(t.shape)}".encode())
         h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")

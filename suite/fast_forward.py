@@ -54,6 +54,11 @@ def sliding_window(cfg) -> Optional[int]:
 
 def unsupported(model, want: frozenset[str], width: int) -> Optional[str]:
     """Why :func:`fast_forward` cannot serve this call (None when it can)."""
+    from rlsuite.suite.lora import unsupported_reason
+
+    lora = unsupported_reason(model)  # the adapters live in the modules, not in the weights it reads
+    if lora is not None:
+        return lora
     cfg = model.config
     if getattr(cfg, "model_type", None) not in FAST_ARCHITECTURES:
         return f"model_type {getattr(cfg, 'model_type', None)!r} (fast forward: {', '.join(FAST_ARCHITECTURES)})"

@@ -22,6 +22,7 @@ import torch
 from torch import nn
 
 from rlsuite.suite.errors import BadInput, Diverged
+from rlsuite.suite.lora import BaseView, load_trained
 
 
 class ParallelMode(Protocol):
@@ -110,11 +111,13 @@ class Replicated:
     def load(self, st, ck: dict[str, Any], ckpt: Path) -> None:
         if "sharded" in ck:
             raise BadInput(f"{ckpt}: written by a sharded run (dist.shard=fsdp); resume it with dist.shard=fsdp")
-        st.model.load_state_dict(ck["model"])
+        load_trained(st.model, ck["model"])  # a LoRA policy: its adapters (suite/lora.py)
         st.opt.load_state_dict(ck["opt"])
         if st.critic is not None:
             st.critic.load_state_dict(ck["critic"])
         if st.ref is not None and "ref" in ck:  # refreshed (or a checkpoint written before refs were rebuilt)
+            if isinstance(st.ref, BaseView):  # a LoRA run's refreshed π_ref is a copy of its own
+                st.refresh_reference()
             st.ref.load_state_dict(ck["ref"])
             st.ref_refreshed = True
         st.behaviour.history = ck.get("history", st.behaviour.history)

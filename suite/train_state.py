@@ -30,6 +30,7 @@ from rlsuite.suite.budget import Budget
 from rlsuite.suite.checkpoint import state_sha256
 from rlsuite.suite.curriculum import Curriculum
 from rlsuite.suite.loss_options import EntropyControl
+from rlsuite.suite.lora import BaseView, frozen_merged, hf_state, is_lora
 from rlsuite.suite.models import Critic
 from rlsuite.suite.prompts import seed_for
 
@@ -81,6 +82,8 @@ class TrainState:
         split's size, for the curriculum)."""
         needs = algo.needs
         frozen = lambda: copy.deepcopy(model).eval().requires_grad_(False)  # noqa: E731
+        if is_lora(model):  # the policy with its adapters disabled: the frozen base, shared (suite/lora.py)
+            frozen = lambda: BaseView(model)  # noqa: E731
         st = cls(model=model, engine=engine, behaviour=behaviour, algo=algo, budget=Budget(spec.budget.limits()),
                  ref=frozen() if "ref_logp" in needs else None, init=frozen() if "init_logp" in needs else None,
                  kl_coef=float(algo.cfg.kl_coef), curriculum=Curriculum(spec.rollout, n_train),
@@ -129,13 +132,18 @@ class TrainState:
         """Copy the current policy into π_ref (algorithms with periodic reference refresh)."""
         if self.ref is None:
             raise RuntimeError("refresh_reference() needs a reference model: declare 'ref_logp' in needs")
-        self.ref.load_state_dict(self.model.state_dict())
+        if isinstance(self.ref, BaseView):  # LoRA: π_ref leaves the shared base, a merged copy of its own
+            self.ref = frozen_merged(self.model)
+        else:
+            self.ref.load_state_dict(hf_state(self.model))
         self.ref_refreshed = True
 
     def base_copy(self) -> Optional[nn.Module]:
         """A frozen copy of the base the run started from (π_init, or π_ref before any refresh)."""
         if self.init is not None:
             return self.init
+        if is_lora(self.model):  # the base under the adapters (a LoRA checkpoint holds the adapters only)
+            return BaseView(self.model)
         return self.ref if self.ref is not None and not self.ref_refreshed else None
 
     def base_sha256(self) -> Optional[str]:

@@ -64,7 +64,7 @@ from typing import Any, Optional
 import torch
 
 from rlsuite.algorithms.base import Algorithm
-from rlsuite.suite import checkpoint, kl_control, loss_options
+from rlsuite.suite import checkpoint, kl_control, lora, loss_options
 from rlsuite.suite.aggregation import aggregation_weights
 from rlsuite.suite.behaviour import BehaviourSync
 from rlsuite.suite.budget import scoring_flops, training_flops
@@ -104,6 +104,8 @@ class Trainer:
         self.device = torch.device("cuda" if t.device == "cuda" or (t.device == "auto" and torch.cuda.is_available())
                                    else "cpu")
         model = model.to(self.device)
+        if spec.model.lora_rank:  # LoRA adapters through PEFT, the base frozen (suite/lora.py)
+            model = lora.attach(model, spec.model, spec.seed)
         self.world = current_world()  # data parallelism: suite/distributed.py (rank 0 of 1 without it)
         if self.world.size != d.world_size:
             raise BadInput(f"dist.world_size={d.world_size} but this process group has {self.world.size} process(es); "
@@ -435,7 +437,8 @@ class Trainer:
             checkpoint.save(st, f, self.parallel)
             self.evals.run("val", final=True)
             self.evals.run("test", final=True)
-            write = self.parallel.final_writer(st.model)  # sharded: every rank gathers the weights now
+            # sharded: every rank gathers the weights now; LoRA: the merged policy and final/adapter/
+            write = lora.final_writer(st.model, self.parallel.final_writer(st.model))
 
             def final(d: Path) -> None:  # final/: the policy as save_pretrained writes it, and the tokenizer
                 write(d)

@@ -101,8 +101,12 @@ def resolve_engine(kind: str, model) -> EngineInfo:
 
 def make_engine(kind: str, model, tokenizer, rollout=None):
     """``kv`` / ``native`` / ``native_bf16`` / ``onednn`` / ``hf`` / ``s3r`` / ``vllm`` / ``auto``
-    (:func:`auto_kind`)."""
+    (:func:`auto_kind`). A LoRA policy is given to the engine as a merged copy, a plain HF model
+    (:func:`rlsuite.suite.lora.plain`); its syncs load merged weights (:func:`rlsuite.suite.lora.hf_state`)."""
+    from rlsuite.suite.lora import plain
+
     cls = engine_class(kind, model)
+    model = plain(model)
     if kind == "vllm":
         return cls(model, tokenizer, rollout)
     if kind == "s3r":
