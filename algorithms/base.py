@@ -194,6 +194,14 @@ class Algorithm:
         return None
 
     def advantages(self, batch: Batch, ctx: Context) -> AdvOut:
+        """``adv [B, T]`` (and ``returns``) of a batch: per sequence broadcast to its tokens, per token,
+        or **per turn** (the turn-level slot, for multi-turn tasks): a row is one whole episode,
+        ``batch.turn_id [B, T]`` names the turn of every token (observations carry the turn they
+        follow and are off the loss mask) and ``batch.turn_states[b][k]`` the hashable environment
+        state turn ``k`` acted in (``Environment.state()``; None where the task exposes none).
+        An estimator builds per-turn values ``[B, N]`` and maps them onto the tokens with
+        :func:`rlsuite.suite.ops.turns_to_tokens` (:func:`~rlsuite.suite.ops.turn_counts`,
+        :func:`~rlsuite.suite.ops.discounted_turn_returns`); GiGPO (``algorithms/gigpo.py``) is the first."""
         raise NotImplementedError(f"{type(self).__name__} must define advantages()")
 
     def filter(self, batch: Batch, ctx: Context) -> Optional[Tensor]:

@@ -302,3 +302,40 @@ def top_entropy_mask(entropy: Tensor, mask: Tensor, quantile: float) -> Tensor:
         return torch.zeros_like(sel)
     threshold = torch.quantile(vals, 1.0 - quantile)
     return (entropy.detach().float() >= threshold) & sel
+
+
+# -- turn-level estimators (multi-turn episodes: ``Batch.turn_id``, ``Batch.turn_states``) ----------
+
+def turn_counts(turn_id: Tensor, loss_mask: Tensor) -> Tensor:
+    """Policy turns per row: 1 + the largest ``turn_id`` on a policy token (0 for a row without any).
+
+    Args: turn_id [B, T] long (−1 on prompt/padding); loss_mask [B, T]. Returns [B] long.
+    """
+    on = loss_mask > 0
+    return torch.where(on, turn_id, torch.full_like(turn_id, -1)).amax(-1).clamp(min=-1) + 1
+
+
+def turns_to_tokens(turn_values: Tensor, turn_id: Tensor, loss_mask: Tensor) -> Tensor:
+    """Per-turn values ``[B, N]`` → per-token ``[B, T]``: every policy token of turn ``k`` of row ``b``
+    gets ``turn_values[b, k]``; 0 off the loss mask (prompt, observations, padding) and on tokens
+    whose turn is outside ``0..N−1``.
+
+    Args: turn_values [B, N]; turn_id [B, T] long; loss_mask [B, T]. Returns [B, T] (dtype of turn_values).
+    """
+    n = turn_values.shape[1]
+    inside = (turn_id >= 0) & (turn_id < n)
+    vals = turn_values.gather(1, turn_id.clamp(0, max(n - 1, 0)))
+    return torch.where(inside, vals, torch.zeros_like(vals)) * loss_mask.to(vals.dtype)
+
+
+def discounted_turn_returns(rewards: Tensor, n_turns: Tensor, width: int, gamma: float) -> Tensor:
+    """Discounted return at every turn of a sparse outcome reward paid after the last turn:
+    ``G[b, k] = γ^(n_b − 1 − k) · R_b`` for ``k < n_b``, 0 beyond (GiGPO's Eq. 5 with all step
+    rewards 0 but the last).
+
+    Args: rewards [B]; n_turns [B] long; width N ≥ max n_turns; gamma ∈ [0, 1]. Returns [B, N].
+    """
+    k = torch.arange(width, device=rewards.device)[None, :]
+    left = n_turns[:, None] - 1 - k  # turns after turn k
+    disc = torch.full(left.shape, float(gamma), dtype=rewards.dtype, device=rewards.device).pow(left.clamp(min=0))
+    return torch.where(left >= 0, disc * rewards[:, None], torch.zeros((), dtype=rewards.dtype))

@@ -29,6 +29,7 @@ class _Trace:
     attn: list[float] = field(default_factory=list)
     topk_ids: list[torch.Tensor] = field(default_factory=list)
     topk_logp: list[torch.Tensor] = field(default_factory=list)
+    states: list[Any] = field(default_factory=list)
     policy_tokens: int = 0
     done: bool = False
     truncated: bool = False
@@ -60,6 +61,8 @@ def collect(engine, tokenizer, prompts: Sequence[list[int]], params: SamplingPar
         # row noise continues at each row's own position (the same however rows are batched)
         gen = generator.take(active, [len(traces[b].ids) for b in active]) if isinstance(generator, RowNoise) \
             else generator
+        for b in active:  # the state each policy turn acts in (Environment.state; turn-level estimators)
+            traces[b].states.append(envs[b].state() if envs[b] is not None else None)
         out = engine.generate([traces[b].prompt + traces[b].ids for b in active], turn_params, gen,
                               want_attn=want_attn,
                               limits=[params.max_new_tokens - traces[b].policy_tokens for b in active])
@@ -98,11 +101,13 @@ def collect(engine, tokenizer, prompts: Sequence[list[int]], params: SamplingPar
                 if params.topk:
                     tr.topk_ids.append(torch.zeros(len(obs_ids), params.topk, dtype=torch.long))
                     tr.topk_logp.append(torch.zeros(len(obs_ids), params.topk))
-    return _assemble(traces, tokenizer, params, group_ids, example_idx, behaviour_ids, engine.version, want_attn)
+    return _assemble(traces, tokenizer, params, group_ids, example_idx, behaviour_ids, engine.version, want_attn,
+                     any(e is not None for e in envs))
 
 
 def _assemble(traces: list[_Trace], tokenizer, params: SamplingParams, group_ids, example_idx,
-              behaviour_ids, version: int, want_attn: bool) -> tuple[Rollout, dict[str, float]]:
+              behaviour_ids, version: int, want_attn: bool,
+              with_states: bool = False) -> tuple[Rollout, dict[str, float]]:
     n = len(traces)
     pw = max(len(t.prompt) for t in traces)
     rw = max(1, max(len(t.ids) for t in traces))
@@ -148,6 +153,7 @@ def _assemble(traces: list[_Trace], tokenizer, params: SamplingParams, group_ids
         example_idx=torch.tensor(list(example_idx) if example_idx is not None else [0] * n, dtype=torch.long),
         scores=z, rewards=z.clone(), truncated=torch.tensor([t.truncated for t in traces]),
         prompt_width=pw, texts=texts, topk_ids=topk_ids, topk_logp=topk_logp, attn_stat=attn_stat,
+        turn_states=tuple(tuple(t.states) for t in traces) if with_states else (),
     )
     m = loss_mask.sum().clamp(min=1)
     metrics = {"mismatch/trunc_logp_mean": float(((trunc - behav) * loss_mask).sum() / m)}

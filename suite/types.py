@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Hashable, Mapping, Optional
 
 import torch
 from torch import Tensor
@@ -74,7 +74,11 @@ class Rollout:
         optional extras recorded by the engine when an algorithm ``needs`` them;
       reward_components: name → [B] float, the task's named reward components
         (``Task.reward_components``, ``Grade.components``; raw, before ``algo.rewards`` and any KL);
-        empty when the task reports none.
+        empty when the task reports none;
+      turn_states: per row, the environment state each policy turn acted in
+        (``turn_states[b][k]``: ``Environment.state()`` before turn ``k``, the turn whose tokens have
+        ``turn_id == k``; hashable, None where the environment exposes none); ``()`` for a
+        rollout without environments. Turn-level estimators (GiGPO) group turns on it.
     """
 
     tokens: Tensor
@@ -100,6 +104,7 @@ class Rollout:
     attn_stat: Optional[Tensor] = None
     hidden: Optional[Tensor] = None
     reward_components: Mapping[str, Tensor] = field(default_factory=dict)
+    turn_states: tuple[tuple[Hashable, ...], ...] = ()
 
     @property
     def batch_size(self) -> int:

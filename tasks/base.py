@@ -19,7 +19,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, Optional, Sequence
+from typing import Any, ClassVar, Hashable, Mapping, Optional, Sequence
 
 from rlsuite.suite.errors import BadInput
 from rlsuite.suite.registry import Registry
@@ -102,6 +102,13 @@ class Environment:
 
     def step(self, text: str) -> Optional[str]:
         """Consume the policy's last turn; return the observation text, or None when done."""
+        return None
+
+    def state(self) -> Optional[Hashable]:
+        """The environment state the next policy turn acts in, hashable (e.g. the current
+        observation), or None when the environment exposes none. The rollout records it before
+        every policy turn (``Rollout.turn_states``); turn-level estimators group the turns of one
+        prompt group on it (GiGPO's anchor states; without one GiGPO falls back to exact histories)."""
         return None
 
 

@@ -254,6 +254,7 @@ TURNS: dict[str, Callable[[Any], list[str]]] = {
     # task → example → policy turns fed to its environment
     "search": lambda ex: [f"<search> {ex['question']} </search>", "no action here"],
     "search_toy": lambda ex: [f"<search>{ex.name}</search>"],
+    "hops_toy": lambda ex: [f"<search>{ex.start}</search>", "no action here"],
 }
 
 
