@@ -54,7 +54,7 @@ batch and lengths come from the task/model preset (:mod:`rlsuite.suite.config`).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Optional, Sequence
 
 from torch import Tensor
@@ -87,8 +87,19 @@ class AlgoConfig:
     token-mean estimate at π_old, B the step's samples; None = a fixed β (``kl_coef``)."""
     kl_horizon: int = 10000
     """The adaptive controller's horizon in samples (read only with ``kl_target``)."""
+    distill_coef: float = field(default=0.0, metadata={"identity": "when_set"})
+    """λ of the on-policy distillation term (:mod:`rlsuite.suite.distill`): ``+λ·ℓ_t`` per token,
+    aggregated like the policy loss, with ℓ the clipped surrogate of the advantage
+    ``clamp(log π_teacher − log π_θ, ±10)`` on the sampled tokens (verl 0.9.1's distillation loss;
+    the entry ``opd`` is this term alone); 0 = off, no teacher loaded (in the run id only when set)."""
+    teacher: str = field(default="", metadata={"identity": "when_set"})
+    """The distillation teacher, read when ``distill_coef > 0`` and by ``opd``: a run folder (its
+    ``final/``), a folder saved with ``save_pretrained``, a registered model (an embedded one gets the
+    task's warm start when the student does) or a Hugging Face id; its tokenizer must be the
+    student's. Empty: a frozen copy of the model the run starts from (in the run id only when set)."""
 
-    ranges: ClassVar[dict[str, str]] = {"kl_coef": "[0, inf)", "kl_target": "(0, inf)", "kl_horizon": "[1, inf)"}
+    ranges: ClassVar[dict[str, str]] = {"kl_coef": "[0, inf)", "kl_target": "(0, inf)", "kl_horizon": "[1, inf)",
+                                        "distill_coef": "[0, inf)"}
     """The declared range of every numeric field (``int``/``float``, also inside ``Optional`` and
     ``tuple``): field name → interval, e.g. ``{"clip_eps_low": "[0, 1]", "tis_cap": "(0, inf)"}``
     (:class:`rlsuite.suite.config.Range`; ``inf`` = unbounded). A class-level mapping, not a dataclass
@@ -150,8 +161,10 @@ class Algorithm:
     # -- declarations ------------------------------------------------------------------
     @property
     def needs(self) -> frozenset[str]:
-        """Extra inputs required (subset of :data:`NEEDS`); ``ref_logp`` when kl_coef > 0."""
-        return frozenset({"ref_logp"}) if self.cfg.kl_coef > 0 else frozenset()
+        """Extra inputs required (subset of :data:`NEEDS`); ``ref_logp`` when kl_coef > 0,
+        ``teacher_logp`` when distill_coef > 0."""
+        return (frozenset({"ref_logp"}) if self.cfg.kl_coef > 0 else frozenset()) | (
+            frozenset({"teacher_logp"}) if self.cfg.distill_coef > 0 else frozenset())
 
     @property
     def anchors_per_prompt(self) -> int:

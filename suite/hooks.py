@@ -23,9 +23,11 @@ from torch import Tensor
 #: "ref_anchor", prompt index), kept for the run and in its checkpoints, given as
 #: ``Group.anchors``; charged to the budget when generated).
 #: ``ref_logp`` is implied by ``kl_coef > 0`` and may also be declared; ``init_logp``: log-probs
-#: under a frozen copy of the initial policy (for KL-to-initial metrics when π_ref is refreshed).
+#: under a frozen copy of the initial policy (for KL-to-initial metrics when π_ref is refreshed);
+#: ``teacher_logp``: log-probs under the frozen distillation teacher ``algo.teacher`` (implied by
+#: ``distill_coef > 0``; :mod:`rlsuite.suite.distill`).
 NEEDS = frozenset({"entropy", "hidden", "attn_stat", "old_logp", "ref_logp", "init_logp", "values", "topk",
-                   "behav_attn_stat", "behav_hidden", "anchor", "ref_anchor"})
+                   "behav_attn_stat", "behav_hidden", "anchor", "ref_anchor", "teacher_logp"})
 
 
 @dataclass(frozen=True)

@@ -8,14 +8,15 @@ rollout, which turn it into a training :class:`rlsuite.suite.types.Batch`.
   head critic's values from the same forward);
 * values of a separate critic (its own forward and FLOPs);
 * π_ref (with the KL at π_old that the reward or the adaptive controller reads:
-  :func:`rlsuite.suite.kl_control.reward_kl`) and π_init where the entry needs them;
+  :func:`rlsuite.suite.kl_control.reward_kl`), π_init and the distillation teacher π_T
+  (:mod:`rlsuite.suite.distill`) where the entry needs them;
 * rewards with the in-reward KL folded in: per token (``token_rewards``: −β·KL on every policy
   token, the reward on the last) and per row (``rewards``);
 * ``loss.is_correction``: the importance weight μ → π_old or the mask it keeps, for every entry
   (:func:`rlsuite.suite.mismatch_correction.correction`).
 
 Every pass is charged to the budget (``score_old``, ``score_critic``, ``score_ref``,
-``score_init``) at the positions it computes.
+``score_init``, ``score_teacher``) at the positions it computes.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from rlsuite.suite.budget import scoring_flops
 from rlsuite.suite.fast_forward import shared_positions
 from rlsuite.suite.kl_control import reward_kl
 from rlsuite.suite.mismatch_correction import correction
+from rlsuite.suite.models import non_embedding_params
 from rlsuite.suite.policy import forward_options, policy_forward, precision
 from rlsuite.suite.train_state import TrainState
 from rlsuite.suite.types import Batch, Rollout
@@ -113,6 +115,12 @@ class Scorer:
             with amp():
                 fields["init_logp"] = policy_forward(st.init, tokens, attn, r.temperature, **opts).logp.float() * mask
             st.budget.charge_flops("score_init", scoring_flops(self.P, computed(frozenset())))
+        if st.teacher is not None:  # the distillation teacher, scored like π_ref (its own size: its own P)
+            with amp():
+                fields["teacher_logp"] = policy_forward(st.teacher, tokens, attn, r.temperature,
+                                                        **opts).logp.float() * mask
+            shared = shared_positions(st.teacher, frozenset(), tokens, attn, opts["prompt_width"])
+            st.budget.charge_flops("score_teacher", scoring_flops(non_embedding_params(st.teacher), n_tok - shared))
         last = (mask * torch.arange(mask.shape[1], device=dev)).argmax(-1)  # last policy token
         token_rewards = -st.kl_coef * kl_tok
         token_rewards[torch.arange(mask.shape[0], device=dev), last] += rewards

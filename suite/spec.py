@@ -136,11 +136,28 @@ def resolve(task: Optional[str], algo: Optional[str], model: Optional[str], seed
                       f"(its own knob corrects), or an entry without its own π/μ weight")
     if algo_cls is not None and task_cls is not None and built["algo"] is not None:
         errors += algo_cls.task_problems(built["algo"], task_cls)  # e.g. reward components the task lacks
+    if algo_cls is not None and built["algo"] is not None:  # algo.teacher (suite/distill.py): named, and read
+        errors += teacher_problems(algo_cls, built["algo"])
     required = {k: v for k, v in built.items() if not (k == "algo" and algo_name is None and not need_algo)}
     if errors or any(v is None for v in required.values()):
         raise BadInput(errors or ["invalid run spec"])
     return dataclasses.replace(spec, identity=Identity(task_version=str(task_cls.version),
                                                        base_sha256=base_identity(spec)))
+
+
+def teacher_problems(algo_cls, cfg) -> list[str]:
+    """``algo.teacher`` names something loadable (nothing loaded here) and is read: by an entry that
+    distils (``teacher_logp`` in its needs: ``opd``, or ``algo.distill_coef > 0``)."""
+    from rlsuite.suite.distill import teacher_name_problem
+
+    name = getattr(cfg, "teacher", "")
+    if not name:
+        return []
+    if "teacher_logp" not in algo_cls(cfg).needs:
+        return [f"algo.teacher={name} is read only by a distilling entry; valid: algo.distill_coef > 0 "
+                f"(the distillation term on algo '{cfg.name}'), --algo opd, or no algo.teacher"]
+    problem = teacher_name_problem(name)
+    return [problem] if problem else []
 
 
 def spec_from_dict(d: dict) -> RunSpec:

@@ -52,6 +52,9 @@ class TrainState:
     """π_ref, frozen: the base until an algorithm refreshes it (:meth:`refresh_reference`)."""
     init: Optional[nn.Module] = None
     """The initial policy, frozen (KL-to-initial metrics); rebuilt identically on resume."""
+    teacher: Optional[nn.Module] = None
+    """The distillation teacher π_T, frozen (``teacher_logp`` in ``needs``; :func:`rlsuite.suite.distill.load_teacher`,
+    set by the trainer); reloaded from ``algo.teacher`` on resume, never checkpointed."""
     critic: Optional[Critic] = None
     opt: Optional[torch.optim.Optimizer] = None
     """AdamW over the policy and the critic (built after the parallel mode lays the models out)."""

@@ -70,6 +70,8 @@ from rlsuite.suite.behaviour import BehaviourSync
 from rlsuite.suite.budget import scoring_flops, training_flops
 from rlsuite.suite.checks import check_capabilities, resolve_auto
 from rlsuite.suite.config import RunSpec
+from rlsuite.suite.distill import load_teacher
+from rlsuite.suite.distill import loss_term as distill_term
 from rlsuite.suite.distributed import world as current_world
 from rlsuite.suite.engines import make_engine
 from rlsuite.suite.errors import BadInput, Diverged, Interrupted
@@ -130,6 +132,8 @@ class Trainer:
         behaviour = BehaviourSync(r, spec.seed, engine, model)  # staleness and the mismatch knob
         self.state = st = TrainState.build(spec, algo, model, engine, behaviour, self.device, len(self.splits["train"]))
         st.curriculum.check(algo)  # exit 2: the curriculum with an entry that draws its own prompts
+        if "teacher_logp" in self.needs:  # the distillation teacher: loaded once, frozen (exit 2: another tokenizer)
+            st.teacher = load_teacher(spec, task, model, tokenizer)
         self.parallel = parallel_mode(d, self.device, self.world)  # one process, data parallel or sharded
         self.parallel.prepare(st)  # sharded: the models laid out across the ranks (before the optimizer)
         self.base_lrs = st.build_optimizer(spec.optim, self.resolved["optim.fused"])
@@ -307,6 +311,10 @@ class Trainer:
                         total = total - bonus
                         m["loss/entropy_bonus"] = bonus.detach()
                         m["stats/entropy_coef"] = st.entropy_control.applied
+                    dl = distill_term(cfg, w, fwd.logp, mic.old_logp, mic.teacher_logp, mic.loss_mask)
+                    if dl is not None:  # algo.distill_coef: the on-policy distillation term (suite/distill.py)
+                        total = total + dl[0]
+                        m = {**m, **dl[1], "loss/distill": dl[0].detach()}
                     if st.critic is not None:
                         v_tok, vm = self.algo.value_loss(fwd, mic, ctx)
                         vl = (w * v_tok).sum()

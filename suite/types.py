@@ -163,6 +163,8 @@ class Batch(Rollout):
         ``rollout.old_logp = "behaviour"`` and the sample is exactly on-policy);
       ref_logp [B, T]: log π_ref (only when the algorithm's KL coefficient is > 0);
       init_logp [B, T]: log-probs under the frozen initial policy (when ``needs`` has ``init_logp``);
+      teacher_logp [B, T]: log π_T under the frozen distillation teacher (when ``needs`` has
+        ``teacher_logp``: the entry ``opd`` or ``algo.distill_coef > 0``; :mod:`rlsuite.suite.distill`);
       values [B, T]: critic values V(s_t) at response positions (critic algorithms);
       token_rewards [B, T]: per-token rewards: the in-reward KL penalty on policy tokens and
         the sequence score on the last policy token (what GAE consumes);
@@ -177,6 +179,7 @@ class Batch(Rollout):
     old_logp: Optional[Tensor] = None
     ref_logp: Optional[Tensor] = None
     init_logp: Optional[Tensor] = None
+    teacher_logp: Optional[Tensor] = None
     values: Optional[Tensor] = None
     token_rewards: Optional[Tensor] = None
     adv: Optional[Tensor] = None

@@ -1,7 +1,7 @@
 """LoRA against full fine-tuning on SmolLM2-135M-Instruct (issue 40 §2): step time, checkpoint size and
 the real-model preset's gain (``sweeps/real_model.yaml``, GRPO arm), 3 seeds each, each arm's learning
-rate tuned on its own at an equal tuning budget (``rlsuite sweep tune``: 3 learning rates × 2 tuning
-seeds at the preset's budget, scored on val).
+rate tuned on its own at an equal tuning budget (``rlsuite sweep tune``: 3 learning rates × GRPO's
+``clip_eps_high`` (0.2, 0.28) × 2 tuning seeds at the preset's budget, scored on val).
 
 Steps (each a command of the CLI, in a subprocess; finished runs are never redone, so the script
 resumes where it stopped):
@@ -123,7 +123,8 @@ def main() -> int:
         return 0
     head = ["# LoRA against full fine-tuning on SmolLM2-135M-Instruct (issue 40 §2)", "",
             f"Command: `{command(__file__, *sys.argv[1:])}`. Machine: {machine()}. Each arm's lr tuned on its own "
-            f"(`rlsuite sweep tune`, 3 lrs × 2 tuning seeds, val greedy_acc); final runs on seeds 0, 1, 2. "
+            f"(`rlsuite sweep tune`, 3 lrs × clip_eps_high 0.2/0.28 × 2 tuning seeds, val greedy_acc); final runs "
+            f"on seeds 0, 1, 2. "
             f"Selections: `{out}/<arm>-tune/selection.json`.", ""]
     write_results(Path(__file__).with_name("lora.md"), "\n".join(head) + text + "\n")
     return 0

@@ -26,7 +26,8 @@ from rlsuite.suite.types import Batch, Forward
 from tests import fakes  # noqa: F401  (fake tasks)
 
 ALGOS = ALGORITHMS.names()
-TRAINER_FIELDS = {"name", "aggregation", "kl_coef", "kl_estimator", "kl_where", "kl_target", "kl_horizon"}
+TRAINER_FIELDS = {"name", "aggregation", "kl_coef", "kl_estimator", "kl_where", "kl_target", "kl_horizon",
+                  "distill_coef", "teacher"}
 P, G, PW, RW, K = 3, 4, 3, 6, 4
 MAX_NEW = RW
 
@@ -76,7 +77,8 @@ def random_batch(seed: int = 0, equal_group: bool = True) -> tuple[Batch, Forwar
                   ref_logp=(old - 0.1 * torch.rand(B, T, generator=g)) * mask,
                   values=torch.randn(B, T, generator=g) * mask, token_rewards=last - 0.01 * mask,
                   topk_ids=torch.randint(4, 90, (B, T, K), generator=g), topk_logp=_topk(g, (B, T)),
-                  attn_stat=torch.rand(B, T, generator=g) * mask)
+                  attn_stat=torch.rand(B, T, generator=g) * mask,
+                  teacher_logp=(old - 8 * torch.rand(B, T, generator=torch.Generator().manual_seed(seed + 1000))) * mask)
     fwd = Forward(logp=logp, entropy=torch.rand(B, T, generator=g), hidden=torch.randn(B, T, 8, generator=g),
                   attn_stat=torch.rand(B, T, generator=g) * mask,
                   values=(batch.values + torch.randn(B, T, generator=g)) * mask, topk_logp=_topk(g, (B, T)))

@@ -105,7 +105,7 @@ def _canonical_batch():
                  old_logp=logp, ref_logp=logp - 0.1 * mask, values=0.5 * mask, token_rewards=last,
                  topk_ids=torch.zeros(B, T, 4, dtype=torch.long),
                  topk_logp=torch.tensor([0.4, 0.3, 0.1, 0.05]).log().expand(B, T, 4).clone(),
-                 attn_stat=0.5 * mask)
+                 attn_stat=0.5 * mask, teacher_logp=logp - 0.2 * mask)
 
 
 @pytest.mark.parametrize("name", ALGOS)
