@@ -5,8 +5,11 @@ base model's greedy accuracy and, at the sampling temperature of the ``hf`` pres
 pass@4 over 4 samples a problem, with the standard error of avg@4 over problems, the problem space
 (distinct questions in the pool and the estimated space size) and the CPU seconds the stage took.
 (``--temperature``: another sampling temperature for the same stage.)
-A candidate is kept when 0.15 ≤ avg@4 ≤ 0.60, greedy < 0.80 and the estimated space is ≥ 10× the
-problems a run uses (test + val + the train prompts of a 4,096-sample budget at group 8).
+A candidate is kept when 0.15 ≤ avg@4 ≤ 0.60, greedy < 0.80, the estimated space is ≥ 10× the
+problems a run uses (test + val + the train prompts of a 4,096-sample budget at group 8), and, where
+one gold answer covers ≥ 15% of the test problems (Yes/No, True/False), avg@4 beats that constant
+answer's share by more than 0.10 (the `const` column: a model that always says "No" to a syllogism
+scores the share of invalid ones).
 
     python benchmarks/rgym_battery/rgym_battery.py screen [--only LABEL ...] [--workers 2]
     python benchmarks/rgym_battery/rgym_battery.py confirm --only LABEL ... [--n-test 300]
@@ -138,6 +141,11 @@ def evaluate(label: str, n_test: int, temperature: float) -> dict:
             "spec = resolve('reasoning_gym', None, 'smollm2-135m', 0, [], sets, need_algo=False)\n"
             "t = TASKS.get('reasoning_gym')(spec.task)\n"
             "print('SPACE ' + json.dumps(t.problem_space()[0]), flush=True)\n"
+            "from collections import Counter\n"
+            "golds = [e.answer for e in t.splits()['test']]\n"
+            "top = Counter(g for g in golds if g is not None).most_common(1)\n"
+            "print('CONSTANT ' + json.dumps({'answer': top[0][0] if top else None,\n"
+            "      'share': top[0][1] / len(golds) if top else 0.0}), flush=True)\n"
             "args = ['eval', '--task', 'reasoning_gym', '--model', 'smollm2-135m', '--split', 'test', '--json']\n"
             "for s in json.loads(sys.argv[1]): args += ['--set', s]\n"
             "sys.exit(main(args))\n")
@@ -153,13 +161,15 @@ def evaluate(label: str, n_test: int, temperature: float) -> dict:
                 "cpu_s": cpu}
     lines = res.stdout.strip().splitlines()
     space = json.loads(next(x for x in lines if x.startswith("SPACE "))[6:])
+    const = json.loads(next(x for x in lines if x.startswith("CONSTANT "))[9:])
     m = json.loads(lines[-1])
     g = lambda k: m[f"eval/reasoning_gym/{k}"]  # noqa: E731
     avg, n = g(f"avg@{SAMPLES}"), m["n_prompts"]
     return {"label": label, "kind": kind, "spec": spec, "n": n, "greedy": g("greedy_acc"), "avg4": avg,
             "pass4": g(f"pass@{SAMPLES}"), "se_avg4": math.sqrt(max(avg * (1 - avg), 1e-12) / n),
             "distinct": space["distinct"], "space": space["space_estimate"],
-            "space_lower": space["space_is_lower_bound"], "wall_s": time.time() - t0, "cpu_s": cpu}
+            "space_lower": space["space_is_lower_bound"], "constant": const["share"],
+            "constant_answer": const["answer"], "wall_s": time.time() - t0, "cpu_s": cpu}
 
 
 PILOT = ["rollout.prompts_per_step=4", "rollout.group_size=8", "rollout.max_new_tokens=32", "optim.lr=2e-5",
@@ -231,6 +241,45 @@ def render_pilot(runs: list[dict], labels: list[str], n_test: int, argv: list[st
     return "\n".join(lines)
 
 
+def answers(run_dir: Path) -> list[dict]:
+    """Per dataset of a pilot run (its folder): the most common gold answer of its test problems and
+    its share, and the final greedy accuracy on the problems with that gold and on the rest (from the
+    run's per-problem results; the tokenizer's chat template gives each problem's key)."""
+    from collections import Counter, defaultdict
+
+    from transformers import AutoTokenizer
+
+    from rlsuite.suite import pinned_models
+    from rlsuite.suite.evaluate import problem_key
+    from rlsuite.tasks.base import TASKS
+
+    spec = json.loads((run_dir / "spec.json").read_text())
+    task_cls = TASKS.get("reasoning_gym")
+    fields = task_cls.Config.__dataclass_fields__
+    cfg = task_cls.Config(**{k: tuple(v) if isinstance(v, list) else v for k, v in spec["task"].items() if k in fields})
+    task = task_cls(cfg)
+    tok = AutoTokenizer.from_pretrained(str(pinned_models.verified_dir(pinned_models.get(MODEL))))
+    test = task.splits()["test"]
+    gold = {problem_key(tok.apply_chat_template(task.prompt(e), add_generation_prompt=True, tokenize=False)):
+            (e.label, e.answer) for e in test}
+    by_label = defaultdict(list)
+    for e in test:
+        by_label[e.label].append(e.answer)
+    top = {lab: Counter(g).most_common(1)[0] for lab, g in by_label.items()}
+    rows = [json.loads(x) for x in (run_dir / "problems.jsonl").read_text().splitlines()]
+    last = max(r["step"] for r in rows if r["split"] == "test")
+    acc = defaultdict(lambda: [0, 0, 0, 0])  # correct and n on the top gold, then on the rest
+    for r in rows:
+        if r["split"] == "test" and r["step"] == last and r["problem"] in gold:
+            lab, g = gold[r["problem"]]
+            a = acc[lab]
+            k = 0 if g == top[lab][0] else 2
+            a[k] += r["greedy"]
+            a[k + 1] += 1
+    return [{"label": lab, "gold": top[lab][0], "share": top[lab][1] / len(by_label[lab]), "step": last,
+             "top": (a[0], a[1]), "rest": (a[2], a[3])} for lab, a in sorted(acc.items())]
+
+
 def kept(r: dict, n_test: int) -> tuple[bool, str]:
     if "error" in r:
         return False, f"refused: {r['error']}"
@@ -242,6 +291,9 @@ def kept(r: dict, n_test: int) -> tuple[bool, str]:
         why.append(f"greedy {r['greedy']:.2f} ≥ 0.80")
     if r["space"] < 10 * used:
         why.append(f"space {r['space']:.0f} < 10 × {used}")
+    if r.get("constant", 0.0) >= 0.15 and r["avg4"] <= r["constant"] + 0.10:
+        why.append(f"avg@4 {r['avg4']:.2f} within 0.10 of the constant answer "
+                   f"{r['constant_answer']!r}'s {r['constant']:.2f}")
     return not why, "; ".join(why) or "kept"
 
 
@@ -252,17 +304,18 @@ def render(stage: str, rows: list[dict], n_test: int, argv: list[str], workers: 
              f"{os.cpu_count()} cores, {workers} evals at a time, 1 torch thread each. Model {MODEL} (base, no RL); "
              f"prompt = the question + `{INSTRUCTION}` as the user turn; `extract=auto`; greedy, then {SAMPLES} "
              f"samples a problem at temperature {temperature}, at most 48 new tokens (the hf preset).", "",
-             "| label | kind | dataset spec | n | greedy | avg@4 | ± SE | pass@4 | distinct in pool | space est. "
-             "| verdict | CPU s |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| label | kind | dataset spec | n | greedy | avg@4 | ± SE | pass@4 | const | distinct in pool "
+             "| space est. | verdict | CPU s |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         ok, why = kept(r, n_test)
         if "error" in r:
-            lines.append(f"| {r['label']} | {r['kind']} | `{r['spec']}` | — | — | — | — | — | — | — | {why} | "
+            lines.append(f"| {r['label']} | {r['kind']} | `{r['spec']}` | — | — | — | — | — | — | — | — | {why} | "
                          f"{r['cpu_s']:.0f} |")
             continue
         space = f"≥ {r['space']:.3g}" if r["space_lower"] else f"{r['space']:.3g}"
         lines.append(f"| {r['label']} | {r['kind']} | `{r['spec']}` | {r['n']} | {r['greedy']:.3f} | {r['avg4']:.3f} | "
-                     f"{r['se_avg4']:.3f} | {r['pass4']:.3f} | {r['distinct']} | {space} | "
+                     f"{r['se_avg4']:.3f} | {r['pass4']:.3f} | {r.get('constant', 0.0):.2f} | {r['distinct']} | "
+                     f"{space} | "
                      f"{'**kept**' if ok else why} | {r['cpu_s']:.0f} |")
     cpu_h = sum(r["cpu_s"] for r in rows) / 3600
     kinds = sorted({r["kind"] for r in rows if kept(r, n_test)[0]})
@@ -279,7 +332,8 @@ def _cpu() -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("stage", choices=["screen", "confirm", "pilot"])
+    ap.add_argument("stage", choices=["screen", "confirm", "pilot", "answers"])
+    ap.add_argument("runs", nargs="*", type=Path, help="answers: pilot run folders (their spec.json, problems.jsonl)")
     ap.add_argument("--only", nargs="+", default=None, help=f"labels ({', '.join(CANDIDATES)})")
     ap.add_argument("--n-test", type=int, default=None, help="test problems (screen 100, confirm 300)")
     ap.add_argument("--workers", type=int, default=2)
@@ -294,6 +348,16 @@ def main() -> None:
         ap.error(f"unknown label(s) {', '.join(bad)}; valid: {', '.join(CANDIDATES)}")
     n_test = a.n_test or (100 if a.stage in ("screen", "pilot") else 300)
     head = "# A reasoning-gym battery for SmolLM2-135M-Instruct (issue 34 §1)\n\n"
+    if a.stage == "answers":  # prints; the results file quotes it by hand with the runs' provenance
+        if not a.runs:
+            ap.error("answers: give one or more pilot run folders")
+        print("| run | dataset | most common gold | its share | final greedy: on that gold | on the rest |")
+        print("|---|---|---|---|---|---|")
+        for run in a.runs:
+            for r in answers(run):
+                (c1, n1), (c2, n2) = r["top"], r["rest"]
+                print(f"| `{run.name}` | {r['label']} | `{r['gold']}` | {r['share']:.2f} | {c1}/{n1} | {c2}/{n2} |")
+        return
     if a.stage == "pilot":
         if not labels or min(a.seeds) < 100:
             ap.error("pilot: give one label (a single-dataset pilot) or several (their mixture) with --only, "
