@@ -40,7 +40,9 @@ uniformly from ``min_hops..max_hops`` *whatever the question asks*, and answers 
 name it was shown. The SFT model so learns the protocol and copying (the answer is the chain's
 name at the hop where it stopped: "grounded"), and its stopping hop carries no information about
 ``h``: about one episode in ``max_hops − min_hops + 1`` is right. Training stops once
-``warm_target`` of greedy answers on held-out train questions are grounded. Reading ``h`` from
+``warm_target`` of greedy answers on held-out train questions are grounded. The committed base
+(``tasks/bases/hops_toy__tiny.*``, built on an AMD EPYC: 250 steps, 642 s on one thread) solves
+20.0% of the test episodes greedy (18.6% of val), with 7.0 searches an episode on average. Reading ``h`` from
 the question and stopping at the right hop is left to RL: a credit-assignment problem across
 the episode's turns.
 """
