@@ -293,7 +293,8 @@ class KVSampler(NoStats):
             if n_rows - n_live >= max(1, int(self.compact_frac * n_rows)):  # drop finished rows
                 keep = (live if rows is None else live[rows]).nonzero().squeeze(1)
                 rows = keep if rows is None else rows[keep]
-                cache = [[c[keep] for c in layer] for layer in cache]
+                for layer in cache:  # one layer's tensor at a time: the old one is freed as its copy lands
+                    layer[0], layer[1] = layer[0][keep], layer[1][keep]
                 allowed, next_pos, km = allowed[keep], next_pos[keep], km[keep]
             step_ids = tok[:, None] if rows is None else tok[rows][:, None]
             out, at = self._forward(step_ids, next_pos, cache, W + i, allowed[..., :W + i + 1], km, want_attn)
@@ -330,6 +331,7 @@ class KVSampler(NoStats):
         small = new_cache(len(first))
         logits, attn = self.forward(ids[uniq], pos[uniq], small, 0, key_mask[uniq], want_attn)
         inv_t = torch.tensor(inv, dtype=torch.long, device=self.device)
-        return ([[c[inv_t] for c in layer] for layer in small], logits[inv_t],
-                attn[inv_t] if attn is not None else None)
+        for layer in small:  # expanded in place, layer by layer (peak: the small cache + one layer)
+            layer[0], layer[1] = layer[0][inv_t], layer[1][inv_t]
+        return small, logits[inv_t], attn[inv_t] if attn is not None else None
 
