@@ -116,7 +116,8 @@ def step_group_labels(batch: Batch, n_turns: list[int]) -> list[list[int]]:
 @register
 class GiGPO(Algorithm):
     name = "gigpo"
-    summary = "GRPO's episode advantage plus a step advantage normalised within anchor-state groups (turn-level credit)."
+    summary = ("GRPO's episode advantage plus a step advantage normalised within anchor-state groups "
+               "(turn-level credit).")
     citation = ("Feng et al. 2025, Group-in-Group Policy Optimization for LLM Agent Training, "
                 "arXiv:2505.10978")
     fidelity = "code"

@@ -57,7 +57,8 @@ ADV_CLAMP = 10.0
 """|A_t| bound (verl 0.9.1 ``DistillationLossConfig.loss_max_clamp``)."""
 
 
-def reverse_kl_advantage(logp: Tensor, teacher_logp: Tensor, mask: Tensor, clamp: Optional[float] = ADV_CLAMP) -> Tensor:
+def reverse_kl_advantage(logp: Tensor, teacher_logp: Tensor, mask: Tensor,
+                         clamp: Optional[float] = ADV_CLAMP) -> Tensor:
     """The distillation advantage ``A_t = clamp(log π_T − log π_θ, ±clamp)`` on policy tokens, without
     gradient. Shapes: logp, teacher_logp, mask [B, T] → [B, T] (0 off the mask); ``clamp`` None: no bound."""
     a = teacher_logp - logp.detach()

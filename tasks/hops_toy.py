@@ -58,9 +58,8 @@ from typing import Any, Hashable, Optional, Sequence
 
 from rlsuite.tasks.base import Environment, Grade, Task, TaskConfig, hash_split, register
 from rlsuite.tasks.search import grade_answer
-from rlsuite.tasks.search_toy import sft_loss
+from rlsuite.tasks.search_toy import cvcvc_names, sft_loss
 
-_CONS, _VOWELS = "bdfgklmnprstvz", "aeiou"
 WORLD_SEED = 20250420  # fixed: every machine sees the same world
 STOP_STRINGS = ("</search>", "</answer>")
 _ACTION = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
@@ -97,13 +96,7 @@ class TurnRecord:
 def make_world(n_entities: int) -> dict[str, str]:
     """``{name: successor}``: ``n_entities`` distinct ``CVCVC`` names on one cycle (fixed seed)."""
     rng = random.Random(WORLD_SEED)
-    names: list[str] = []
-    seen: set[str] = set()
-    while len(names) < n_entities:
-        n = "".join(rng.choice(_CONS if i % 2 == 0 else _VOWELS) for i in range(5))
-        if n not in seen:
-            seen.add(n)
-            names.append(n)
+    names = cvcvc_names(rng, n_entities)
     rng.shuffle(names)
     return {n: names[(i + 1) % n_entities] for i, n in enumerate(names)}
 
@@ -189,7 +182,8 @@ class HopsToy(Task):
     summary = ("Embedded long-horizon tool use: follow a chain of names for 4–8 searches, then answer "
                "(sparse outcome reward; per-turn states for turn-level credit; tiny model).")
     version = "1"
-    citation = "Search protocol of Jin et al. 2025, Search-R1, arXiv:2503.09516 (synthetic multi-hop world, this project)"
+    citation = ("Search protocol of Jin et al. 2025, Search-R1, arXiv:2503.09516 "
+                "(synthetic multi-hop world, this project)")
     Config = HopsToyConfig
     cfg: HopsToyConfig
     inert = dict.fromkeys(("warm_target", "warm_max_steps"),

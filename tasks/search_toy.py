@@ -63,16 +63,23 @@ class Question:
         return QUESTIONS[self.relation].format(self.name)
 
 
-def make_world(n_entities: int) -> tuple[list[dict], dict[str, dict[str, str]]]:
-    """Passages ``{"id", "contents"}`` and ``{name: {relation: value}}`` (fixed seed)."""
-    rng = random.Random(WORLD_SEED)
+def cvcvc_names(rng: random.Random, n_names: int) -> list[str]:
+    """``n_names`` distinct made-up ``CVCVC`` names drawn from ``rng``, in the order first drawn
+    (the embedded tool-use tasks' entities)."""
     names: list[str] = []
     seen: set[str] = set()
-    while len(names) < n_entities:
+    while len(names) < n_names:
         n = "".join(rng.choice(_CONS if i % 2 == 0 else _VOWELS) for i in range(5))
         if n not in seen:
             seen.add(n)
             names.append(n)
+    return names
+
+
+def make_world(n_entities: int) -> tuple[list[dict], dict[str, dict[str, str]]]:
+    """Passages ``{"id", "contents"}`` and ``{name: {relation: value}}`` (fixed seed)."""
+    rng = random.Random(WORLD_SEED)
+    names = cvcvc_names(rng, n_entities)
     facts = {n: {r: rng.choice(vals) for r, vals in RELATIONS.items()} for n in names}
     passages = [{"id": f"toy{len(RELATIONS) * i + j}", "contents": f"{n} {r}: {facts[n][r]}."}
                 for i, n in enumerate(names) for j, r in enumerate(RELATIONS)]

@@ -202,3 +202,33 @@ def kill_rank_when(run_dir, at_step: int, rank: int = 1, timeout_s: float = 300.
     thread = threading.Thread(target=watch, daemon=True)
     thread.start()
     return thread, killed
+
+
+def comparable_rows(rows):
+    """Metrics rows without their clocks (``time``, ``budget/wall_s``, ``perf/*``): what a resumed
+    run must reproduce of an uninterrupted one."""
+    return [{k: v for k, v in r.items() if k not in ("time", "budget/wall_s") and not k.startswith("perf/")}
+            for r in rows]
+
+
+def crash_then_resume(spec, folder, monkeypatch, at_step: int = 3):
+    """Run ``spec`` into ``folder`` with a crash injected once at ``Trainer.step`` number ``at_step``
+    (the run exits 1), then again (it resumes from its last checkpoint and exits 0); returns the run
+    folder. The caller compares its ``metrics.jsonl`` with an uninterrupted run's."""
+    from rlsuite.suite.runner import execute
+    from rlsuite.suite.trainer import Trainer
+
+    real_step, crashed = Trainer.step, {"done": False}
+
+    def flaky(self):
+        if self.step_no == at_step and not crashed["done"]:
+            crashed["done"] = True
+            raise RuntimeError("injected crash")
+        return real_step(self)
+
+    monkeypatch.setattr(Trainer, "step", flaky)
+    code, _ = execute(spec, folder)
+    assert code == 1 and crashed["done"], code
+    code, run = execute(spec, folder)
+    assert code == 0, code
+    return run

@@ -17,7 +17,7 @@ from rlsuite.algorithms.rerule import ReRULE, ReRULEConfig
 from rlsuite.suite.aggregation import aggregation_weights
 from rlsuite.suite.ops import clipped_surrogate
 from rlsuite.suite.types import Batch, Rollout, cat_rollouts
-from tests.fakes import hand_batch, hook_ctx
+from tests.fakes import comparable_rows, crash_then_resume, hand_batch, hook_ctx
 
 
 D = torch.float64
@@ -240,7 +240,6 @@ def test_trainer_replays_and_resumes_identically(tmp_path, monkeypatch):
     from rlsuite.suite.runfolder import read_jsonl
     from rlsuite.suite.runner import execute
     from rlsuite.suite.spec import resolve
-    from rlsuite.suite.trainer import Trainer
     from tests import fakes  # noqa: F401  (the fake tasks)
 
     sets = [("model.warm_start", "none"), ("train.checkpoint_every", 2), ("algo.warmup_steps", 1),
@@ -251,21 +250,5 @@ def test_trainer_replays_and_resumes_identically(tmp_path, monkeypatch):
     rows = read_jsonl(ref / "metrics.jsonl")
     assert "replay/rows" not in rows[0] and all(r["replay/rows"] > 0 for r in rows[1:]), \
         [r.get("replay/rows") for r in rows]
-    real_step, crashed = Trainer.step, {"done": False}
-
-    def flaky(self):
-        if self.step_no == 3 and not crashed["done"]:
-            crashed["done"] = True
-            raise RuntimeError("injected crash")
-        return real_step(self)
-
-    monkeypatch.setattr(Trainer, "step", flaky)
-    assert execute(spec, tmp_path / "crash")[0] == 1 and crashed["done"]
-    code, run = execute(spec, tmp_path / "crash")
-    assert code == 0
-
-    def strip(rs):
-        return [{k: v for k, v in r.items() if k not in ("time", "budget/wall_s") and not k.startswith("perf/")}
-                for r in rs]
-
-    assert strip(read_jsonl(run / "metrics.jsonl")) == strip(rows)
+    run = crash_then_resume(spec, tmp_path / "crash", monkeypatch)
+    assert comparable_rows(read_jsonl(run / "metrics.jsonl")) == comparable_rows(rows)

@@ -21,7 +21,7 @@ import torch
 from rlsuite import algorithms  # noqa: F401
 from rlsuite.algorithms.base import ALGORITHMS, Context, Group
 from rlsuite.suite.aggregation import AGG_MODES, aggregation_weights
-from tests.fakes import hook_ctx
+from tests.fakes import comparable_rows, crash_then_resume, hook_ctx
 from rlsuite.suite.types import Batch, Forward
 from tests import fakes  # noqa: F401  (fake tasks)
 
@@ -78,7 +78,8 @@ def random_batch(seed: int = 0, equal_group: bool = True) -> tuple[Batch, Forwar
                   values=torch.randn(B, T, generator=g) * mask, token_rewards=last - 0.01 * mask,
                   topk_ids=torch.randint(4, 90, (B, T, K), generator=g), topk_logp=_topk(g, (B, T)),
                   attn_stat=torch.rand(B, T, generator=g) * mask,
-                  teacher_logp=(old - 8 * torch.rand(B, T, generator=torch.Generator().manual_seed(seed + 1000))) * mask)
+                  teacher_logp=(old - 8 * torch.rand(B, T, generator=torch.Generator().manual_seed(seed + 1000)))
+                  * mask)
     fwd = Forward(logp=logp, entropy=torch.rand(B, T, generator=g), hidden=torch.randn(B, T, 8, generator=g),
                   attn_stat=torch.rand(B, T, generator=g) * mask,
                   values=(batch.values + torch.randn(B, T, generator=g)) * mask, topk_logp=_topk(g, (B, T)))
@@ -248,33 +249,14 @@ def test_kill_and_resume_gives_the_same_result(name, tmp_path, monkeypatch):
     from rlsuite.suite.runfolder import read_jsonl
     from rlsuite.suite.runner import execute
     from rlsuite.suite.spec import resolve
-    from rlsuite.suite.trainer import Trainer
 
     spec = resolve("_parity_test", name, "tiny", 0, sets=[("model.warm_start", "none"), ("train.checkpoint_every", 2)],
                    budgets=[("updates", 4)])
     code, ref = execute(spec, tmp_path / "ref")
     assert code == 0
-    real_step = Trainer.step
-    crashed = {"done": False}
-
-    def flaky(self):
-        if self.step_no == 3 and not crashed["done"]:
-            crashed["done"] = True
-            raise RuntimeError("injected crash")
-        return real_step(self)
-
-    monkeypatch.setattr(Trainer, "step", flaky)
-    code, run = execute(spec, tmp_path / "crash")
-    assert code == 1 and crashed["done"]
-    code, run = execute(spec, tmp_path / "crash")
-    assert code == 0
-
-    def strip(rows):
-        return [{k: v for k, v in r.items() if k not in ("time", "budget/wall_s") and not k.startswith("perf/")}
-                for r in rows]
-
-    assert strip(read_jsonl(run / "metrics.jsonl")) == strip(read_jsonl(ref / "metrics.jsonl"))
-    assert strip(read_jsonl(run / "evals.jsonl")) == strip(read_jsonl(ref / "evals.jsonl"))
+    run = crash_then_resume(spec, tmp_path / "crash", monkeypatch)
+    assert comparable_rows(read_jsonl(run / "metrics.jsonl")) == comparable_rows(read_jsonl(ref / "metrics.jsonl"))
+    assert comparable_rows(read_jsonl(run / "evals.jsonl")) == comparable_rows(read_jsonl(ref / "evals.jsonl"))
 
 
 @pytest.mark.parametrize("name", ALGOS)

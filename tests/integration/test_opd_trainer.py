@@ -67,7 +67,8 @@ def test_a_different_teacher_pulls_the_student_toward_it(tmp_path):
 
     def kl() -> float:
         with torch.no_grad():
-            kw = dict(input_ids=batch.tokens, attention_mask=batch.attn_mask, position_ids=position_ids(batch.attn_mask))
+            kw = dict(input_ids=batch.tokens, attention_mask=batch.attn_mask,
+                      position_ids=position_ids(batch.attn_mask))
             a = torch.log_softmax(st.model(**kw).logits[:, :-1].float(), -1)
             b = torch.log_softmax(st.teacher(**kw).logits[:, :-1].float(), -1)
             m = batch.loss_mask[:, 1:]

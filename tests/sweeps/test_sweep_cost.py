@@ -180,7 +180,7 @@ def test_leaderboard_dry_run_prints_run_rows_and_a_total(capsys):
         assert float(kv["flops"]) > 0 and float(kv["gpu_h"]) > 0
     total = out[-1]
     assert total.startswith(f"# total: {n} runs") and f"samples={n * 65536}" in total and "gpu_h=" in total
-    kept = n * 2.88 / 1024  # every final model, 2.88 GiB each (29 entries: 2.04 TiB)
+    kept = n * 1_543_714_304 * 2 / 1024 ** 4  # every final model: 1,543,714,304 bf16 parameters (2.88 GiB) each
     assert "disk peak while running" in total and f"kept after completion {kept:.2f}TiB" in total
     assert "32 runs at once" in total  # resources.array_parallelism of the spec
     assert any("1e15" in x or "1.00e15" in x for x in out if x.startswith("# GPU-hours"))

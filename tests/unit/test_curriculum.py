@@ -16,6 +16,7 @@ from rlsuite.suite.config import RolloutConfig
 from rlsuite.suite.curriculum import Curriculum, zero_variance_rows
 from rlsuite.suite.errors import BadInput
 from rlsuite.suite.types import Batch
+from tests.fakes import comparable_rows, crash_then_resume
 
 
 def _flat(scores, groups, live=None):
@@ -164,25 +165,8 @@ def test_the_trainer_filters_and_retires(tmp_path, monkeypatch):
     # groups whose 4 samples all pass retire (here 2 of the 8 prompts at step 1, 5 by step 3)
     assert 0 < full[1]["curriculum/retired_frac"] < full[-1]["curriculum/retired_frac"] < 1
     assert all(not (before & set(out)) for before, out in seen)
-    real_step, crashed = Trainer.step, {"done": False}
-
-    def flaky(self):
-        if self.step_no == 3 and not crashed["done"]:
-            crashed["done"] = True
-            raise RuntimeError("injected crash")
-        return real_step(self)
-
-    monkeypatch.setattr(Trainer, "step", flaky)
-    code, run = execute(spec, tmp_path / "crash")
-    assert code == 1 and crashed["done"]
-    code, run = execute(spec, tmp_path / "crash")
-    assert code == 0
-
-    def strip(rows):
-        return [{k: v for k, v in r.items() if k not in ("time", "budget/wall_s") and not k.startswith("perf/")}
-                for r in rows]
-
-    assert strip(read_jsonl(run / "metrics.jsonl")) == strip(full)
+    run = crash_then_resume(spec, tmp_path / "crash", monkeypatch)
+    assert comparable_rows(read_jsonl(run / "metrics.jsonl")) == comparable_rows(full)
 
 
 def test_dapo_keeps_its_filter():

@@ -15,6 +15,7 @@ import torch
 from rlsuite.suite.aggregation import aggregation_weights
 from rlsuite.suite.config import LossConfig
 from rlsuite.suite.loss_options import EntropyControl, needs
+from tests.fakes import comparable_rows, crash_then_resume
 
 # two rows: 2 and 1 policy tokens of entropies (1, 2) and (4); L = 4 (max_new_tokens)
 H = torch.tensor([[1.0, 2.0, 0.0], [4.0, 0.0, 0.0]], requires_grad=True)
@@ -118,9 +119,6 @@ def _spec(*sets):
                    budgets=[("updates", 4)])
 
 
-def strip(rows):
-    return [{k: v for k, v in r.items() if k not in ("time", "budget/wall_s") and not k.startswith("perf/")}
-            for r in rows]
 
 
 def test_the_trainer_adds_the_bonus_and_resumes_the_coefficient(tmp_path, monkeypatch):
@@ -129,7 +127,6 @@ def test_the_trainer_adds_the_bonus_and_resumes_the_coefficient(tmp_path, monkey
     uninterrupted one does."""
     from rlsuite.suite.runfolder import read_jsonl
     from rlsuite.suite.runner import execute
-    from rlsuite.suite.trainer import Trainer
 
     code, run = execute(_spec(("loss.entropy_coef", 0.05)), tmp_path / "fixed")
     assert code == 0
@@ -143,17 +140,5 @@ def test_the_trainer_adds_the_bonus_and_resumes_the_coefficient(tmp_path, monkey
     full = read_jsonl(ref / "metrics.jsonl")
     assert [r["stats/entropy_coef"] for r in full] == pytest.approx([0.0, 0.01, 0.02, 0.03])
     assert full[0]["loss/entropy_bonus"] == 0.0 and full[3]["loss/entropy_bonus"] > 0
-    real_step, crashed = Trainer.step, {"done": False}
-
-    def flaky(self):
-        if self.step_no == 3 and not crashed["done"]:
-            crashed["done"] = True
-            raise RuntimeError("injected crash")
-        return real_step(self)
-
-    monkeypatch.setattr(Trainer, "step", flaky)
-    code, run = execute(spec, tmp_path / "crash")
-    assert code == 1 and crashed["done"]
-    code, run = execute(spec, tmp_path / "crash")
-    assert code == 0
-    assert strip(read_jsonl(run / "metrics.jsonl")) == strip(full)
+    run = crash_then_resume(spec, tmp_path / "crash", monkeypatch)
+    assert comparable_rows(read_jsonl(run / "metrics.jsonl")) == comparable_rows(full)

@@ -1,6 +1,7 @@
-"""Options added after schema 3 (``IN_ID_WHEN_SET``: the shared ``loss`` and ``rollout`` options of
-issue 39) changed no run id: at their default they are left out of the identity, as in a document
-written before they existed; any other value is in it."""
+"""Options added after schema 3 (``IN_ID_WHEN_SET``: the shared ``loss`` and ``rollout`` options
+of issue 39, the ``model`` section's LoRA fields of issue 40) changed no run id: at their default
+they are left out of the identity, as in a document written before they existed; any other value
+is in it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from rlsuite.suite.spec import resolve
 
 OTHER = {"filter_zero_variance": "mask", "retire_pass_rate": 0.9, "opsm_delta": 0.5, "kl_is_weight": True,
          "top_entropy_quantile": 0.2, "entropy_coef": 0.01, "entropy_target": 0.5, "entropy_coef_delta": 0.01,
-         "entropy_coef_max": 0.5}
+         "entropy_coef_max": 0.5, "lora_rank": 8, "lora_alpha": 32.0, "lora_dropout": 0.1,
+         "lora_targets": "q_proj"}
 """A value other than the default for each such field."""
 
 
@@ -23,7 +25,8 @@ def test_the_fields_and_their_defaults():
                    ("loss", "opsm_delta"): None, ("loss", "kl_is_weight"): False,
                    ("loss", "top_entropy_quantile"): 1.0, ("loss", "entropy_coef"): 0.0,
                    ("loss", "entropy_target"): None, ("loss", "entropy_coef_delta"): 0.005,
-                   ("loss", "entropy_coef_max"): 1.0}
+                   ("loss", "entropy_coef_max"): 1.0, ("model", "lora_rank"): 0, ("model", "lora_alpha"): 16.0,
+                   ("model", "lora_dropout"): 0.0, ("model", "lora_targets"): "all-linear"}
     assert set(OTHER) == {k for _, k in got}
 
 
@@ -33,7 +36,7 @@ def test_default_is_out_of_the_id_and_another_value_is_in_it(sec, key):
     base = resolve("arith", "grpo", "tiny", 0, sets=[("algo.kl_coef", 0.1)])
     doc = json.loads(json.dumps(base.to_dict()))
     older = json.loads(json.dumps(doc))
-    del older[sec][key]  # a document written before the field existed
+    older[sec].pop(key, None)  # a document written before the field existed (to_dict may leave it out)
     assert key not in identity_doc(doc)[sec] and identity_doc(older) == identity_doc(doc)
     default = getattr(getattr(base, sec), key)
     same = resolve("arith", "grpo", "tiny", 0, sets=[("algo.kl_coef", 0.1), (f"{sec}.{key}", default)])
