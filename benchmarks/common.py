@@ -16,6 +16,8 @@ and puts this folder on ``sys.path`` before importing it::
 
 from __future__ import annotations
 
+import math
+
 import json
 import os
 import platform
@@ -96,3 +98,17 @@ def memory_bandwidth(mb: int = 512, reps: int = 5) -> float:
     for _ in range(reps):
         dst.copy_(src)
     return 2 * 4 * n * reps / (time.perf_counter() - t0)
+
+
+def fmt_number(v, digits: int = 3) -> str:
+    """A results-table number: ``—`` for None or NaN, ``±∞``, small values in ``g`` format."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "—" if v is None or math.isnan(v) else ("∞" if v > 0 else "−∞")
+    return f"{v:.{digits}g}" if abs(v) < 1e-2 and v != 0 else f"{v:.{digits}f}"
+
+
+def md_table(rows: list[dict], cols: list[str]) -> str:
+    """A Markdown table of ``rows`` (dicts) in the columns ``cols`` (a missing cell is empty)."""
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    out += ["| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in rows]
+    return "\n".join(out)

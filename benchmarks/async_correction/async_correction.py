@@ -31,12 +31,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import math
 import re
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared modules
+from common import fmt_number as _fmt, md_table as _table  # noqa: E402
 
 STUDY = Path(__file__).resolve().parent
 PILOT = STUDY / "pilot"
@@ -53,16 +57,6 @@ SIGNALS = (("offpolicy/staleness_mean", "lag (updates)"), ("mismatch/kl", "KL(μ
 SECONDARY_ALPHA = 0.05
 
 
-def _fmt(v: Optional[float], digits: int = 3) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "—" if v is None or math.isnan(v) else ("∞" if v > 0 else "−∞")
-    return f"{v:.{digits}g}" if abs(v) < 1e-2 and v != 0 else f"{v:.{digits}f}"
-
-
-def _table(rows: list[dict], cols: list[str]) -> str:
-    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    out += ["| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in rows]
-    return "\n".join(out)
 
 
 @dataclasses.dataclass

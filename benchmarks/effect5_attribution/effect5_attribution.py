@@ -23,10 +23,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import math
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared modules
+from common import fmt_number as _fmt, md_table as _table  # noqa: E402
 
 STUDY = Path(__file__).resolve().parent
 END = "<!-- end of the generated part; what follows is kept -->"
@@ -39,16 +43,6 @@ SIGNALS = (("offpolicy/staleness_mean", "lag (updates)"), ("mismatch/kl", "KL(μ
            ("stats/kl_ref", "KL to ref"), ("stats/entropy", "entropy"))
 
 
-def _fmt(v: float, digits: int = 3) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "—" if v is None or math.isnan(v) else ("∞" if v > 0 else "−∞")
-    return f"{v:.{digits}g}" if abs(v) < 1e-2 and v != 0 else f"{v:.{digits}f}"
-
-
-def _table(rows: list[dict], cols: list[str]) -> str:
-    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    out += ["| " + " | ".join(str(r.get(c, "")) for c in cols) + " |" for r in rows]
-    return "\n".join(out)
 
 
 def render(study: Path = STUDY) -> str:
