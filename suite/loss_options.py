@@ -64,6 +64,8 @@ def policy_masks(lo, logp: Tensor, entropy: Optional[Tensor], adv: Optional[Tens
     keep: Optional[Tensor] = None
     high: Optional[Tensor] = None
     out: dict[str, Any] = {}
+    if lo.opsm_delta is None and lo.top_entropy_quantile >= 1:
+        return keep, high, out  # neither option is on: nothing computed on the update's hot path
     n = mask.sum().clamp(min=1)
     if lo.opsm_delta is not None:
         keep = off_policy_sequence_mask(adv, logp, behav_logp, mask, lo.opsm_delta)

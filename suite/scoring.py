@@ -58,11 +58,8 @@ class Scorer:
     def from_update(self, rows: int) -> bool:
         """π_old of a fresh on-policy batch of ``rows`` rows comes from the update's own forward
         (:func:`rlsuite.suite.update_plan.old_logp_from_update`): speed only, the metrics and the
-        update are the scoring pass's bit for bit (tested); its FLOPs are not charged. Not with
-        ``rollout.filter_zero_variance=drop`` (a filter, like an entry's own: the first draw's
-        statistics of π_old are logged before it)."""
-        return self.old_from_update and self.spec.rollout.filter_zero_variance != "drop" \
-            and old_logp_from_update(self.spec, self.state.algo, self.fields, rows)
+        update are the scoring pass's bit for bit (tested); its FLOPs are not charged."""
+        return self.old_from_update and old_logp_from_update(self.spec, self.state.algo, self.fields, rows)
 
     @torch.no_grad()
     def score(self, rec: Rollout) -> Batch:

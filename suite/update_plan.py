@@ -29,7 +29,9 @@ def old_logp_from_update(spec, algo, update_fields: frozenset[str], rows: int) -
     minibatch and one micro-batch (no ``bucket_by_length``), one process, no trainer-level
     correction (``loss.is_correction``) and no in-reward or adaptive KL (they read π_old before the
     update), an entry that neither filters nor reads π_old before its update
-    (:attr:`~rlsuite.algorithms.base.Algorithm.old_logp_before_update`), no critic, and a training
+    (:attr:`~rlsuite.algorithms.base.Algorithm.old_logp_before_update`) and no trainer-level filter
+    (``rollout.filter_zero_variance=drop``: the first draw's statistics of π_old are logged before
+    it), no critic, and a training
     forward that computes nothing but log-probs and entropy (``update_fields``)."""
     from rlsuite.algorithms.base import Algorithm
 
@@ -37,7 +39,8 @@ def old_logp_from_update(spec, algo, update_fields: frozenset[str], rows: int) -
     return (t.epochs == 1 and t.minibatches == 1 and (t.micro_batch_size == 0 or t.micro_batch_size >= rows)
             and not t.bucket_by_length and d.world_size == 1 and d.shard == "none"
             and spec.loss.is_correction == "none" and not algo.old_logp_before_update
-            and type(algo).filter is Algorithm.filter and "values" not in algo.needs
+            and type(algo).filter is Algorithm.filter and spec.rollout.filter_zero_variance != "drop"
+            and "values" not in algo.needs
             and not ("ref_logp" in algo.needs and (cfg.kl_where == "reward" or cfg.kl_target is not None))
             and update_fields == frozenset({"entropy"}))
 
