@@ -175,11 +175,6 @@ class BaseView(nn.Module):
         return base_state(self.policy)
 
 
-def frozen_merged(model: nn.Module) -> nn.Module:
-    """A frozen merged copy of a LoRA policy (a refreshed π_ref: no longer the base)."""
-    return plain(model)
-
-
 def trained_state(model: nn.Module) -> dict[str, Tensor]:
     """What a checkpoint keeps of the policy: its state dict, or a LoRA policy's adapters only
     (PEFT's ``get_peft_model_state_dict``)."""

@@ -30,7 +30,7 @@ from rlsuite.suite.budget import Budget
 from rlsuite.suite.checkpoint import state_sha256
 from rlsuite.suite.curriculum import Curriculum
 from rlsuite.suite.loss_options import EntropyControl
-from rlsuite.suite.lora import BaseView, frozen_merged, hf_state, is_lora
+from rlsuite.suite.lora import BaseView, hf_state, is_lora, plain
 from rlsuite.suite.models import Critic
 from rlsuite.suite.prompts import seed_for
 
@@ -136,7 +136,7 @@ class TrainState:
         if self.ref is None:
             raise RuntimeError("refresh_reference() needs a reference model: declare 'ref_logp' in needs")
         if isinstance(self.ref, BaseView):  # LoRA: π_ref leaves the shared base, a merged copy of its own
-            self.ref = frozen_merged(self.model)
+            self.ref = plain(self.model)  # a frozen merged copy of its own
         else:
             self.ref.load_state_dict(hf_state(self.model))
         self.ref_refreshed = True
