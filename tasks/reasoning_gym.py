@@ -24,6 +24,14 @@ another hash of the question (salt ``order-test`` / ``order-val``), so the first
 ``eval.max_prompts`` mix every dataset. A dataset with fewer distinct questions than
 ``n_test + n_val + 1`` is refused (exit 2) with its count.
 
+Answer balance (``max_answer_share`` < 1): many generators give one answer to most problems (letter
+counting: the count ``1`` for ~80% of one-to-three-word texts; gcd: ``1`` for ~30%), so a policy that
+always says it beats the base without any skill. With the cap set, each dataset's deduplicated pool is
+thinned, before the split, so that no gold answer is more than that share of it: per answer the first
+``k`` questions in ``sha256("balance:" + question)`` order, ``k = min(count, ⌊share · N⌋)`` with ``N``
+the kept total (a fixed point, :func:`cap_answer_share`). A pool that the cap leaves too small (a
+yes/no dataset under a cap below 0.5) is refused with its counts.
+
 :meth:`ReasoningGym.problem_space` reports, per dataset, how many distinct questions the pool held
 and an estimate of the space the generator draws from (the occupancy estimate from the number of
 repeats; a lower bound when none repeats), so a study can check that train + test use a small
@@ -56,7 +64,8 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any, Literal, Optional, Sequence
 
 from rlsuite.suite.errors import BadInput
@@ -249,6 +258,33 @@ def pinned_entries(spec: str, gen_seed: int, size: int) -> list[dict[str, Any]]:
     return entries
 
 
+def cap_answer_share(items: Sequence[Item], share: float) -> list[Item]:
+    """``items`` thinned so that no gold answer is more than ``share`` of those kept (items without a
+    gold are all kept and count in the total). Per answer ``a`` with ``c_a`` items, the first
+    ``k_a = min(c_a, ⌊share · N⌋)`` in ``sha256("balance:" + question)`` order are kept, where ``N`` is
+    the kept total: the largest fixed point of ``N = n_none + Σ_a min(c_a, ⌊share · N⌋)``, found by
+    iterating down from ``len(items)``. The result keeps the input's order; ``share ≥ 1`` keeps all.
+
+    By hand: answers ``1`` ×8, ``2`` ×1, ``3`` ×1 at share 0.5: N = 10 → 5 + 1 + 1 = 7 → 3 + 1 + 1 = 5 →
+    2 + 1 + 1 = 4 → 2 + 1 + 1 = 4 (fixed): two ``1``s, one ``2``, one ``3``."""
+    if share >= 1.0:
+        return list(items)
+    counts = Counter(it.answer for it in items if it.answer is not None)
+    n_none = sum(it.answer is None for it in items)
+    n = len(items)
+    while True:
+        cap = math.floor(share * n + 1e-9)
+        nxt = n_none + sum(min(c, cap) for c in counts.values())
+        if nxt == n:
+            break
+        n = nxt
+    keep: set[str] = set()
+    for a in counts:
+        group = sorted((it for it in items if it.answer == a), key=lambda it: _hash("balance", it.question))
+        keep |= {it.question for it in group[:cap]}
+    return [it for it in items if it.answer is None or it.question in keep]
+
+
 def space_estimate(n: int, distinct: int) -> tuple[float, bool]:
     """The size of a uniform problem space from ``n`` draws with ``distinct`` distinct values:
     the occupancy estimate solving ``distinct = N(1 − (1 − 1/N)^n)``; when no value repeats, the
@@ -273,7 +309,7 @@ def space_estimate(n: int, distinct: int) -> tuple[float, bool]:
 @dataclass(frozen=True, kw_only=True)
 class ReasoningGymConfig(TaskConfig):
     ranges = {"pool": "[2, inf)", "n_test": "[1, inf)", "n_val": "[1, inf)", "n_train": "[1, inf)",
-              "gen_seed": "[0, inf)"}
+              "gen_seed": "[0, inf)", "max_answer_share": "(0, 1]"}
     """Declared ranges of this class's numeric fields (see ``TaskConfig.ranges``)."""
     datasets: tuple[str, ...] = ("basic_arithmetic:min_terms=2,max_terms=2,max_digits=2,operators=[+,-]",)
     """The battery: reasoning-gym dataset names, each optionally with parameters
@@ -297,6 +333,10 @@ class ReasoningGymConfig(TaskConfig):
     """Line after the question in every prompt; "" = none."""
     partial_credit: bool = False
     """Reward = the scorer's score (partial credit) instead of 1 for a score of 1.0 and 0 otherwise."""
+    max_answer_share: float = field(default=1.0, metadata={"identity": "when_set"})
+    """The most any one gold answer may be of a dataset's distinct questions (1.0 = no cap): above it,
+    questions with that answer are dropped before the split (see the module docstring), so a constant
+    answer cannot score more than this share."""
 
     def __post_init__(self) -> None:
         if not self.datasets:
@@ -370,11 +410,20 @@ class ReasoningGym(Task):
                 est, lower = space_estimate(c.pool, len(distinct))
                 self._space[label] = {"dataset": c.datasets[self.labels.index(label)], "generated": c.pool,
                                       "distinct": len(distinct), "space_estimate": est, "space_is_lower_bound": lower}
+                capped = ""
+                if c.max_answer_share < 1.0:
+                    n_distinct = len(distinct)
+                    distinct = cap_answer_share(distinct, c.max_answer_share)
+                    self._space[label]["kept_by_answer_cap"] = len(distinct)
+                    capped = (f" after task.max_answer_share={c.max_answer_share:g} kept {len(distinct)} of "
+                              f"{n_distinct} ({len({it.answer for it in distinct})} distinct answers)")
                 if len(distinct) < c.n_test + c.n_val + 1:
                     raise BadInput(f"reasoning_gym: dataset {c.datasets[self.labels.index(label)]!r} has only "
-                                   f"{len(distinct)} distinct questions in a pool of {c.pool}; test + val need "
+                                   f"{len(distinct)} distinct questions in a pool of "
+                                   f"{c.pool}{capped}; test + val need "
                                    f"{c.n_test + c.n_val} and train at least 1 (lower task.n_test / task.n_val, "
-                                   f"raise task.pool or make the problems harder)")
+                                   f"raise task.pool{', raise task.max_answer_share' if capped else ''} "
+                                   f"or make the problems harder)")
                 test = sorted(distinct, key=lambda it: _hash("test", it.question))[:c.n_test]
                 held = {it.question for it in test}
                 rest = [it for it in distinct if it.question not in held]

@@ -50,7 +50,7 @@ INSTRUCTION = "Reply with only the answer."
 SAMPLES, KS = 4, (1, 4)
 BUDGET_SAMPLES, GROUP = 4096, 8  # the hf preset's budget: prompts a run draws = samples / group
 
-CANDIDATES = {  # label -> (kind, dataset spec)
+CANDIDATES = {  # label -> (kind, dataset spec[, task settings of its own])
     "chain_sum_2x2d": ("arithmetic", "chain_sum:min_terms=2,max_terms=2,min_digits=1,max_digits=2"),
     "add_sub_2d": ("arithmetic", "basic_arithmetic:min_terms=2,max_terms=2,max_digits=2,operators=[+,-],"
                                  "allow_parentheses=false,allow_negation=false"),
@@ -103,6 +103,18 @@ CANDIDATES = {  # label -> (kind, dataset spec)
                   "min_corruption_level=0.1,max_corruption_level=0.3"),
     "filter_4": ("ordering", "number_filtering:min_numbers=3,max_numbers=4,min_decimals=0,max_decimals=0,"
                  "min_value=-20,max_value=20"),
+    # fifth screen (2026-12-06, fourth session): spread answers. task.max_answer_share caps the share of any
+    # one gold answer in the pool (the constant strategy's score), so a gain must come from the skill
+    "letters_5w_c25": ("counting", "letter_counting:min_words=3,max_words=5", {"task.max_answer_share": 0.25}),
+    "letters_8w_c25": ("counting", "letter_counting:min_words=5,max_words=8", {"task.max_answer_share": 0.25}),
+    "gcd_150_c20": ("arithmetic", "gcd:max_value=150", {"task.max_answer_share": 0.2}),
+    "gcd_60_c20": ("arithmetic", "gcd:max_value=60", {"task.max_answer_share": 0.2}),
+    "aiw_sib_c20": ("logic", "aiw:task_types=[siblings],task_type_weights=[1.0],max_entities=6",
+                    {"task.max_answer_share": 0.2}),
+    "add_2d": ("arithmetic", "basic_arithmetic:min_terms=2,max_terms=2,max_digits=2,operators=[+],"
+                             "allow_parentheses=false,allow_negation=false"),
+    "legs_1_c20": ("counting", "leg_counting:min_animals=1,max_animals=1,max_instances=8",
+                   {"task.max_answer_share": 0.2}),
 }
 
 
@@ -122,15 +134,25 @@ def run_timed(args: list[str], **kw) -> tuple[subprocess.CompletedProcess, float
     return res, ru.ru_utime + ru.ru_stime
 
 
-def sets_for(spec: str, n_test: int, temperature: float) -> list[str]:
-    return [f"task.datasets={json.dumps([spec])}", f"task.n_test={n_test}", "task.n_val=50",
+def extra_sets(labels: list[str]) -> list[str]:
+    """The candidates' own task settings (``task.max_answer_share``) as ``--set`` strings; a mixture's
+    labels must agree on them (they are fields of the one task)."""
+    own = {json.dumps(CANDIDATES[x][2] if len(CANDIDATES[x]) > 2 else {}, sort_keys=True) for x in labels}
+    if len(own) > 1:
+        raise SystemExit(f"error: the labels {', '.join(labels)} set different task settings ({' vs '.join(own)}); "
+                         "a mixture is one task: choose labels that agree")
+    return [f"{k}={v}" for k, v in json.loads(own.pop()).items()]
+
+
+def sets_for(spec: str, n_test: int, temperature: float, label: str) -> list[str]:
+    return [*extra_sets([label]), f"task.datasets={json.dumps([spec])}", f"task.n_test={n_test}", "task.n_val=50",
             "task.extract=auto", f"task.instruction={INSTRUCTION}", "eval.max_prompts=0",
             f"eval.n_samples={SAMPLES}", f"eval.ks={json.dumps(list(KS))}", f"eval.temperature={temperature}"]
 
 
 def evaluate(label: str, n_test: int, temperature: float) -> dict:
     """The base model on ``n_test`` test problems of ``label`` (one ``rlsuite eval`` process)."""
-    kind, spec = CANDIDATES[label]
+    kind, spec = CANDIDATES[label][:2]
     code = ("import json, sys, time\n"
             "from rlsuite.suite.cli import main\n"
             "from rlsuite import tasks\n"
@@ -150,13 +172,15 @@ def evaluate(label: str, n_test: int, temperature: float) -> dict:
             "for s in json.loads(sys.argv[1]): args += ['--set', s]\n"
             "sys.exit(main(args))\n")
     t0 = time.time()
-    sets = json.dumps(sets_for(spec, n_test, temperature))
+    sets = json.dumps(sets_for(spec, n_test, temperature, label))
     res, cpu = run_timed([sys.executable, "-c", code, sets], cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     if res.returncode != 0:  # bad input (too few distinct problems, ...) is a row with its reason
         why = (res.stderr.strip().splitlines() or ["?"])[-1]
         if "BadInput" not in why and res.returncode != 2:  # an internal failure: a row that says so, never a score
             print(f"{label}: eval failed (exit {res.returncode}):\n{res.stderr[-3000:]}", file=sys.stderr)
             why = f"eval FAILED (exit {res.returncode}): {why}"
+        if len(CANDIDATES[label]) > 2:
+            spec += " + " + " ".join(f"{k}={v}" for k, v in CANDIDATES[label][2].items())
         return {"label": label, "kind": kind, "spec": spec, "error": why.split("BadInput: ")[-1],
                 "cpu_s": cpu}
     lines = res.stdout.strip().splitlines()
@@ -165,6 +189,11 @@ def evaluate(label: str, n_test: int, temperature: float) -> dict:
     m = json.loads(lines[-1])
     g = lambda k: m[f"eval/reasoning_gym/{k}"]  # noqa: E731
     avg, n = g(f"avg@{SAMPLES}"), m["n_prompts"]
+    if "kept_by_answer_cap" in space:  # the cap thins the space the runs draw from in the same proportion
+        space["space_estimate"] *= space["kept_by_answer_cap"] / space["distinct"]
+        space["distinct"] = space["kept_by_answer_cap"]
+    if len(CANDIDATES[label]) > 2:
+        spec += " + " + " ".join(f"{k}={v}" for k, v in CANDIDATES[label][2].items())
     return {"label": label, "kind": kind, "spec": spec, "n": n, "greedy": g("greedy_acc"), "avg4": avg,
             "pass4": g(f"pass@{SAMPLES}"), "se_avg4": math.sqrt(max(avg * (1 - avg), 1e-12) / n),
             "distinct": space["distinct"], "space": space["space_estimate"],
@@ -180,7 +209,7 @@ PILOT = ["rollout.prompts_per_step=4", "rollout.group_size=8", "rollout.max_new_
 def pilot(labels: list[str], seed: int, n_test: int, temperature: float, samples: int, out: Path) -> dict:
     """One GRPO run on the mixture of ``labels``: per dataset, greedy test accuracy before and after."""
     specs = [CANDIDATES[x][1] for x in labels]
-    sets = [f"task.datasets={json.dumps(specs)}", f"task.n_test={n_test}", "task.extract=auto",
+    sets = [*extra_sets(labels), f"task.datasets={json.dumps(specs)}", f"task.n_test={n_test}", "task.extract=auto",
             f"task.instruction={INSTRUCTION}", f"rollout.temperature={temperature}", *PILOT]
     args = [sys.executable, "-m", "rlsuite.suite.cli", "run", "--task", "reasoning_gym", "--algo", "grpo",
             "--model", MODEL, "--seed", str(seed), "--budget", f"samples={samples}", "--out", str(out)]
@@ -201,12 +230,22 @@ def pilot(labels: list[str], seed: int, n_test: int, temperature: float, samples
     key = {lab: f"eval/reasoning_gym/greedy_acc_{k}" if len(labels) > 1 else "eval/reasoning_gym/greedy_acc"
            for lab, k in zip(labels, keys)}
     per = {lab: (first[key[lab]], last[key[lab]]) for lab in labels}
+    by_task_label = {r["label"]: r for r in answers(run_dir)}
+    off = {lab: by_task_label[k] for lab, k in zip(labels, keys) if k in by_task_label}
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     mixed = [r["group/mixed_frac"] for r in rows if "group/mixed_frac" in r]
-    return {"seed": seed, "per": per, "steps": len(rows), "errors": sum(r.get("reward/grade_errors", 0) for r in rows),
+    return {"seed": seed, "per": per, "off": off, "steps": len(rows),
+            "errors": sum(r.get("reward/grade_errors", 0) for r in rows),
             "mixed": sum(mixed) / max(1, len(mixed)),
             "reward_first": rows[0].get("reward/mean"), "reward_last": rows[-1].get("reward/mean"),
             "wall_s": time.time() - t0, "cpu_s": cpu, "run_dir": str(run_dir)}
+
+
+def _off(a: dict | None) -> str:
+    if not a:
+        return "—"
+    c, n = a["rest"]
+    return f"{c}/{n} (`{a['gold']}` {a['share']:.2f})"
 
 
 def render_pilot(runs: list[dict], labels: list[str], n_test: int, argv: list[str], temperature: float,
@@ -219,9 +258,12 @@ def render_pilot(runs: list[dict], labels: list[str], n_test: int, argv: list[st
              f"{os.cpu_count()} cores, the runs side by side, 1 torch thread each. One run per seed trains "
              f"{MODEL} on {what} (`{' '.join(PILOT)}`, temperature {temperature}); "
              "gain = greedy test accuracy after − before, in points; SE = √(2·p(1−p)/n) at the mean accuracy "
-             "(two proportions on the same problems, an upper bound for paired ones).", "",
+             "(two proportions on the same problems, an upper bound for paired ones). `off the common gold`: the "
+             "final greedy score on the test problems whose gold is not the dataset's most common one (its "
+             "share in brackets): a policy that always gives that answer scores 0 there.", "",
              "| label | kind | before | " + " | ".join(f"after (seed {r['seed']})" for r in runs)
-             + " | mean gain | ± SE | learns |", "|---|---|---|" + "---|" * len(runs) + "---|---|---|"]
+             + " | mean gain | ± SE | learns | " + " | ".join(f"off the common gold (seed {r['seed']})" for r in runs)
+             + " |", "|---|---|---|" + "---|" * len(runs) + "---|---|---|" + "---|" * len(runs)]
     for lab in labels:
         before = runs[0]["per"][lab][0]
         gains = [100 * (r["per"][lab][1] - r["per"][lab][0]) for r in runs]
@@ -230,7 +272,8 @@ def render_pilot(runs: list[dict], labels: list[str], n_test: int, argv: list[st
         se = 100 * math.sqrt(2 * pbar * (1 - pbar) / n_test)  # the problems are shared: seeds do not shrink it
         lines.append(f"| {lab} | {CANDIDATES[lab][0]} | {before:.3f} | "
                      + " | ".join(f"{r['per'][lab][1]:.3f} ({g:+.1f})" for r, g in zip(runs, gains))
-                     + f" | {mean:+.1f} | {se:.1f} | {'yes' if mean > 2 * se else 'not shown'} |")
+                     + f" | {mean:+.1f} | {se:.1f} | {'yes' if mean > 2 * se else 'not shown'} | "
+                     + " | ".join(_off(r.get("off", {}).get(lab)) for r in runs) + " |")
     def run_line(r: dict) -> str:
         return (f"seed {r['seed']}: {r['steps']} steps, reward {r['reward_first']:.3f} → {r['reward_last']:.3f}, "
                 f"groups with mixed rewards {r.get('mixed', float('nan')):.2f} (mean over steps), "

@@ -66,6 +66,39 @@ def test_too_few_distinct_problems_is_refused_with_the_count():
         task(datasets=(ARITH,), n_test=100, n_val=30).splits()
 
 
+def test_the_answer_cap_by_hand():
+    items = [Item("x", i, f"q{i}", a) for i, a in enumerate("1111111123")]
+    kept = rgt.cap_answer_share(items, 0.5)
+    # N: 10 -> 5+1+1 = 7 -> 3+1+1 = 5 -> 2+1+1 = 4 (fixed): two 1s by the balance hash, the 2 and the 3
+    assert sorted(it.answer for it in kept) == ["1", "1", "2", "3"]
+    ones = sorted((it for it in items if it.answer == "1"), key=lambda it: rgt._hash("balance", it.question))
+    assert {it.question for it in kept if it.answer == "1"} == {it.question for it in ones[:2]}
+    assert [it.idx for it in kept] == sorted(it.idx for it in kept)  # the input's order
+    assert rgt.cap_answer_share(items, 1.0) == items
+    none = [Item("x", 10 + i, f"n{i}", None) for i in range(3)]
+    assert len([it for it in rgt.cap_answer_share(items + none, 0.5) if it.answer is None]) == 3
+
+
+def test_the_answer_cap_bounds_every_answer_and_a_constant_answer_in_the_splits():
+    from collections import Counter
+
+    gcd = "gcd:max_value=150"  # the answer 1 is ~30% of the problems
+    plain, capped = task(datasets=(gcd,)), task(datasets=(gcd,), max_answer_share=0.2)
+    share = lambda t: Counter(it.answer for k in ("train", "val", "test")  # noqa: E731
+                              for it in t.splits()[k]).most_common(1)[0][1] / sum(len(v) for v in t.splits().values())
+    assert share(plain) > 0.25
+    assert share(capped) <= 0.2 + 1e-9
+    space = capped.problem_space()[0]
+    assert sum(len(v) for v in capped.splits().values()) == space["kept_by_answer_cap"] < space["distinct"]
+    assert not {it.question for it in capped.splits()["test"]} & {it.question for it in capped.splits()["train"]}
+    assert "kept_by_answer_cap" not in plain.problem_space()[0]
+
+
+def test_an_answer_cap_that_leaves_too_few_questions_is_refused_with_its_counts():
+    with pytest.raises(BadInput, match=r"max_answer_share=0.01 kept \d+ of \d+ .*raise task.max_answer_share"):
+        task(datasets=(ARITH,), n_test=10, n_val=5, max_answer_share=0.01).splits()
+
+
 def test_unknown_dataset_and_bad_parameters_are_clear_errors():
     with pytest.raises(BadInput, match="unknown dataset 'no_such'.*valid: .*basic_arithmetic"):
         task(datasets=("no_such",)).splits()
