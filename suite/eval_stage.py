@@ -7,8 +7,8 @@ Rank 0 alone evaluates. The evals of the starting weights are memoised
 (``eval.cache_base``: :func:`rlsuite.suite.evaluate.memo_base_eval`, keyed by everything they
 depend on). A grade error counts as not correct (``grade_errors`` in the row, a warning); an
 eval whose every grade errored raises ``GraderError``. Each eval appends one ``evals.jsonl`` row,
-its ``samples.jsonl`` rows and (final evals) its ``problems.jsonl`` rows, and hands the row to
-``on_row`` (trackers, progress).
+its ``samples.jsonl`` rows and (final evals, and the base's test eval at step 0) its
+``problems.jsonl`` rows, and hands the row to ``on_row`` (trackers, progress).
 """
 
 from __future__ import annotations
@@ -75,12 +75,16 @@ class EvalStage:
         if engine.version != updates:
             engine = current or make_engine(s.rollout.engine, st.model, self.tok, s.rollout)  # the current policy
 
+        # per-problem results (problems.jsonl): the final evals, and the base's test eval (step 0), so a
+        # run holds its before and after problem by problem
+        keep = final or (split == "test" and updates == 0)
+
         def compute() -> dict[str, Any]:
             counted = CountingGrader(self.task)  # grade errors of the eval, counted (never a silent "wrong")
-            problems: list[dict] = []  # per-problem results of the final evals (problems.jsonl)
+            problems: list[dict] = []
             res, samples = evaluate(engine, self.tok, counted, examples, [p[0] for p in ids], [p[1] for p in ids],
                                     s.eval, s.rollout.max_new_tokens, self.stop_ids, s.rollout.max_turns,
-                                    s.rollout.max_obs_tokens, per_problem=problems if final else None)
+                                    s.rollout.max_obs_tokens, per_problem=problems if keep else None)
             return {"res": res, "samples": samples, "problems": problems, "graded": counted.graded,
                     "errors": counted.errors, "first": counted.first}
 
@@ -106,7 +110,7 @@ class EvalStage:
         self.folder.append("samples.jsonl", [{"step": st.step_no, "split": split, "final": final, **x}
                                              for x in samples])
         if problems:
-            self.folder.append("problems.jsonl", [{"step": st.step_no, "split": split, "final": True, **x}
+            self.folder.append("problems.jsonl", [{"step": st.step_no, "split": split, "final": final, **x}
                                                   for x in problems])
         self.on_row(row)
         return row

@@ -1,8 +1,8 @@
 """The run folder: the contract between trainer, sweeps and reports.
 
 ``<out>/<run_id>/`` holds ``spec.json``, ``env.json``, ``metrics.jsonl`` (one row per step),
-``evals.jsonl``, ``samples.jsonl``, ``problems.jsonl`` (the final evals' per-problem results),
-``status.json``, ``checkpoint/`` and ``final/``.
+``evals.jsonl``, ``samples.jsonl``, ``problems.jsonl`` (per-problem results of the final evals,
+``final: true``, and of the base's test eval at step 0), ``status.json``, ``checkpoint/`` and ``final/``.
 JSON documents are written atomically (temporary name, fsync, rename), so a reader never sees
 half a document; ``checkpoint/`` is replaced as a whole (a new copy is written under
 ``.checkpoint.tmp`` with a completion marker, then swapped in; :meth:`RunFolder.recover_dir`

@@ -245,7 +245,8 @@ def _off(a: dict | None) -> str:
     if not a:
         return "—"
     c, n = a["rest"]
-    return f"{c}/{n} (`{a['gold']}` {a['share']:.2f})"
+    before = f"{a['base_rest'][0]}/{a['base_rest'][1]} → " if a.get("base_rest") else ""
+    return f"{before}{c}/{n} (`{a['gold']}` {a['share']:.2f})"
 
 
 def render_pilot(runs: list[dict], labels: list[str], n_test: int, argv: list[str], temperature: float,
@@ -259,8 +260,8 @@ def render_pilot(runs: list[dict], labels: list[str], n_test: int, argv: list[st
              f"{MODEL} on {what} (`{' '.join(PILOT)}`, temperature {temperature}); "
              "gain = greedy test accuracy after − before, in points; SE = √(2·p(1−p)/n) at the mean accuracy "
              "(two proportions on the same problems, an upper bound for paired ones). `off the common gold`: the "
-             "final greedy score on the test problems whose gold is not the dataset's most common one (its "
-             "share in brackets): a policy that always gives that answer scores 0 there.", "",
+             "greedy score, before → after, on the test problems whose gold is not the dataset's most common one "
+             "(that gold and its share in brackets): a policy that always gives that answer scores 0 there.", "",
              "| label | kind | before | " + " | ".join(f"after (seed {r['seed']})" for r in runs)
              + " | mean gain | ± SE | learns | " + " | ".join(f"off the common gold (seed {r['seed']})" for r in runs)
              + " |", "|---|---|---|" + "---|" * len(runs) + "---|---|---|" + "---|" * len(runs)]
@@ -310,17 +311,24 @@ def answers(run_dir: Path) -> list[dict]:
         by_label[e.label].append(e.answer)
     top = {lab: Counter(g).most_common(1)[0] for lab, g in by_label.items()}
     rows = [json.loads(x) for x in (run_dir / "problems.jsonl").read_text().splitlines()]
-    last = max(r["step"] for r in rows if r["split"] == "test")
-    acc = defaultdict(lambda: [0, 0, 0, 0])  # correct and n on the top gold, then on the rest
-    for r in rows:
-        if r["split"] == "test" and r["step"] == last and r["problem"] in gold:
-            lab, g = gold[r["problem"]]
-            a = acc[lab]
-            k = 0 if g == top[lab][0] else 2
-            a[k] += r["greedy"]
-            a[k + 1] += 1
+    last = max(r["step"] for r in rows if r["split"] == "test" and r["final"])
+
+    def tally(step: int, final: bool) -> dict:
+        acc = defaultdict(lambda: [0, 0, 0, 0])  # correct and n on the top gold, then on the rest
+        for r in rows:
+            if r["split"] == "test" and r["step"] == step and r["final"] == final and r["problem"] in gold:
+                lab, g = gold[r["problem"]]
+                a = acc[lab]
+                k = 0 if g == top[lab][0] else 2
+                a[k] += r["greedy"]
+                a[k + 1] += 1
+        return acc
+
+    acc, base = tally(last, True), tally(0, False)  # the base's rows: runs since the base's test eval saved them
     return [{"label": lab, "gold": top[lab][0], "share": top[lab][1] / len(by_label[lab]), "step": last,
-             "top": (a[0], a[1]), "rest": (a[2], a[3])} for lab, a in sorted(acc.items())]
+             "top": (a[0], a[1]), "rest": (a[2], a[3]),
+             "base_top": tuple(base[lab][:2]) if lab in base else None,
+             "base_rest": tuple(base[lab][2:]) if lab in base else None} for lab, a in sorted(acc.items())]
 
 
 def kept(r: dict, n_test: int) -> tuple[bool, str]:
@@ -394,12 +402,15 @@ def main() -> None:
     if a.stage == "answers":  # prints; the results file quotes it by hand with the runs' provenance
         if not a.runs:
             ap.error("answers: give one or more pilot run folders")
-        print("| run | dataset | most common gold | its share | final greedy: on that gold | on the rest |")
-        print("|---|---|---|---|---|---|")
+        print("| run | dataset | most common gold | its share | final greedy: on that gold | on the rest "
+              "| base greedy: on that gold | on the rest |")
+        print("|---|---|---|---|---|---|---|---|")
         for run in a.runs:
             for r in answers(run):
                 (c1, n1), (c2, n2) = r["top"], r["rest"]
-                print(f"| `{run.name}` | {r['label']} | `{r['gold']}` | {r['share']:.2f} | {c1}/{n1} | {c2}/{n2} |")
+                b = [f"{c}/{n}" for c, n in (r["base_top"], r["base_rest"])] if r["base_top"] else ["—", "—"]
+                print(f"| `{run.name}` | {r['label']} | `{r['gold']}` | {r['share']:.2f} | {c1}/{n1} | {c2}/{n2} "
+                      f"| {b[0]} | {b[1]} |")
         return
     if a.stage == "pilot":
         if not labels or min(a.seeds) < 100:

@@ -1,6 +1,6 @@
-"""Per-problem results: a run's final evals write ``problems.jsonl`` (one row per problem, keys
-stable across runs), their mean is the eval's accuracy, and the report's two-level interval
-resamples those problems as well as the seeds."""
+"""Per-problem results: a run's final evals and the base's test eval write ``problems.jsonl`` (one
+row per problem, keys stable across runs), their mean is the eval's accuracy, and the report's
+two-level interval resamples the final rows' problems as well as the seeds."""
 
 from __future__ import annotations
 
@@ -28,15 +28,22 @@ def test_final_evals_write_per_problem_results_and_the_report_resamples_them(tmp
         dirs.append(capsys.readouterr().out.strip().splitlines()[-1].split("run_dir: ")[1])
     keys = []
     for d in dirs:
-        rows = read_jsonl(f"{d}/problems.jsonl")
+        every = read_jsonl(f"{d}/problems.jsonl")
+        rows = [r for r in every if r["final"]]
+        base = [r for r in every if not r["final"]]  # the base's test eval at step 0: the run's before
+        (base_eval,) = [e for e in read_jsonl(f"{d}/evals.jsonl") if e["split"] == "test" and e["step"] == 0]
+        assert {(r["step"], r["split"]) for r in base} == {(0, "test")} and len(base) == 24
+        assert np.mean([r["greedy"] for r in base]) == pytest.approx(base_eval["eval/arith/greedy_acc"])
+        assert {r["problem"] for r in base} == {r["problem"] for r in rows if r["split"] == "test"}
         evals = [e for e in read_jsonl(f"{d}/evals.jsonl") if e["final"]]
-        assert rows and all(r["final"] for r in rows) and {r["split"] for r in rows} == {e["split"] for e in evals}
+        assert rows and {r["split"] for r in rows} == {e["split"] for e in evals}
         for e in evals:  # one row per problem; their mean is the eval's accuracy
             mine = [r for r in rows if r["split"] == e["split"]]
             assert len(mine) == e["n_prompts"] == 24 and all(r["n"] == 2 for r in mine)
             assert np.mean([r["greedy"] for r in mine]) == pytest.approx(e["eval/arith/greedy_acc"])
             assert np.mean([r["correct"] / r["n"] for r in mine]) == pytest.approx(e["eval/arith/avg@2"])
         keys.append([r["problem"] for r in rows if r["split"] == "test"])
+    assert load_runs(tmp_path).per_problem.shape[0] == 2 * sum(e["n_prompts"] for e in evals)  # final rows only
     assert keys[0] == keys[1] and len(set(keys[0])) == 24  # the same problems, paired by key
     cfg = ReportConfig(reps=200)
     rs = load_runs(tmp_path)
