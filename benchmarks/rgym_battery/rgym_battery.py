@@ -11,11 +11,14 @@ one gold answer covers ≥ 15% of the test problems (Yes/No, True/False), avg@4 
 answer's share by more than 0.10 (the `const` column: a model that always says "No" to a syllogism
 scores the share of invalid ones). A candidate whose pool is capped (``task.max_answer_share``: no gold
 answer above that share) is judged on the window and the space alone; its constant check moves to the
-pilot, whose ``learns`` needs the score off the most common gold to rise on every seed.
+pilot, whose ``learns`` needs the score off the final policy's best gold (the answer value it gets
+right most often) to rise on every seed.
 
     python benchmarks/rgym_battery/rgym_battery.py screen [--only LABEL ...] [--workers 2]
     python benchmarks/rgym_battery/rgym_battery.py confirm --only LABEL ... [--n-test 300]
     python benchmarks/rgym_battery/rgym_battery.py pilot --only LABEL ... [--seeds 100 101] [--temperature 0.6]
+    python benchmarks/rgym_battery/rgym_battery.py pilot RUN... --only LABEL ... [--n-test 150]   # re-tabulate
+    python benchmarks/rgym_battery/rgym_battery.py answers RUN...
 
 ``pilot`` (the learnability check): one GRPO run per tuning seed on the *mixture* of the labels
 (the composite battery task: one run trains on all and evaluates each), or on one label alone (a
@@ -223,11 +226,19 @@ def pilot(labels: list[str], seed: int, n_test: int, temperature: float, samples
     if res.returncode != 0:
         raise RuntimeError(f"pilot seed {seed} failed (exit {res.returncode}):\n{res.stderr[-3000:]}")
     run_dir = Path(res.stdout.strip().splitlines()[-1].split("run_dir: ")[1])
+    return {**read_pilot(run_dir, labels), "wall_s": time.time() - t0, "cpu_s": cpu}
+
+
+def read_pilot(run_dir: Path, labels: list[str]) -> dict:
+    """A pilot run's row, from its folder: per dataset the greedy test accuracy before and after, the
+    scores off the common gold and off the final policy's best gold (:func:`answers`), and the run's
+    step metrics; ``wall_s`` is the run's own training clock (``pilot`` puts the process's wall and CPU)."""
+    from rlsuite.tasks.reasoning_gym import battery_labels
+
+    specs = [CANDIDATES[x][1] for x in labels]
     evals = [json.loads(x) for x in (run_dir / "evals.jsonl").read_text().splitlines()]
     test = [e for e in evals if e["split"] == "test"]
     first, last = test[0], test[-1]
-    from rlsuite.tasks.reasoning_gym import battery_labels
-
     keys = battery_labels(specs)
     # one dataset: the task's own greedy_acc (per-dataset metrics are a mixture's)
     key = {lab: f"eval/reasoning_gym/greedy_acc_{k}" if len(labels) > 1 else "eval/reasoning_gym/greedy_acc"
@@ -237,23 +248,24 @@ def pilot(labels: list[str], seed: int, n_test: int, temperature: float, samples
     off = {lab: by_task_label[k] for lab, k in zip(labels, keys) if k in by_task_label}
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     mixed = [r["group/mixed_frac"] for r in rows if "group/mixed_frac" in r]
-    return {"seed": seed, "per": per, "off": off, "steps": len(rows),
+    spec = json.loads((run_dir / "spec.json").read_text())
+    return {"seed": spec["seed"], "per": per, "off": off, "steps": len(rows),
             "errors": sum(r.get("reward/grade_errors", 0) for r in rows),
             "mixed": sum(mixed) / max(1, len(mixed)),
             "reward_first": rows[0].get("reward/mean"), "reward_last": rows[-1].get("reward/mean"),
-            "wall_s": time.time() - t0, "cpu_s": cpu, "run_dir": str(run_dir)}
+            "wall_s": rows[-1].get("budget/wall_s", float("nan")), "cpu_s": float("nan"), "run_dir": str(run_dir)}
 
 
 def _learns(runs: list[dict], lab: str, mean: float, se: float) -> str:
-    """``yes`` when the mean gain is above 2 SE and, on every seed, the score off the dataset's most common
-    gold rose (where the run saved the base's per-problem rows): a gain that a constant answer explains
-    is ``constant``."""
+    """``yes`` when the mean gain is above 2 SE and, on every seed, the score off the final policy's best
+    gold (the answer value it gets right most often) rose over the base's (where the run saved the base's
+    per-problem rows): a gain that one reply explains is ``constant``."""
     if mean <= 2 * se:
         return "not shown"
     offs = [r.get("off", {}).get(lab) for r in runs]
-    if any(a is None or a.get("base_rest") is None for a in offs):
+    if any(a is None or a.get("p_base_rest") is None for a in offs):
         return "yes (off-gold not checked)"
-    if all(a["rest"][0] > a["base_rest"][0] for a in offs):
+    if all(a["p_rest"][0] > a["p_base_rest"][0] for a in offs):
         return "yes"
     return "constant"
 
@@ -261,9 +273,9 @@ def _learns(runs: list[dict], lab: str, mean: float, se: float) -> str:
 def _off(a: dict | None) -> str:
     if not a:
         return "—"
-    c, n = a["rest"]
-    before = f"{a['base_rest'][0]}/{a['base_rest'][1]} → " if a.get("base_rest") else ""
-    return f"{before}{c}/{n} (`{a['gold']}` {a['share']:.2f})"
+    c, n = a["p_rest"]
+    before = f"{a['p_base_rest'][0]}/{a['p_base_rest'][1]} → " if a.get("p_base_rest") else ""
+    return f"{before}{c}/{n} (`{a['pgold']}`: {a['p_top'][0]}/{a['p_top'][1]})"
 
 
 def render_pilot(runs: list[dict], labels: list[str], n_test: int, argv: list[str], temperature: float,
@@ -276,11 +288,12 @@ def render_pilot(runs: list[dict], labels: list[str], n_test: int, argv: list[st
              f"{os.cpu_count()} cores, the runs side by side, 1 torch thread each. One run per seed trains "
              f"{MODEL} on {what} (`{' '.join(PILOT)}`, temperature {temperature}); "
              "gain = greedy test accuracy after − before, in points; SE = √(2·p(1−p)/n) at the mean accuracy "
-             "(two proportions on the same problems, an upper bound for paired ones). `off the common gold`: the "
-             "greedy score, before → after, on the test problems whose gold is not the dataset's most common one "
-             "(that gold and its share in brackets): a policy that always gives that answer scores 0 there.", "",
+             "(two proportions on the same problems, an upper bound for paired ones). `off its best gold`: the "
+             "greedy score, before → after, on the test problems whose gold is not the one the final policy gets right "
+             "most often (that gold and the final policy's score on it in brackets): a policy that has converged on "
+             "one reply scores 0 there, whichever reply it is.", "",
              "| label | kind | before | " + " | ".join(f"after (seed {r['seed']})" for r in runs)
-             + " | mean gain | ± SE | learns | " + " | ".join(f"off the common gold (seed {r['seed']})" for r in runs)
+             + " | mean gain | ± SE | learns | " + " | ".join(f"off its best gold (seed {r['seed']})" for r in runs)
              + " |", "|---|---|---|" + "---|" * len(runs) + "---|---|---|" + "---|" * len(runs)]
     for lab in labels:
         before = runs[0]["per"][lab][0]
@@ -295,18 +308,24 @@ def render_pilot(runs: list[dict], labels: list[str], n_test: int, argv: list[st
     def run_line(r: dict) -> str:
         return (f"seed {r['seed']}: {r['steps']} steps, reward {r['reward_first']:.3f} → {r['reward_last']:.3f}, "
                 f"groups with mixed rewards {r.get('mixed', float('nan')):.2f} (mean over steps), "
-                f"grade errors {r['errors']:.0f}, {r['wall_s']:.0f} s wall, {r['cpu_s']:.0f} CPU s")
+                f"grade errors {r['errors']:.0f}, {r['wall_s']:.0f} s wall, "
+                + (f"{r['cpu_s']:.0f} CPU s" if r["cpu_s"] == r["cpu_s"] else "CPU s not recorded (re-tabulated)"))
 
     lines += ["", "Runs: " + "; ".join(run_line(r) for r in runs)
-              + f"; {sum(r['cpu_s'] for r in runs) / 3600:.2f} CPU-hours. `learns` = mean gain > 2 SE and, on every "
-              "seed, more problems right off the common gold than the base (`constant`: the gain is not there).", ""]
+              + "".join(f"; {sum(r['cpu_s'] for r in runs) / 3600:.2f} CPU-hours" for _ in [0]
+                        if all(r["cpu_s"] == r["cpu_s"] for r in runs))
+              + ". `learns` = mean gain > 2 SE and, on every "
+              "seed, more problems right off the final policy's best gold than the base (`constant`: the gain "
+              "is not there).", ""]
     return "\n".join(lines)
 
 
 def answers(run_dir: Path) -> list[dict]:
     """Per dataset of a pilot run (its folder): the most common gold answer of its test problems and
     its share, and the final greedy accuracy on the problems with that gold and on the rest (from the
-    run's per-problem results; the tokenizer's chat template gives each problem's key)."""
+    run's per-problem results; the tokenizer's chat template gives each problem's key); the same for the
+    gold the final policy gets right most often (``pgold``), and the base's scores off each (from the
+    base's step-0 rows, where the run saved them)."""
     from collections import Counter, defaultdict
 
     from transformers import AutoTokenizer
@@ -331,22 +350,35 @@ def answers(run_dir: Path) -> list[dict]:
     rows = [json.loads(x) for x in (run_dir / "problems.jsonl").read_text().splitlines()]
     last = max(r["step"] for r in rows if r["split"] == "test" and r["final"])
 
-    def tally(step: int, final: bool) -> dict:
-        acc = defaultdict(lambda: [0, 0, 0, 0])  # correct and n on the top gold, then on the rest
+    def tally(step: int, final: bool, pick: dict) -> dict:
+        acc = defaultdict(lambda: [0, 0, 0, 0])  # correct and n on the picked gold, then on the rest
         for r in rows:
             if r["split"] == "test" and r["step"] == step and r["final"] == final and r["problem"] in gold:
                 lab, g = gold[r["problem"]]
                 a = acc[lab]
-                k = 0 if g == top[lab][0] else 2
+                k = 0 if g == pick.get(lab) else 2
                 a[k] += r["greedy"]
                 a[k + 1] += 1
         return acc
 
-    acc, base = tally(last, True), tally(0, False)  # the base's rows: runs since the base's test eval saved them
+    # the policy's best gold: the answer value it gets right most often at the end (a policy that has
+    # converged on one reply is right on that gold's problems alone, whichever gold it is)
+    right = defaultdict(Counter)
+    for r in rows:
+        if r["split"] == "test" and r["step"] == last and r["final"] and r["problem"] in gold:
+            lab, g = gold[r["problem"]]
+            right[lab][g] += r["greedy"]
+    best = {lab: max(by_label[lab], key=lambda g: (right[lab][g], by_label[lab].count(g))) for lab in by_label}
+    common = {lab: t[0] for lab, t in top.items()}
+    acc, base = tally(last, True, common), tally(0, False, common)  # base rows: runs since the base's were saved
+    pacc, pbase = tally(last, True, best), tally(0, False, best)
     return [{"label": lab, "gold": top[lab][0], "share": top[lab][1] / len(by_label[lab]), "step": last,
              "top": (a[0], a[1]), "rest": (a[2], a[3]),
              "base_top": tuple(base[lab][:2]) if lab in base else None,
-             "base_rest": tuple(base[lab][2:]) if lab in base else None} for lab, a in sorted(acc.items())]
+             "base_rest": tuple(base[lab][2:]) if lab in base else None,
+             "pgold": best[lab], "pshare": by_label[lab].count(best[lab]) / len(by_label[lab]),
+             "p_top": tuple(pacc[lab][:2]), "p_rest": tuple(pacc[lab][2:]),
+             "p_base_rest": tuple(pbase[lab][2:]) if lab in pbase else None} for lab, a in sorted(acc.items())]
 
 
 def kept(r: dict, n_test: int) -> tuple[bool, str]:
@@ -364,8 +396,8 @@ def kept(r: dict, n_test: int) -> tuple[bool, str]:
     if r.get("constant", 0.0) >= 0.15 and r["avg4"] <= r["constant"] + 0.10 and not capped:
         why.append(f"avg@4 {r['avg4']:.2f} within 0.10 of the constant answer "
                    f"{r['constant_answer']!r}'s {r['constant']:.2f}")
-    return not why, "; ".join(why) or ("kept (capped pool: the pilot judges it off the common gold)" if capped
-                                       else "kept")
+    capped_ok = "kept (capped pool: the pilot judges it off the final policy's best gold)"
+    return not why, "; ".join(why) or (capped_ok if capped else "kept")
 
 
 def render(stage: str, rows: list[dict], n_test: int, argv: list[str], workers: int, temperature: float) -> str:
@@ -404,7 +436,8 @@ def _cpu() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("stage", choices=["screen", "confirm", "pilot", "answers"])
-    ap.add_argument("runs", nargs="*", type=Path, help="answers: pilot run folders (their spec.json, problems.jsonl)")
+    ap.add_argument("runs", nargs="*", type=Path, help="answers: pilot run folders (their spec.json, problems.jsonl); "
+                    "pilot: finished runs to tabulate again instead of running")
     ap.add_argument("--only", nargs="+", default=None, help=f"labels ({', '.join(CANDIDATES)})")
     ap.add_argument("--n-test", type=int, default=None, help="test problems (screen 100, confirm 300)")
     ap.add_argument("--workers", type=int, default=2)
@@ -423,14 +456,16 @@ def main() -> None:
         if not a.runs:
             ap.error("answers: give one or more pilot run folders")
         print("| run | dataset | most common gold | its share | final greedy: on that gold | on the rest "
-              "| base greedy: on that gold | on the rest |")
-        print("|---|---|---|---|---|---|---|---|")
+              "| base greedy: on that gold | on the rest | the final policy's best gold | final off it | base off it |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for run in a.runs:
             for r in answers(run):
                 (c1, n1), (c2, n2) = r["top"], r["rest"]
                 b = [f"{c}/{n}" for c, n in (r["base_top"], r["base_rest"])] if r["base_top"] else ["—", "—"]
+                pb = "{}/{}".format(*r["p_base_rest"]) if r["p_base_rest"] else "—"
                 print(f"| `{run.name}` | {r['label']} | `{r['gold']}` | {r['share']:.2f} | {c1}/{n1} | {c2}/{n2} "
-                      f"| {b[0]} | {b[1]} |")
+                      f"| {b[0]} | {b[1]} | `{r['pgold']}` ({r['p_top'][0]}/{r['p_top'][1]} right) | "
+                      f"{r['p_rest'][0]}/{r['p_rest'][1]} | {pb} |")
         return
     if a.stage == "pilot":
         if not labels or min(a.seeds) < 100:
@@ -438,9 +473,12 @@ def main() -> None:
                      "and tuning seeds ≥ 100")
         import tempfile
 
-        out = Path(tempfile.mkdtemp(prefix="rlsuite-rgym-pilot-"))
-        with cf.ThreadPoolExecutor(a.workers) as pool:
-            runs = list(pool.map(lambda sd: pilot(labels, sd, n_test, a.temperature, a.samples, out), a.seeds))
+        if a.runs:  # finished pilot runs (their folders): the table again, by the rules of this code
+            runs = [read_pilot(r, labels) for r in a.runs]
+        else:
+            out = Path(tempfile.mkdtemp(prefix="rlsuite-rgym-pilot-"))
+            with cf.ThreadPoolExecutor(a.workers) as pool:
+                runs = list(pool.map(lambda sd: pilot(labels, sd, n_test, a.temperature, a.samples, out), a.seeds))
         text = render_pilot(runs, labels, n_test, sys.argv[1:], a.temperature, a.samples)
         print(text)
         old = a.results.read_text() if a.results.exists() else head
