@@ -53,7 +53,7 @@ import hashlib
 import random
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Hashable, Optional, Sequence
 
 from rlsuite.tasks.base import Environment, Grade, Task, TaskConfig, hash_split, register
@@ -148,7 +148,8 @@ class HopsEnv(Environment):
 @dataclass(frozen=True, kw_only=True)
 class HopsToyConfig(TaskConfig):
     ranges = {"n_entities": "[20, inf)", "min_hops": "[1, inf)", "max_hops": "[1, 12]",
-              "val_fraction": "(0, 0.3)", "warm_target": "(0, 1)", "warm_max_steps": "[1, inf)"}
+              "val_fraction": "(0, 0.3)", "warm_target": "(0, 1)", "warm_max_steps": "[1, inf)",
+              "warm_read_share": "[0, 1]"}
     """Declared ranges of this class's numeric fields (see ``TaskConfig.ranges``)."""
     n_entities: int = 300
     """Names in the synthetic world (each starts ``max_hops − min_hops + 1`` questions)."""
@@ -163,6 +164,11 @@ class HopsToyConfig(TaskConfig):
     grounded (the chain's name at the hop where the episode stopped)."""
     warm_max_steps: int = 600
     """Upper bound on warm-start SFT steps."""
+    warm_read_share: float = field(default=0.0, metadata={"identity": "when_set"})
+    """Share of the warm start's teacher episodes that stop at the question's ``h`` (the rest stop at a
+    uniformly random hop): 0 (the committed base) teaches no reading of ``h`` at all; a positive share
+    gives a base that reads it part of the time, so RL has a gradient towards reading it. A base built
+    at a share other than the committed one's is built locally (not committed)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_hops <= self.max_hops <= 12:
@@ -186,7 +192,7 @@ class HopsToy(Task):
                 "(synthetic multi-hop world, this project)")
     Config = HopsToyConfig
     cfg: HopsToyConfig
-    inert = dict.fromkeys(("warm_target", "warm_max_steps"),
+    inert = dict.fromkeys(("warm_target", "warm_max_steps", "warm_read_share"),
                           "acts only in warm_start (the supervised warm start of models built from "
                           "scratch): it changes the starting weights, not the task's data, prompts or grades")
     presets = {
@@ -260,8 +266,9 @@ class HopsToy(Task):
     def episode(self, example: Hop, tokenizer, rng: random.Random) -> tuple[list[int], list[float]]:
         """Token ids and loss mask (1 = policy token) of one *teacher* episode: follow the chain
         for a uniformly random number of searches in ``min_hops..max_hops`` (not the question's
-        ``h``), then answer with the last name shown."""
-        stop = rng.randint(self.cfg.min_hops, self.cfg.max_hops)
+        ``h``; with probability ``warm_read_share``, exactly ``h``), then answer with the last name shown."""
+        read = self.cfg.warm_read_share > 0 and rng.random() < self.cfg.warm_read_share  # no draw at 0: same base
+        stop = example.hops if read else rng.randint(self.cfg.min_hops, self.cfg.max_hops)
         chain = follow(self.world, example.start, stop)
         env = self.make_env(example)
         parts = [(tokenizer.encode(self.prompt(example)), 0.0)]
