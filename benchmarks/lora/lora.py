@@ -17,6 +17,10 @@ resumes where it stopped):
    ``checkpoint/state.pt``, and the gain = final test ``greedy_acc`` − step-0 test ``greedy_acc``
    (``evals.jsonl``); write ``benchmarks/lora/lora.md`` with the per-arm means and the per-run rows.
 
+``--compact``: after a measurement, copy its final runs compactly into ``benchmarks/lora/runs/`` (spec,
+status, env, evals, per-problem results, cut metrics with the ``perf/`` times; no weights) and each arm's
+tuning ``selection.json`` into ``benchmarks/lora/runs/<arm>-selection.json``.
+
 ``--smoke``: two steps (32 samples a step), one learning rate, one tuning seed, one final seed and
 4-prompt evals, into ``OUT`` (default a temp folder), to check the pipeline; nothing is written to
 ``benchmarks/lora/``.
@@ -107,7 +111,21 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--cluster", default="local")
     ap.add_argument("--smoke", action="store_true", help="two steps, one lr, one seed: check the pipeline")
+    ap.add_argument("--compact", action="store_true", help="copy OUT's final runs compactly into benchmarks/lora/runs/")
     a = ap.parse_args()
+    if a.compact:
+        import shutil
+
+        from rlsuite.sweeps.study import compact_copy
+
+        out, dest = a.out or ROOT / "results" / "lora", Path(__file__).with_name("runs")
+        for name in ARMS:
+            final = out / f"{name}-tuned"
+            for run in sorted(p for p in final.iterdir() if (p / "status.json").exists()):
+                compact_copy(run, dest / name / run.name, keep_prefixes=("budget/", "perf/"))
+            shutil.copy2(out / f"{name}-tune" / "selection.json", dest / f"{name}-selection.json")
+        print(f"compact copies in {dest}")
+        return 0
     out = a.out or (Path(tempfile.mkdtemp(prefix="lora-smoke-")) if a.smoke else ROOT / "results" / "lora")
     (out / "specs").mkdir(parents=True, exist_ok=True)
     results = {}
