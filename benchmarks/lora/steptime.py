@@ -1,6 +1,7 @@
 """LoRA's step time against full fine-tuning on SmolLM2-135M-Instruct, side by side in one invocation
 (issue 40 §2): the real-model preset (``sweeps/real_model.yaml``, its GRPO arm, one torch thread),
-``--steps`` update steps a run, the two arms alternated ``--repeats`` times (full, LoRA, full, LoRA…)
+``--steps`` update steps a run, the arms (full, full without the shared-prefix update, LoRA) alternated
+``--repeats`` times
 one process at a time, so both see the same machine. Per run: its peak resident memory (the child's
 own ``ru_maxrss``), the mean ``perf/step_time``,
 ``perf/rollout_time`` and ``perf/train_time`` over its steps after the first (the first pays the
@@ -29,7 +30,10 @@ from common import CLI, ROOT, command, machine, write_results  # noqa: E402
 
 from rlsuite.suite.runfolder import read_jsonl  # noqa: E402
 
-ARMS = {"full": [], "lora_r16": ["model.lora_rank=16", "model.lora_alpha=32", "model.lora_targets=all-linear"]}
+ARMS = {"full": [], "full_no_share": ["train.share_prefix=false"],
+        "lora_r16": ["model.lora_rank=16", "model.lora_alpha=32", "model.lora_targets=all-linear"]}
+"""``full_no_share``: full fine-tuning without the shared-prefix update, which a LoRA run cannot use
+(``share_prefix=auto`` resolves to off under LoRA): it separates LoRA's own cost from that of losing it."""
 PHASES = ("perf/step_time", "perf/rollout_time", "perf/train_time")
 
 
