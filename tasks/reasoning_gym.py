@@ -278,10 +278,13 @@ def cap_answer_share(items: Sequence[Item], share: float) -> list[Item]:
         if nxt == n:
             break
         n = nxt
+    groups: dict[str, list[Item]] = {}
+    for it in items:
+        if it.answer is not None:
+            groups.setdefault(it.answer, []).append(it)
     keep: set[str] = set()
-    for a in counts:
-        group = sorted((it for it in items if it.answer == a), key=lambda it: _hash("balance", it.question))
-        keep |= {it.question for it in group[:cap]}
+    for group in groups.values():
+        keep |= {it.question for it in sorted(group, key=lambda it: _hash("balance", it.question))[:cap]}
     return [it for it in items if it.answer is None or it.question in keep]
 
 
@@ -336,7 +339,9 @@ class ReasoningGymConfig(TaskConfig):
     max_answer_share: float = field(default=1.0, metadata={"identity": "when_set"})
     """The most any one gold answer may be of a dataset's distinct questions (1.0 = no cap): above it,
     questions with that answer are dropped before the split (see the module docstring), so a constant
-    answer cannot score more than this share."""
+    answer scores about this share at most (the test split is a hash-chosen subset of the capped pool:
+    its share may differ by sampling). It bounds a constant's score, not its pull: a policy can still
+    converge on one reply (``benchmarks/rgym_battery/``)."""
 
     def __post_init__(self) -> None:
         if not self.datasets:

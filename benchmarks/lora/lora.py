@@ -145,7 +145,7 @@ def main() -> int:
             f"(`rlsuite sweep tune`, 3 lrs × 2 tuning seeds at clip_eps_high 0.2, val greedy_acc); final runs "
             f"on seeds 0, 1, 2. "
             f"Selections: `{out}/<arm>-tune/selection.json`.", ""]
-    write_results(Path(__file__).with_name("lora.md"), "\n".join(head) + text + "\n")
+    write_results(Path(__file__).with_name("lora.md"), "\n".join(head) + "\n" + text + "\n")
     return 0
 
 

@@ -312,8 +312,8 @@ def render_pilot(runs: list[dict], labels: list[str], n_test: int, argv: list[st
                 + (f"{r['cpu_s']:.0f} CPU s" if r["cpu_s"] == r["cpu_s"] else "CPU s not recorded (re-tabulated)"))
 
     lines += ["", "Runs: " + "; ".join(run_line(r) for r in runs)
-              + "".join(f"; {sum(r['cpu_s'] for r in runs) / 3600:.2f} CPU-hours" for _ in [0]
-                        if all(r["cpu_s"] == r["cpu_s"] for r in runs))
+              + (f"; {sum(r['cpu_s'] for r in runs) / 3600:.2f} CPU-hours"
+                 if all(r["cpu_s"] == r["cpu_s"] for r in runs) else "")
               + ". `learns` = mean gain > 2 SE and, on every "
               "seed, more problems right off the final policy's best gold than the base (`constant`: the gain "
               "is not there).", ""]
