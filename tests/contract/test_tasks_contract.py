@@ -206,7 +206,8 @@ VALUES: dict[str, dict[str, Callable[[Probe], list]]] = {
     "reasoning_gym": {"datasets": lambda p: [("leg_counting:max_animals=3",),
                                              ("basic_arithmetic:min_terms=2,max_terms=2,max_digits=2,operators=[+,-]",
                                               "leg_counting:max_animals=3")],
-                      "pool": lambda p: [2000]},  # the default's train is capped at n_train: a smaller pool binds
+                      "pool": lambda p: [2000],  # the default's train is capped at n_train: a smaller pool binds
+                      "max_answer_share": lambda p: [0.005]},  # the default's top answer is ~1.8% of its pool
     "gsm8k": {"data_path": lambda p: [str(data_dir("gsm8k") / "train_sample.jsonl")]},
     "math": {"data_path": lambda p: [str(data_dir("math") / "train_sample.jsonl")]},
     "search": {"data_path": lambda p: [str(data_dir("search") / "nq_open_dev_sample.jsonl")],
