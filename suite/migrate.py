@@ -10,6 +10,8 @@ through :func:`migrate`, which returns the document as this version writes it:
 * settings a version-1 document could lack (added after it was written) get the value the run
   used, :data:`V1_VALUES`: the defaults of their time (``train.share_prefix`` and ``optim.fused``
   were off, whatever ``auto`` resolves to now);
+* task settings added later with a default other than the old behaviour (:data:`ADDED_TASK_VALUES`,
+  in documents of every version) get the value the run used;
 * ``identity`` (the task version and the committed base's sha256) was not recorded: both are
   ``None`` ("not recorded"), so two version-1 runs of one configuration still pool, and never
   with a version-2 run.
@@ -48,6 +50,11 @@ V2_MAX_PROMPTS = 200
 V1_TASK_VALUES: dict[str, dict] = {"arith": {"style": "bare"}}
 """The same for task settings, by task name (``arith``'s prompt style came later)."""
 
+ADDED_TASK_VALUES: dict[str, dict] = {"hops_toy": {"warm_read_share": 0.0}}
+"""Task settings added in a later schema-3 version whose default is not the behaviour from before
+them, by task name: a document of any version that lacks one was written before it existed and
+used this value (``hops_toy``'s warm start read no ``h`` until its second committed base)."""
+
 
 def schema_of(doc: dict) -> int:
     """The document's schema version (1 when it has none)."""
@@ -67,6 +74,11 @@ def migrate(doc: dict) -> dict:
         doc = _v1_to_v2(doc)
     if schema_of(doc) == 2:
         doc = _v2_to_v3(doc)
+    task = doc.get("task") if isinstance(doc.get("task"), dict) else None
+    if task is not None and any(k not in task for k in ADDED_TASK_VALUES.get(task.get("name"), {})):
+        doc = copy.deepcopy(doc)
+        for k, v in ADDED_TASK_VALUES[task["name"]].items():
+            doc["task"].setdefault(k, v)
     return doc
 
 

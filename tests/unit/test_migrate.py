@@ -141,3 +141,11 @@ def test_the_identity_inputs_are_computed_at_resolution():
     assert spec.identity.base_sha256 == man["sha256"] and spec.identity.task_version == str(TASKS.get("arith").version)
     assert _doc(spec)["identity"] == {"task_version": spec.identity.task_version, "base_sha256": man["sha256"]}
     assert resolve("arith", "grpo", "tiny", 0, sets=[("task.max_operand", 50)]).identity.base_sha256 is None
+
+
+def test_a_task_setting_added_with_another_default_gets_the_value_its_run_used():
+    old = {"schema": SCHEMA, "task": {"name": "hops_toy", "warm_target": 0.85}}
+    assert migrate(old)["task"]["warm_read_share"] == 0.0  # before the field: the blind teacher
+    assert "warm_read_share" not in old["task"]  # the caller's document is left as it was
+    new = {"schema": SCHEMA, "task": {"name": "hops_toy", "warm_read_share": 0.6}}
+    assert migrate(new)["task"]["warm_read_share"] == 0.6
