@@ -46,6 +46,16 @@ def run_value(metrics: pd.DataFrame, signal: str, agg: str, after: float) -> flo
     raise ValueError(f"unknown aggregation {agg!r}; valid: mean, final, change, rel_change")
 
 
+def arm_mean(runs: pd.DataFrame, metrics: pd.DataFrame, arm: str, signal: str, after: float = 0.2) -> float:
+    """The mean over the runs of ``arm`` (exactly that algorithm label) of each run's mean ``signal``
+    after the first ``after`` share of its steps (:func:`run_value`); runs that never logged it are
+    left out; NaN when none did. What a study's "how much each mechanism acts" table prints."""
+    ids = runs.loc[runs["algorithm"] == arm, "run_id"]
+    vals = [run_value(metrics[metrics["run_id"] == r], signal, "mean", after) for r in ids]
+    vals = [v for v in vals if np.isfinite(v)]
+    return float(np.mean(vals)) if vals else float("nan")
+
+
 def evaluate(checks: Iterable[Any], runs: pd.DataFrame, metrics: pd.DataFrame) -> pd.DataFrame:
     """Every check on every task and arm it covers. ``checks``: objects with the fields of
     :class:`rlsuite.sweeps.spec.Check` (``arm``, ``signal``, ``agg``, ``op``, ``value``, ``seeds``,

@@ -185,12 +185,10 @@ def _mechanisms(stage: Stage) -> str:
     m = stage.runset.metrics
     rows = []
     for arm in sorted(stage.series, key=lambda a: (-stage.staleness.get(a, 0), a)):
-        ids = stage.runset.runs.loc[stage.runset.runs["algorithm"] == arm, "run_id"]
         row = {"arm": arm}
         for key, col in SIGNALS:
-            vals = [checks_mod.run_value(m[m["run_id"] == r], key, "mean", 0.2) for r in ids]
-            vals = [v for v in vals if np.isfinite(v)]
-            row[col] = _fmt(float(np.mean(vals))) if vals else "—"
+            v = checks_mod.arm_mean(stage.runset.runs, m, arm, key)
+            row[col] = _fmt(v) if np.isfinite(v) else "—"
         rows.append(row)
     return _table(rows, ["arm"] + [c for _, c in SIGNALS])
 

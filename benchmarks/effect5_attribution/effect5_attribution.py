@@ -130,12 +130,10 @@ def render(study: Path = STUDY) -> str:
     m = runset.metrics
     rows = []
     for arm in series:
-        ids = runset.runs.loc[runset.runs["algorithm"] == arm, "run_id"]
         row = {"arm": arm}
         for key, name in SIGNALS:
-            vals = [checks_mod.run_value(m[m["run_id"] == r], key, "mean", 0.2) for r in ids]
-            vals = [v for v in vals if np.isfinite(v)]
-            row[name] = _fmt(float(np.mean(vals))) if vals else "—"
+            v = checks_mod.arm_mean(runset.runs, m, arm, key)
+            row[name] = _fmt(v) if np.isfinite(v) else "—"
         rows.append(row)
     lines += [_table(rows, ["arm"] + [n for _, n in SIGNALS]), ""]
     return "\n".join(lines) + "\n"

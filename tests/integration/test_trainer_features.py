@@ -15,7 +15,7 @@ from rlsuite.algorithms.base import ALGORITHMS, AlgoConfig
 from rlsuite.algorithms.grpo import GRPO
 from rlsuite.suite.cli import main
 from rlsuite.suite.runfolder import read_jsonl
-from tests import fakes  # noqa: F401  (fake tasks)
+from tests import fakes  # the fake tasks, and crash_then_resume
 
 SMALL = ["--task", "arith", "--set", "model.warm_start=none", "--set", "eval.max_prompts=8",
     "--set", "eval.test_prompts=8",
@@ -185,22 +185,10 @@ def _assert_crash_and_resume_reproduce(spec, tmp_path, monkeypatch, crash_at: in
     """Run ``spec`` once; run it again with a crash injected at step ``crash_at``, then resume it
     from its checkpoint: the metrics of both must match. Returns the reference rows."""
     from rlsuite.suite.runner import execute
-    from rlsuite.suite.trainer import Trainer
 
     code, ref = execute(spec, tmp_path / "ref")
     assert code == 0
-    real, crashed = Trainer.step, {"done": False}
-
-    def flaky(self):
-        if self.step_no == crash_at and not crashed["done"]:
-            crashed["done"] = True
-            raise RuntimeError("injected crash")
-        return real(self)
-
-    monkeypatch.setattr(Trainer, "step", flaky)
-    assert execute(spec, tmp_path / "crash")[0] == 1
-    code, run = execute(spec, tmp_path / "crash")
-    assert code == 0
+    run = fakes.crash_then_resume(spec, tmp_path / "crash", monkeypatch, at_step=crash_at)  # exits 1, then 0
     strip = lambda rows: [{k: v for k, v in r.items()
                            if k not in ("time", "budget/wall_s") and not k.startswith("perf/")}
                           for r in rows]
