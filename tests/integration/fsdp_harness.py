@@ -8,6 +8,7 @@ Spawned workers import this module by name, so it holds no test functions.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 import traceback
@@ -145,9 +146,12 @@ def spawn_probe(specs: list, world_size: int, out: Path, steps: int = 2, timeout
         if p.is_alive():
             p.kill()
             p.join()
-    if errors or done < world_size:
-        raise AssertionError("\n".join(errors) or f"ranks ended without a result: {[p.exitcode for p in procs]}")
-    per_rank = [torch.load(f"{result}.{r}", weights_only=False) for r in range(world_size)]
+    try:
+        if errors or done < world_size:
+            raise AssertionError("\n".join(errors) or f"ranks ended without a result: {[p.exitcode for p in procs]}")
+        per_rank = [torch.load(f"{result}.{r}", weights_only=False) for r in range(world_size)]
+    finally:  # each rank's result holds whole-model updates (622 MB for the real model): never left behind
+        shutil.rmtree(tmp, ignore_errors=True)
     return [[per_rank[r][i] for r in range(world_size)] for i in range(len(specs))]
 
 
@@ -212,6 +216,7 @@ def spawn_run(spec, out: Path, world_size: int, stop_at=None, timeout_s: float =
         if p.is_alive():
             p.kill()
             p.join()
+    shutil.rmtree(tmp, ignore_errors=True)
     errors = [r[2] for r in results.values() if r[2]]
     if errors or 0 not in results:
         raise AssertionError("\n".join(errors) or f"rank 0 ended without a result: {[p.exitcode for p in procs]}")
