@@ -66,8 +66,8 @@ def evaluate(checks: Iterable[Any], runs: pd.DataFrame, metrics: pd.DataFrame) -
         arms = sorted(runs["algorithm"].unique()) if c.arm == "all" else [c.arm]
         for task in sorted(runs["task"].unique()):
             for arm in arms:
-                mine = runs[(runs["task"] == task) & ((runs["algorithm"] == arm)
-                                                      | runs["algorithm"].astype(str).str.startswith(f"{arm}:"))]
+                # exactly that arm label: a variant (`x:v`) is an arm of its own, never pooled into `x`
+                mine = runs[(runs["task"] == task) & (runs["algorithm"] == arm)]
                 if mine.empty:
                     continue
                 vals = [run_value(metrics[metrics["run_id"] == r], c.signal, c.agg, c.after) for r in mine["run_id"]]

@@ -90,10 +90,13 @@ def test_check_aggregations_by_hand():
     assert pd.isna(checks.run_value(m, "other", "mean", 0.0))
     runs = pd.DataFrame({"run_id": ["a", "b", "c"], "task": "t", "algorithm": ["x", "x", "x:v"]})
     metrics = pd.DataFrame({"run_id": ["a", "b", "c"], "step": 1, "sig": [0.02, 0.001, 0.03]})
-    t = checks.evaluate([Check("x", "sig", value=0.01, seeds=0.6)], runs, metrics)
-    assert t.iloc[0]["n_runs"] == 3 and t.iloc[0]["n_pass"] == 2 and t.iloc[0]["result"] == checks.PASS
+    # arm `x` is runs a and b only: its variant `x:v` (run c, which passes) is an arm of its own
+    t = checks.evaluate([Check("x", "sig", value=0.01, seeds=0.5)], runs, metrics)
+    assert t.iloc[0]["n_runs"] == 2 and t.iloc[0]["n_pass"] == 1 and t.iloc[0]["result"] == checks.PASS
     t = checks.evaluate([Check("x", "sig", value=0.01, seeds=0.8)], runs, metrics)
     assert t.iloc[0]["result"] == checks.FAIL
-    assert checks.failed_for(t, "t", ["x"]) == ["x: mean sig >= 0.01 in ≥ 80% of runs (fail: 2/3)"]
+    assert checks.failed_for(t, "t", ["x"]) == ["x: mean sig >= 0.01 in ≥ 80% of runs (fail: 1/2)"]
+    t = checks.evaluate([Check("x:v", "sig", value=0.01, seeds=1.0)], runs, metrics)
+    assert (t.iloc[0]["n_runs"], t.iloc[0]["n_pass"], t.iloc[0]["result"]) == (1, 1, checks.PASS)
     t = checks.evaluate([Check("all", "absent", value=0.0)], runs, metrics)
     assert set(t["result"]) == {checks.NO_DATA}
