@@ -247,10 +247,17 @@ class HopsToy(Task):
         return Grade(reward=g.reward, correct=g.correct, parsed=g.parsed, error_class=f"searches={k}")
 
     def eval_metrics(self, examples: Sequence[Hop], grades: Sequence[Grade]) -> dict[str, float]:
-        """``searches``: mean searches an episode made; ``hop_exact``: share that made exactly ``h``."""
+        """``searches``: mean searches an episode made; ``hop_exact``: share that made exactly ``h``;
+        ``acc_h<h>``: accuracy on the questions asking for ``h`` hops, for each ``h`` among ``examples``
+        (which hop counts a policy has learned to stop at: a policy that stops at one count whatever
+        the question scores 1 on that ``h`` and 0 on the others)."""
         k = [int(g.error_class.split("=")[1]) if g.error_class else 0 for g in grades]
         n = max(1, len(grades))
-        return {"searches": sum(k) / n, "hop_exact": sum(ki == e.hops for ki, e in zip(k, examples)) / n}
+        out = {"searches": sum(k) / n, "hop_exact": sum(ki == e.hops for ki, e in zip(k, examples)) / n}
+        for h in sorted({e.hops for e in examples}):
+            mine = [float(g.correct) for e, g in zip(examples, grades) if e.hops == h]
+            out[f"acc_h{h}"] = sum(mine) / len(mine)
+        return out
 
     def make_env(self, example: Hop) -> HopsEnv:
         return HopsEnv(self.world)

@@ -65,7 +65,11 @@ def test_grading_is_exact_match_of_the_last_answer_with_the_search_count(task):
     assert (g.reward, g.correct, g.error_class) == (0.0, False, "searches=1")   # an observation never answers
     assert task.grade(q, "no answer").parsed is None
     m = task.eval_metrics([q, q], [task.grade(q, ref), g])
-    assert m == {"searches": (q.hops + 1) / 2, "hop_exact": 0.5}
+    assert m == {"searches": (q.hops + 1) / 2, "hop_exact": 0.5, f"acc_h{q.hops}": 0.5}
+    other = next(e for e in task.splits()["test"] if e.hops != q.hops)
+    m = task.eval_metrics([q, q, other], [task.grade(q, ref), g, task.grade(other, task.reference_completion(other))])
+    assert (m[f"acc_h{q.hops}"], m[f"acc_h{other.hops}"]) == (0.5, 1.0)   # per asked hop count
+    assert sorted(k for k in m if k.startswith("acc_h")) == sorted({f"acc_h{q.hops}", f"acc_h{other.hops}"})
 
 
 def test_turn_records_replay_a_completion(task):
