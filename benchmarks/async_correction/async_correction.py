@@ -29,22 +29,20 @@ The hand-written reading is kept below the END marker of results.md when it is r
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import sys
 import math
 import re
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared modules
 from common import fmt_number as _fmt, md_table as _table  # noqa: E402
+from study_render import (Stage, checks_table, load_stage, planned_table, runs_line, signal_table,  # noqa: E402
+                          write_keeping)  # noqa: E402
 
 STUDY = Path(__file__).resolve().parent
 PILOT = STUDY / "pilot"
-END = "<!-- end of the generated part; what follows is kept -->"
 SIGNALS = (("offpolicy/staleness_mean", "lag (updates)"), ("mismatch/kl", "KL(μ‖π_old) k1"),
            ("mismatch/ratio_max", "max π_old/μ"), ("mismatch/is_truncated_frac", "TIS truncated"),
            ("mismatch/is_masked_frac", "MIS masked"), ("loss/opsm_masked_frac", "OPSM masked"),
@@ -59,53 +57,9 @@ SECONDARY_ALPHA = 0.05
 
 
 
-@dataclasses.dataclass
-class Stage:
-    """One registered stage: its study.json, runs, scores and check gate (None fields: not run)."""
-
-    name: str
-    reg: dict
-    root: Path
-    runset: object = None
-    scored: object = None
-    cfg: object = None
-    gate: object = None
-    series: dict = dataclasses.field(default_factory=dict)
-    staleness: dict = dataclasses.field(default_factory=dict)
-
-    @property
-    def ran(self) -> bool:
-        return self.scored is not None
-
-
-def load_stage(study: Path, reps: int = 2000) -> Optional[Stage]:
-    """The stage registered in ``study`` (None when it is not registered yet)."""
-    from rlsuite.reports import checks as checks_mod
-    from rlsuite.reports import tables
-    from rlsuite.reports.config import ReportConfig
-    from rlsuite.reports.load import load_runs
-    from rlsuite.reports.scores import score_runs
-    from rlsuite.sweeps.spec import Check
-
-    if not (study / "study.json").is_file():
-        return None
-    reg = json.loads((study / "study.json").read_text())
-    st = Stage(reg["name"], reg, study / "runs" / reg["name"])
-    if not st.root.is_dir() or not any(st.root.glob("*/status.json")):
-        return st
-    st.runset = load_runs(st.root)
-    comps = tuple((c["a"], c["b"], c["direction"], float(c["smallest_effect"])) for c in reg["comparisons"])
-    cks = tuple(dataclasses.astuple(Check(**c)) for c in reg["checks"])
-    st.cfg = ReportConfig(comparisons=comps, checks=cks, reps=reps)
-    st.scored = score_runs(st.runset, st.cfg)
-    st.gate = checks_mod.evaluate([Check(*c) for c in cks], st.runset.runs, st.runset.metrics)
-    st.series = {a: tables._by_seed(g) for a, g in st.scored.scores.groupby("algorithm", sort=True)}
-    for d in st.root.iterdir():
-        if (d / "spec.json").is_file():
-            spec = json.loads((d / "spec.json").read_text())
-            label = spec["algo"]["name"] + (f":{spec['variant']}" if spec.get("variant") else "")
-            st.staleness[label] = int(spec.get("rollout", {}).get("staleness", 0))
-    return st
+def _staleness(stage: Stage) -> dict:
+    """arm label -> its runs' ``rollout.staleness``."""
+    return {a: int(stage.setting(a, "rollout", "staleness", 0) or 0) for a in stage.specs}
 
 
 def best_two(pilot: Stage) -> tuple[list[str], list[dict]]:
@@ -137,8 +91,8 @@ def _at_staleness(stage: Stage, arm: str) -> Optional[str]:
     ``name:s<k>`` with the suffix swapped, or the entry's on-policy arm ``name`` at staleness 0;
     None when that arm has no runs."""
     name, _, variant = arm.partition(":")
-    k = stage.staleness.get(arm)
-    lower = sorted({s for s in stage.staleness.values() if k is not None and s < k}, reverse=True)
+    k = _staleness(stage).get(arm)
+    lower = sorted({s for s in _staleness(stage).values() if k is not None and s < k}, reverse=True)
     m = re.fullmatch(r"(?:(.+)-)?s\d+", variant)
     if not lower or m is None:
         return None
@@ -151,46 +105,12 @@ def _at_staleness(stage: Stage, arm: str) -> Optional[str]:
 def _reference(stage: Stage, arm: str) -> Optional[str]:
     """The on-policy reference of an arm: its entry's run at staleness 0 with no variant."""
     name = arm.split(":")[0]
-    return name if name != arm and stage.staleness.get(name, 0) == 0 and name in stage.series else None
-
-
-def _runs_line(stage: Stage) -> str:
-    runs = stage.runset.runs
-    states = runs["state"].value_counts().to_dict()
-    wall, commits, cpus = 0.0, set(), set()
-    for d in sorted(stage.root.iterdir()):
-        if (d / "status.json").is_file():
-            stt = json.loads((d / "status.json").read_text())
-            wall += float(stt.get("budget", {}).get("wall_s", 0.0))
-            env = json.loads((d / "env.json").read_text()) if (d / "env.json").is_file() else {}
-            commits.add((env.get("study") or {}).get("commit") or env.get("git_commit"))
-            cpus.add(env.get("cpu_model") or stt.get("cpu_model"))
-    expected = len(stage.reg.get("runs", [])) or len(runs)
-    state = ", ".join(f"{k} {v}" for k, v in states.items())
-    return (f"{stage.name}: {len(runs)} of {expected} registered runs ({state}); "
-            f"commit(s) {', '.join(sorted(c[:7] for c in commits if c)) or 'not stated'} (registered "
-            f"{stage.reg['commit'][:7]}); CPU {', '.join(sorted(c for c in cpus if c)) or 'not stated'}; training wall "
-            f"time {wall / 3600:.2f} CPU-hours (1 thread a run; evals and start-up not included).")
-
-
-def _checks_table(stage: Stage) -> str:
-    return _table([{"check": r.check, "runs passing": f"{r.n_pass}/{r.n_runs}", "values": r.values,
-                    "result": r.result} for r in stage.gate.itertuples()],
-                  ["check", "runs passing", "values", "result"])
+    return name if name != arm and _staleness(stage).get(name, 0) == 0 and name in stage.series else None
 
 
 def _mechanisms(stage: Stage) -> str:
-    from rlsuite.reports import checks as checks_mod
-
-    m = stage.runset.metrics
-    rows = []
-    for arm in sorted(stage.series, key=lambda a: (-stage.staleness.get(a, 0), a)):
-        row = {"arm": arm}
-        for key, col in SIGNALS:
-            v = checks_mod.arm_mean(stage.runset.runs, m, arm, key)
-            row[col] = _fmt(v) if np.isfinite(v) else "—"
-        rows.append(row)
-    return _table(rows, ["arm"] + [c for _, c in SIGNALS])
+    stale = _staleness(stage)
+    return signal_table(stage, SIGNALS, sorted(stage.series, key=lambda a: (-stale.get(a, 0), a)))
 
 
 def _stability(stage: Stage) -> str:
@@ -202,7 +122,6 @@ def _stability(stage: Stage) -> str:
 
 
 def render(study: Path = STUDY, pilot_dir: Path = PILOT, reps: int = 2000) -> str:
-    from rlsuite.reports import checks as checks_mod
     from rlsuite.reports import tables
 
     conf, pilot = load_stage(study, reps), load_stage(pilot_dir, reps)
@@ -215,26 +134,14 @@ def render(study: Path = STUDY, pilot_dir: Path = PILOT, reps: int = 2000) -> st
         elif not st.ran:
             lines += [f"The {label} stage is registered at {st.reg['commit'][:7]} and has no runs yet.", ""]
         else:
-            lines += [_runs_line(st), ""]
+            lines += [runs_line(st), ""]
 
     # -- confirmatory ---------------------------------------------------------------------------
     lines += ["## Planned comparisons (confirmatory; one Holm family, final greedy test accuracy, paired by seed)", ""]
     if conf is not None and conf.ran:
-        planned = tables.planned_table(conf.scored, conf.cfg)
-        rows = []
-        for r in planned.itertuples():
-            failed = checks_mod.failed_for(conf.gate, r.task, [r.a, r.b])
-            gate = checks_mod.failed_for(pilot.gate, r.task, [r.a, r.b]) if pilot is not None and pilot.ran else []
-            rows.append({"comparison": r.comparison, "n": r.n_pairs, "diff (pp)": f"{100 * r.diff:+.1f}",
-                         "p": _fmt(r.p_value), "p_holm": _fmt(r.p_holm),
-                         "Holm interval (pp)": f"[{_fmt(100 * r.holm_ci_low, 3)}, {_fmt(100 * r.holm_ci_high, 3)}]",
-                         "verdict": ("not testable at this preset (pilot gate)" if gate else r.verdict),
-                         "non-trivial": "yes" if r.non_trivial else "no", "mdd (pp)": _fmt(100 * r.mdd, 3),
-                         "checks": "; ".join(failed) or "pass"})
-        lines += [_table(rows, ["comparison", "n", "diff (pp)", "p", "p_holm", "Holm interval (pp)", "verdict",
-                                "non-trivial", "mdd (pp)", "checks"]), "",
+        lines += [planned_table(conf, pilot), "",
                   "## Manipulation checks of the confirmatory runs (fixed at registration)", "",
-                  _checks_table(conf), ""]
+                  checks_table(conf), ""]
     else:
         lines += ["Not run.", ""]
 
@@ -263,13 +170,13 @@ def render(study: Path = STUDY, pilot_dir: Path = PILOT, reps: int = 2000) -> st
     # -- pilot ----------------------------------------------------------------------------------
     if pilot is not None and pilot.ran:
         base = tables._by_seed(pilot.scored.base) if len(pilot.scored.base) else None
-        lines += ["## Pilot: the manipulation-check gate", "", _checks_table(pilot), "",
+        lines += ["## Pilot: the manipulation-check gate", "", checks_table(pilot), "",
                   "## Pilot: degradation with staleness per correction (descriptive)", "",
                   f"Base (step 0): {100 * float(base.mean()):.1f}%." if base is not None else "", "",
                   "Degradation = stale score − the on-policy reference's score (the entry at staleness 0; `grpo` "
                   "for the GRPO-based corrections), paired by seed; 95% sign-flip interval, unadjusted.", ""]
         rows = []
-        for arm in sorted(pilot.series, key=lambda a: (a.split(":")[0], pilot.staleness.get(a, 0), a)):
+        for arm in sorted(pilot.series, key=lambda a: (a.split(":")[0], _staleness(pilot).get(a, 0), a)):
             x = pilot.series[arm]
             ref = _reference(pilot, arm)
             deg = ""
@@ -277,7 +184,7 @@ def render(study: Path = STUDY, pilot_dir: Path = PILOT, reps: int = 2000) -> st
                 pr = tables.pair_data(x, pilot.series[ref])
                 iv = pr.interval(0.95)
                 deg = f"{100 * pr.diff:+.1f} [{_fmt(100 * iv.low, 3)}, {_fmt(100 * iv.high, 3)}]"
-            rows.append({"arm": arm, "staleness": pilot.staleness.get(arm, "—"), "n": len(x),
+            rows.append({"arm": arm, "staleness": _staleness(pilot).get(arm, "—"), "n": len(x),
                          "mean (%)": f"{100 * x.mean():.1f}", "sd": f"{100 * x.std(ddof=1):.1f}" if len(x) > 1 else "—",
                          "reference": ref or "", "degradation (pp)": deg,
                          "per seed (%)": " ".join(f"{100 * v:.1f}" for v in x.to_numpy())})
@@ -311,10 +218,7 @@ def main(argv=None) -> int:
         print("best two:", " vs ".join(pair) if len(pair) == 2 else "fewer than two eligible")
         return 0
     out = args.study / "results.md"
-    kept = ""
-    if out.is_file() and END in out.read_text():
-        kept = out.read_text().split(END, 1)[1]
-    out.write_text(render(args.study, args.pilot, args.reps) + "\n" + END + kept)
+    write_keeping(out, render(args.study, args.pilot, args.reps))
     print(out)
     return 0
 
