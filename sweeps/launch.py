@@ -128,8 +128,18 @@ def run_state(root: Path, run_id: str) -> tuple[str, Optional[str]]:
     return state, st.get("reason")
 
 
+def seed_major(runs: list[RunSpec]) -> list[RunSpec]:
+    """``runs`` seed by seed (seeds in order of first appearance; the spec's order within a seed): a
+    sweep stopped part-way (a study over several sessions, a cancelled array) leaves every arm with the
+    same seeds done, so its finished runs already pair."""
+    rank: dict = {}
+    for r in runs:
+        rank.setdefault(r.seed, len(rank))
+    return sorted(runs, key=lambda r: rank[r.seed])
+
+
 def to_submit(runs: list[RunSpec], root: Path, retry_failed: bool) -> tuple[list[RunSpec], dict[str, list[str]]]:
-    """Runs that need a job now, and the skipped ones by reason."""
+    """Runs that need a job now (seed by seed: :func:`seed_major`), and the skipped ones by reason."""
     todo, skipped = [], {}
     for r in runs:
         state, reason = run_state(root, r.run_id)
@@ -140,7 +150,7 @@ def to_submit(runs: list[RunSpec], root: Path, retry_failed: bool) -> tuple[list
             skipped.setdefault(state if state != "failed" else "failed (use --retry-failed)", []).append(r.run_id)
         else:
             todo.append(r)
-    return todo, skipped
+    return seed_major(todo), skipped
 
 
 def write_manifest(sweep: SweepSpec, runs: list[RunSpec], root: Path) -> None:

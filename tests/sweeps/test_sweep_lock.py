@@ -42,6 +42,17 @@ def test_a_locked_run_is_skipped_and_said_so(tmp_path, capsys):
     assert run_state(root, held) == ("pending", None) and not lock_path(root, held).exists()
 
 
+def test_runs_are_submitted_seed_by_seed(tmp_path):
+    """Arm by arm in the spec, seed by seed to submit: a sweep stopped part-way has paired runs."""
+    (tmp_path / "s.yaml").write_text(SPEC.replace("algorithms: [grpo]", "algorithms: [grpo, dr_grpo]")
+                                     .replace("seeds: [0, 1]", "seeds: [3, 1, 2]"))
+    runs = expand(load(str(tmp_path / "s.yaml")))
+    assert [(r.algo.name, r.seed) for r in runs][:3] == [("grpo", 3), ("grpo", 1), ("grpo", 2)]
+    todo, _ = to_submit(runs, tmp_path / "twice", retry_failed=False)
+    assert [(r.algo.name, r.seed) for r in todo] == [("grpo", 3), ("dr_grpo", 3), ("grpo", 1), ("dr_grpo", 1),
+                                                     ("grpo", 2), ("dr_grpo", 2)]
+
+
 def test_two_copies_of_a_sweep_at_once_train_each_run_once(tmp_path):
     spec = tmp_path / "s.yaml"
     spec.write_text(SPEC)
