@@ -127,7 +127,12 @@ def render(study: Path = STUDY, pilots: tuple[Path, ...] = PILOTS, reps: int = 2
     elif not stage.ran:
         lines += [f"Registered at {stage.reg['commit'][:7]}; no runs yet.", ""]
     else:
-        lines += [runs_line(stage), "",
+        done, expected = len(stage.runset.runs), len(stage.reg.get("runs", []))
+        interim = ([f"**Interim: {done} of {expected} registered runs.** The table below is the registered test "
+                    "on the seeds finished so far, not the study's verdict (the runs go seed by seed, both arms "
+                    "of a seed before the next); the study is complete at all of its seeds.", ""]
+                   if done < expected else [])
+        lines += [runs_line(stage), ""] + interim + [
                   "### Planned comparisons (one Holm family, final greedy test accuracy, paired by seed)", "",
                   planned_table(stage), "",
                   "### Manipulation checks (fixed at registration)", "", checks_table(stage), "",
