@@ -60,3 +60,16 @@ def test_render_without_a_registered_study_shows_the_pilots(tmp_path):
     text = lh.render(tmp_path, (tmp_path / "pilot2_runs", tmp_path / "pilot3_runs"), reps=50)
     assert "Not registered yet." in text and "`pilot2_runs/`" in text and "pilot3_runs" not in text
     assert "| grpo | 1 | 40.0 | 60.0 | — | +20.0 | s0: 60.0 |" in text
+
+
+def test_render_of_the_registered_study_reads_its_committed_copies():
+    """The committed study folder (study.json, runs/ as they are copied in): the planned comparison,
+    the checks and the per-arm tables; "Interim" exactly while runs are missing."""
+    study = _BENCH / "long_horizon"
+    reg = json.loads((study / "study.json").read_text())
+    done = [d for d in (study / "runs" / reg["name"]).glob("*/status.json")]
+    text = lh.render(study, (study / "pilot2_runs", study / "pilot3_runs"), reps=50)
+    assert f"long_horizon: {len(done)} of {len(reg['runs'])} registered runs" in text
+    assert ("**Interim:" in text) == (len(done) < len(reg["runs"]))
+    assert "| gigpo ≠ gigpo:traj |" in text and "gigpo: mean algo/gigpo/step_adv_abs_mean >= 0.01" in text
+    assert text.count("| base (step 0, all runs) |") == 2   # the study's per-h table and the pilots'
