@@ -109,12 +109,18 @@ def planned_table(stage: Stage, pilot: Optional[Stage] = None) -> str:
         gate = checks_mod.failed_for(pilot.gate, r.task, [r.a, r.b]) if pilot is not None and pilot.ran else []
         rows.append({"comparison": r.comparison, "n": r.n_pairs, "diff (pp)": f"{100 * r.diff:+.1f}",
                      "p": _fmt(r.p_value), "p_holm": _fmt(r.p_holm),
-                     "Holm interval (pp)": f"[{_fmt(100 * r.holm_ci_low, 3)}, {_fmt(100 * r.holm_ci_high, 3)}]",
+                     "Holm interval (pp)": f"[{_fmt(_pp(r.holm_ci_low), 3)}, {_fmt(_pp(r.holm_ci_high), 3)}]",
                      "verdict": ("not testable at this preset (pilot gate)" if gate else r.verdict),
                      "non-trivial": "yes" if r.non_trivial else "no", "mdd (pp)": _fmt(100 * r.mdd, 3),
                      "checks": "; ".join(failed) or "pass"})
     return _table(rows, ["comparison", "n", "diff (pp)", "p", "p_holm", "Holm interval (pp)", "verdict",
                          "non-trivial", "mdd (pp)", "checks"])
+
+
+def _pp(x: float) -> float:
+    """A share in points, rounded to 1e-6 points: the interval's inversion leaves float noise such as
+    −3e-10 where the bound is 0 (printed as such, it reads as a real number)."""
+    return round(100 * x, 6) + 0.0 if np.isfinite(x) else x
 
 
 def checks_table(stage: Stage) -> str:
