@@ -69,10 +69,8 @@ def load_stage(study: Path, reps: int = 2000) -> Optional[Stage]:
     st.scored = score_runs(st.runset, st.cfg)
     st.gate = checks_mod.evaluate([Check(*c) for c in cks], st.runset.runs, st.runset.metrics)
     st.series = {a: tables._by_seed(g) for a, g in st.scored.scores.groupby("algorithm", sort=True)}
-    for d in sorted(st.root.iterdir()):
-        if (d / "spec.json").is_file():
-            spec = json.loads((d / "spec.json").read_text())
-            st.specs.setdefault(spec["algo"]["name"] + (f":{spec['variant']}" if spec.get("variant") else ""), spec)
+    for r in st.runset.runs.sort_values("run_id").itertuples():  # the loader's arm label and parsed spec
+        st.specs.setdefault(r.algorithm, st.runset.specs[r.run_id])
     return st
 
 

@@ -91,8 +91,9 @@ def _at_staleness(stage: Stage, arm: str) -> Optional[str]:
     ``name:s<k>`` with the suffix swapped, or the entry's on-policy arm ``name`` at staleness 0;
     None when that arm has no runs."""
     name, _, variant = arm.partition(":")
-    k = _staleness(stage).get(arm)
-    lower = sorted({s for s in _staleness(stage).values() if k is not None and s < k}, reverse=True)
+    stale = _staleness(stage)
+    k = stale.get(arm)
+    lower = sorted({s for s in stale.values() if k is not None and s < k}, reverse=True)
     m = re.fullmatch(r"(?:(.+)-)?s\d+", variant)
     if not lower or m is None:
         return None
@@ -176,7 +177,8 @@ def render(study: Path = STUDY, pilot_dir: Path = PILOT, reps: int = 2000) -> st
                   "Degradation = stale score − the on-policy reference's score (the entry at staleness 0; `grpo` "
                   "for the GRPO-based corrections), paired by seed; 95% sign-flip interval, unadjusted.", ""]
         rows = []
-        for arm in sorted(pilot.series, key=lambda a: (a.split(":")[0], _staleness(pilot).get(a, 0), a)):
+        stale = _staleness(pilot)
+        for arm in sorted(pilot.series, key=lambda a: (a.split(":")[0], stale.get(a, 0), a)):
             x = pilot.series[arm]
             ref = _reference(pilot, arm)
             deg = ""
@@ -184,7 +186,7 @@ def render(study: Path = STUDY, pilot_dir: Path = PILOT, reps: int = 2000) -> st
                 pr = tables.pair_data(x, pilot.series[ref])
                 iv = pr.interval(0.95)
                 deg = f"{100 * pr.diff:+.1f} [{_fmt(100 * iv.low, 3)}, {_fmt(100 * iv.high, 3)}]"
-            rows.append({"arm": arm, "staleness": _staleness(pilot).get(arm, "—"), "n": len(x),
+            rows.append({"arm": arm, "staleness": stale.get(arm, "—"), "n": len(x),
                          "mean (%)": f"{100 * x.mean():.1f}", "sd": f"{100 * x.std(ddof=1):.1f}" if len(x) > 1 else "—",
                          "reference": ref or "", "degradation (pp)": deg,
                          "per seed (%)": " ".join(f"{100 * v:.1f}" for v in x.to_numpy())})

@@ -52,33 +52,41 @@ def hop_of(spec: dict) -> dict[str, int]:
     return {problem_key(task.prompt(e)): e.hops for e in task.splits()["test"]}
 
 
-def per_run(run_dirs: list[Path]) -> pd.DataFrame:
-    """One row per finished run: arm label, seed, the base's and the final policy's greedy test
-    accuracy, and the final accuracy per asked hop count (``h<k>`` columns)."""
+def per_run(runset) -> pd.DataFrame:
+    """One row per completed run of ``runset`` (a :class:`rlsuite.reports.load.RunSet`): arm label,
+    seed, the base's and the final policy's greedy test accuracy, and the final accuracy per asked hop
+    count (``h<k>`` columns; ``base h<k>`` the base's)."""
+    from rlsuite.suite.runfolder import read_jsonl
+
     rows, maps = [], {}
-    for d in run_dirs:
-        st = json.loads((d / "status.json").read_text())
-        if st.get("state") != "completed" or not (d / "problems.jsonl").is_file():
+    for r in runset.runs.itertuples():
+        d = Path(r.path)
+        if r.state != "completed" or not (d / "problems.jsonl").is_file():
             continue
-        spec = json.loads((d / "spec.json").read_text())
+        spec = runset.specs[r.run_id]
         key = json.dumps(spec["task"], sort_keys=True)
         if key not in maps:
             maps[key] = hop_of(spec)
         hop = maps[key]
         before: dict[int, list[int]] = {}
         after: dict[int, list[int]] = {}
-        for line in (d / "problems.jsonl").read_text().splitlines():
-            r = json.loads(line)
-            if r.get("split") != "test" or r["problem"] not in hop:
+        for x in read_jsonl(d / "problems.jsonl"):
+            if x.get("split") != "test" or x["problem"] not in hop:
                 continue
-            (after if r.get("final", True) else before).setdefault(hop[r["problem"]], []).append(int(r["greedy"]))
-        row = {"arm": spec["algo"]["name"] + (f":{spec['variant']}" if spec.get("variant") else ""),
-               "seed": int(spec["seed"]), "run": d.name,
-               "before": _acc(before), "after": _acc(after)}
+            (after if x.get("final", True) else before).setdefault(hop[x["problem"]], []).append(int(x["greedy"]))
+        row = {"arm": r.algorithm, "seed": int(r.seed), "run": d.name, "before": _acc(before), "after": _acc(after)}
         row.update({f"h{h}": sum(v) / len(v) for h, v in sorted(after.items())})
         row.update({f"base h{h}": sum(v) / len(v) for h, v in sorted(before.items())})
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def pilots_frame(roots: tuple[Path, ...]) -> pd.DataFrame:
+    """:func:`per_run` over every pilot folder that holds runs."""
+    from rlsuite.reports.load import load_runs
+
+    frames = [per_run(load_runs(r)) for r in roots if r.is_dir() and any(r.glob("*/spec.json"))]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def _acc(by_h: dict[int, list[int]]) -> float:
@@ -137,13 +145,12 @@ def render(study: Path = STUDY, pilots: tuple[Path, ...] = PILOTS, reps: int = 2
                   planned_table(stage), "",
                   "### Manipulation checks (fixed at registration)", "", checks_table(stage), "",
                   "### Per arm", ""]
-        lines += arm_tables(per_run(sorted(p.parent for p in stage.root.glob("*/status.json"))))
+        lines += arm_tables(per_run(stage.runset))
         lines += ["### What each arm's runs did (mean over runs of each run's mean after the first 20% of steps)", "",
                   signal_table(stage, SIGNALS), ""]
-    dirs = [p.parent for root in pilots if root.is_dir() for p in sorted(root.glob("*/status.json"))]
     lines += ["## Pilots (descriptive; seeds 0–4, not study seeds)", "",
               f"Runs: {', '.join(f'`{r.name}/`' for r in pilots if r.is_dir())}.", ""]
-    lines += arm_tables(per_run(dirs))
+    lines += arm_tables(pilots_frame(pilots))
     return "\n".join(lines) + "\n"
 
 

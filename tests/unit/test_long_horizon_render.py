@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from rlsuite.reports.load import load_runs
+
 _BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(_BENCH))  # the script imports the shared modules (common.py, study_render.py) by name
 _spec = importlib.util.spec_from_file_location("long_horizon_bench", _BENCH / "long_horizon" / "long_horizon.py")
@@ -42,7 +44,7 @@ def test_per_run_reads_accuracy_per_asked_hop_count(tmp_path):
     _run(tmp_path, "gigpo", "", 0, {7, 8}, {6, 7, 8})
     _run(tmp_path, "gigpo", "traj", 0, {7, 8}, {5, 6, 7, 8})
     _run(tmp_path, "grpo", "", 1, {7, 8}, {8}, state="failed")   # not finished: left out
-    f = lh.per_run(sorted(tmp_path.iterdir())).set_index("arm")
+    f = lh.per_run(load_runs(tmp_path)).set_index("arm")
     assert sorted(f.index) == ["gigpo", "gigpo:traj"]
     hop = lh.hop_of({"task": TASK})
     share = {h: sum(v == h for v in hop.values()) / len(hop) for h in range(4, 9)}   # 29 of 145 each
