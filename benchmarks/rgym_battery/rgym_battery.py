@@ -252,6 +252,8 @@ def read_pilot(run_dir: Path, labels: list[str]) -> dict:
     return {"seed": spec["seed"], "per": per, "off": off, "steps": len(rows),
             "errors": sum(r.get("reward/grade_errors", 0) for r in rows),
             "mixed": sum(mixed) / max(1, len(mixed)),
+            # a step whose groups are all right or all wrong has zero advantages: no update at all
+            "no_update": sum(1 for r in rows if r.get("stats/grad_norm") == 0.0),
             "reward_first": rows[0].get("reward/mean"), "reward_last": rows[-1].get("reward/mean"),
             "wall_s": rows[-1].get("budget/wall_s", float("nan")), "cpu_s": float("nan"), "run_dir": str(run_dir)}
 
@@ -314,6 +316,7 @@ def render_pilot(runs: list[dict], labels: list[str], n_test: int, argv: list[st
     def run_line(r: dict) -> str:
         return (f"seed {r['seed']}: {r['steps']} steps, reward {r['reward_first']:.3f} → {r['reward_last']:.3f}, "
                 f"groups with mixed rewards {r.get('mixed', float('nan')):.2f} (mean over steps), "
+                f"{r['no_update']} steps with no update (every group all right or all wrong), "
                 f"grade errors {r['errors']:.0f}, {r['wall_s']:.0f} s wall, "
                 + (f"{r['cpu_s']:.0f} CPU s" if r["cpu_s"] == r["cpu_s"] else "CPU s not recorded (re-tabulated)"))
 
