@@ -139,9 +139,11 @@ def load_teacher(spec, task, student: nn.Module, student_tok: Any) -> nn.Module:
     from rlsuite.suite.models import MODELS, load_model, load_pretrained
 
     name = spec.algo.teacher
-    device = next(student.parameters()).device
     if not name:
         return copy.deepcopy(student).eval().requires_grad_(False)
+    problem = None if name in MODELS else teacher_name_problem(name)
+    if problem:  # e.g. a resumed run whose teacher folder is on the machine that started it
+        raise BadInput(problem)
     cfg = ModelConfig(name=name, dtype=spec.model.dtype, attn_implementation=spec.model.attn_implementation,
                       warm_start=spec.model.warm_start)
     if name in MODELS:
@@ -153,13 +155,13 @@ def load_teacher(spec, task, student: nn.Module, student_tok: Any) -> nn.Module:
     elif os.path.isdir(teacher_source(name)) or "/" in name:
         model, tok = load_pretrained(teacher_source(name), cfg)
     else:
-        raise BadInput(teacher_name_problem(name) or f"algo.teacher={name}: cannot be loaded")
+        raise BadInput(f"algo.teacher={name}: cannot be loaded")
     problem = tokenizer_problem(tok, student_tok)
     if problem is not None:
         raise BadInput(f"algo.teacher={name}: {problem}; the teacher scores the student's token ids, so it must "
                        f"share the student's tokenizer (model.name={spec.model.name}); valid: a teacher trained from "
                        f"the same base or one with the same tokenizer")
-    return model.to(device).eval().requires_grad_(False)
+    return model.to(next(student.parameters()).device).eval().requires_grad_(False)
 
 
 __all__ = ["ADV_CLAMP", "CLIP_EPS", "DUAL_CLIP", "distill_loss", "load_teacher", "loss_term", "reverse_kl_advantage",

@@ -41,10 +41,14 @@ def nest(assignments: Sequence[tuple[str, Any]], flag: str, errors: list[str]) -
 def resolve(task: Optional[str], algo: Optional[str], model: Optional[str], seed: Optional[int],
             configs: Sequence[dict] = (), sets: Sequence[tuple[str, Any]] = (),
             budgets: Sequence[tuple[str, Any]] = (), sweep: Optional[str] = None, variant: Optional[str] = None,
-            factors: Optional[dict] = None, tuning: Optional[dict] = None, need_algo: bool = True) -> RunSpec:
+            factors: Optional[dict] = None, tuning: Optional[dict] = None, need_algo: bool = True,
+            recorded: bool = False) -> RunSpec:
     """Build and validate a :class:`RunSpec`; raise ``BadInput`` listing every problem. The identity
     inputs (the task's version, the committed base's sha256) are computed here and stored on the
-    spec. ``need_algo=False``: where no algorithm runs (an eval, a warm start), ``algo`` may be None."""
+    spec. ``need_algo=False``: where no algorithm runs (an eval, a warm start), ``algo`` may be None.
+    ``recorded=True``: a document written by a run (:func:`spec_from_dict`), whose ``algo.teacher``
+    names a model on the machine that ran it: whether that loads here is :func:`load_teacher`'s
+    question when the run resumes, not the spec's (a committed run's copy is read on any machine)."""
     from rlsuite import algorithms  # noqa: F401  (registration)
     from rlsuite import tasks  # noqa: F401
     from rlsuite.algorithms.base import ALGORITHMS
@@ -137,7 +141,7 @@ def resolve(task: Optional[str], algo: Optional[str], model: Optional[str], seed
     if algo_cls is not None and task_cls is not None and built["algo"] is not None:
         errors += algo_cls.task_problems(built["algo"], task_cls)  # e.g. reward components the task lacks
     if algo_cls is not None and built["algo"] is not None:  # algo.teacher (suite/distill.py): named, and read
-        errors += teacher_problems(algo_cls, built["algo"])
+        errors += teacher_problems(algo_cls, built["algo"], exists=not recorded)
     required = {k: v for k, v in built.items() if not (k == "algo" and algo_name is None and not need_algo)}
     if errors or any(v is None for v in required.values()):
         raise BadInput(errors or ["invalid run spec"])
@@ -145,9 +149,9 @@ def resolve(task: Optional[str], algo: Optional[str], model: Optional[str], seed
                                                        base_sha256=base_identity(spec)))
 
 
-def teacher_problems(algo_cls, cfg) -> list[str]:
-    """``algo.teacher`` names something loadable (nothing loaded here) and is read: by an entry that
-    distils (``teacher_logp`` in its needs: ``opd``, or ``algo.distill_coef > 0``)."""
+def teacher_problems(algo_cls, cfg, exists: bool = True) -> list[str]:
+    """``algo.teacher`` is read: by an entry that distils (``teacher_logp`` in its needs: ``opd``, or
+    ``algo.distill_coef > 0``), and (``exists``) names something loadable here (nothing loaded)."""
     from rlsuite.suite.distill import teacher_name_problem
 
     name = getattr(cfg, "teacher", "")
@@ -156,7 +160,7 @@ def teacher_problems(algo_cls, cfg) -> list[str]:
     if "teacher_logp" not in algo_cls(cfg).needs:
         return [f"algo.teacher={name} is read only by a distilling entry; valid: algo.distill_coef > 0 "
                 f"(the distillation term on algo '{cfg.name}'), --algo opd, or no algo.teacher"]
-    problem = teacher_name_problem(name)
+    problem = teacher_name_problem(name) if exists else None
     return [problem] if problem else []
 
 
@@ -171,7 +175,7 @@ def spec_from_dict(d: dict) -> RunSpec:
     algo = sections.get("algo", {}).pop("name", None)
     model = sections.get("model", {}).pop("name", None)
     return resolve(task, algo, model, d.get("seed", 0), configs=[sections], sweep=d.get("sweep"),
-                   variant=d.get("variant"), factors=d.get("factors"), tuning=d.get("tuning"))
+                   variant=d.get("variant"), factors=d.get("factors"), tuning=d.get("tuning"), recorded=True)
 
 
 def out_dir_problem(out: Path, flag: str = "--out", existing: Optional[Path] = None) -> Optional[str]:

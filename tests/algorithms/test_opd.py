@@ -168,3 +168,33 @@ def test_configuration_checks():
     base = resolve("arith", "grpo", "tiny", 0, budgets=[("updates", 1)])
     assert "teacher" not in base.to_dict()["algo"] and "distill_coef" not in base.to_dict()["algo"]
     assert dataclasses.replace(base.algo, distill_coef=0.1) != base.algo
+
+
+def test_a_recorded_spec_with_a_teacher_elsewhere_rebuilds(tmp_path):
+    """A run's spec.json names its teacher by a path on the machine that ran it (the committed
+    ``benchmarks/opd/runs`` name ``/work/runs/opd/...``): rebuilding that document on another machine
+    (reports, the committed-runs migration test, a job) is not refused for it; a new run naming a
+    teacher that is not here still is, and loading it (a resume) fails with the same one line."""
+    from rlsuite.suite.distill import load_teacher
+    from rlsuite.suite.errors import BadInput
+    from rlsuite.suite.spec import resolve, spec_from_dict
+
+    there = tmp_path / "teacher_run"
+    (there / "final").mkdir(parents=True)
+    (there / "final" / "config.json").write_text("{}")
+    spec = resolve("arith", "opd", "tiny", 0, sets=[("algo.teacher", str(there))], budgets=[("updates", 1)])
+    doc = spec.to_dict()
+    (there / "final" / "config.json").unlink()
+    (there / "final").rmdir()
+    there.rmdir()
+    again = spec_from_dict(doc)
+    assert again.algo.teacher == str(there) and again.run_id == spec.run_id
+    with pytest.raises(BadInput, match=r"not a folder, a registered model or a Hugging Face id"):
+        resolve("arith", "opd", "tiny", 0, sets=[("algo.teacher", str(there))], budgets=[("updates", 1)])
+    with pytest.raises(BadInput, match=r"not a folder, a registered model or a Hugging Face id"):
+        load_teacher(again, None, None, None)
+    # the consistency check of the document itself stays: a teacher on an entry that never reads it
+    bad = resolve("arith", "grpo", "tiny", 0, budgets=[("updates", 1)]).to_dict()
+    bad["algo"]["teacher"] = "tiny"
+    with pytest.raises(BadInput, match=r"read only by a distilling entry"):
+        spec_from_dict(bad)
