@@ -141,7 +141,7 @@ def load_teacher(spec, task, student: nn.Module, student_tok: Any) -> nn.Module:
     name = spec.algo.teacher
     if not name:
         return copy.deepcopy(student).eval().requires_grad_(False)
-    problem = None if name in MODELS else teacher_name_problem(name)
+    problem = teacher_name_problem(name)  # None for a registered model
     if problem:  # e.g. a resumed run whose teacher folder is on the machine that started it
         raise BadInput(problem)
     cfg = ModelConfig(name=name, dtype=spec.model.dtype, attn_implementation=spec.model.attn_implementation,

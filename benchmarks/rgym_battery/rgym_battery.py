@@ -268,11 +268,11 @@ def _learns(runs: list[dict], lab: str, mean: float, se: float) -> str:
     offs = [r.get("off", {}).get(lab) for r in runs]
     if any(a is None or a.get("p_base_rest") is None for a in offs):
         return "yes (off-gold not checked)"
-    if all(a["p_rest"][0] > a["p_base_rest"][0] for a in offs):
-        return "yes"
-    # a seed that did not rise off its best gold: `constant` when it answers that gold right on ≥ 80% of
-    # its problems (one reply), else the gain is simply not on every seed
+    # the seeds that did not rise off their best gold: `constant` when each answers that gold right on
+    # ≥ 80% of its problems (one reply), else the gain is simply not on every seed
     behind = [a for a in offs if a["p_rest"][0] <= a["p_base_rest"][0]]
+    if not behind:
+        return "yes"
     if all(a["p_top"][1] and a["p_top"][0] >= 0.8 * a["p_top"][1] for a in behind):
         return "constant"
     return "not on every seed"
