@@ -209,7 +209,7 @@ def evaluate(label: str, n_test: int, temperature: float) -> dict:
 
 PILOT = ["rollout.prompts_per_step=4", "rollout.group_size=8", "rollout.max_new_tokens=32", "optim.lr=2e-5",
          "algo.kl_coef=0.0", "rollout.old_logp=behaviour", "eval.every=1.0", "eval.greedy=true", "eval.n_samples=0",
-         "eval.max_prompts=0", "task.n_val=20"]
+         "eval.max_prompts=0", "task.n_val=20", "eval.batch_size=64"]
 
 
 def pilot(labels: list[str], seed: int, n_test: int, temperature: float, samples: int, out: Path) -> dict:
