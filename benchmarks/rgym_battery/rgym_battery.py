@@ -296,13 +296,15 @@ def render_pilot(runs: list[dict], labels: list[str], n_test: int, argv: list[st
              f"{os.cpu_count()} cores, the runs side by side, 1 torch thread each. One run per seed trains "
              f"{MODEL} on {what} (`{' '.join(PILOT)}`, temperature {temperature}); "
              "gain = greedy test accuracy after − before, in points; SE = √(2·p(1−p)/n) at the mean accuracy "
-             "(two proportions on the same problems, an upper bound for paired ones). `off its best gold`: the "
+             "(two proportions on the same problems, an upper bound for paired ones); S/N = mean gain / SE, the "
+             "dataset's signal-to-noise figure (a study comparing two arms on it resolves gaps of a few SE). "
+             "`off its best gold`: the "
              "greedy score, before → after, on the test problems whose gold is not the one the final policy gets right "
              "most often (that gold and the final policy's score on it in brackets): a policy that has converged on "
              "one reply scores 0 there, whichever reply it is.", "",
              "| label | kind | before | " + " | ".join(f"after (seed {r['seed']})" for r in runs)
-             + " | mean gain | ± SE | learns | " + " | ".join(f"off its best gold (seed {r['seed']})" for r in runs)
-             + " |", "|---|---|---|" + "---|" * len(runs) + "---|---|---|" + "---|" * len(runs)]
+             + " | mean gain | ± SE | S/N | learns | " + " | ".join(f"off its best gold (seed {r['seed']})" for r in runs)
+             + " |", "|---|---|---|" + "---|" * len(runs) + "---|---|---|---|" + "---|" * len(runs)]
     for lab in labels:
         before = runs[0]["per"][lab][0]
         gains = [100 * (r["per"][lab][1] - r["per"][lab][0]) for r in runs]
@@ -311,7 +313,7 @@ def render_pilot(runs: list[dict], labels: list[str], n_test: int, argv: list[st
         se = 100 * math.sqrt(2 * pbar * (1 - pbar) / n_test)  # the problems are shared: seeds do not shrink it
         lines.append(f"| {lab} | {CANDIDATES[lab][0]} | {before:.3f} | "
                      + " | ".join(f"{r['per'][lab][1]:.3f} ({g:+.1f})" for r, g in zip(runs, gains))
-                     + f" | {mean:+.1f} | {se:.1f} | {_learns(runs, lab, mean, se)} | "
+                     + f" | {mean:+.1f} | {se:.1f} | {mean / se:+.1f} | {_learns(runs, lab, mean, se)} | "
                      + " | ".join(_off(r.get("off", {}).get(lab)) for r in runs) + " |")
     def run_line(r: dict) -> str:
         return (f"seed {r['seed']}: {r['steps']} steps, reward {r['reward_first']:.3f} → {r['reward_last']:.3f}, "

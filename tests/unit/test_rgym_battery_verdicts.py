@@ -1,0 +1,71 @@
+"""The reasoning-gym battery's pilot verdicts (``benchmarks/rgym_battery/rgym_battery.py``): when a gain
+counts as learning, when it is one constant reply, and the per-dataset signal-to-noise figure."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "rgym_battery" / "rgym_battery.py"
+
+
+@pytest.fixture(scope="module")
+def battery():
+    spec = importlib.util.spec_from_file_location("rgym_battery_script", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def off(base_rest: int, rest: int, top: int, n_top: int, n_rest: int = 140) -> dict:
+    """A dataset's scores off the final policy's best gold: the base's and the final policy's problems
+    right there (of ``n_rest``), and its score on that gold's own ``n_top`` problems."""
+    return {"pgold": "3", "p_base_rest": (base_rest, n_rest), "p_rest": (rest, n_rest), "p_top": (top, n_top)}
+
+
+def run(seed: int, before: float, after: float, o: dict) -> dict:
+    return {"seed": seed, "per": {"add_2d": (before, after)}, "off": {"add_2d": o}, "steps": 48,
+            "reward_first": 0.1, "reward_last": 0.4, "mixed": 0.3, "no_update": 10, "errors": 0,
+            "wall_s": 600.0, "cpu_s": 590.0}
+
+
+def test_a_gain_that_rises_off_the_best_gold_on_every_seed_learns(battery):
+    runs = [run(100, 0.067, 0.373, off(10, 53, 3, 4)), run(101, 0.067, 0.480, off(10, 68, 4, 4))]
+    assert battery._learns(runs, "add_2d", 36.0, 5.0) == "yes"
+
+
+def test_a_gain_that_is_one_reply_is_a_constant(battery):
+    # both seeds answer their best gold right on 33/33 and lost every problem elsewhere
+    runs = [run(100, 0.100, 0.220, off(12, 0, 33, 33)), run(101, 0.100, 0.220, off(12, 0, 33, 33))]
+    assert battery._learns(runs, "add_2d", 12.0, 4.2) == "constant"
+
+
+def test_a_seed_that_did_not_rise_without_one_reply_is_not_on_every_seed(battery):
+    runs = [run(100, 0.067, 0.373, off(10, 53, 3, 4)), run(101, 0.067, 0.107, off(10, 9, 1, 5))]
+    assert battery._learns(runs, "add_2d", 16.7, 4.1) == "not on every seed"
+
+
+def test_a_gain_within_two_se_is_not_shown(battery):
+    runs = [run(100, 0.067, 0.100, off(10, 14, 1, 4)), run(101, 0.067, 0.120, off(10, 16, 1, 4))]
+    assert battery._learns(runs, "add_2d", 4.3, 4.0) == "not shown"
+
+
+def test_the_pilot_table_reports_the_gain_its_se_and_their_ratio(battery, monkeypatch):
+    monkeypatch.setitem(battery.CANDIDATES, "add_2d", ("arithmetic", "basic_arithmetic:min_terms=2"))
+    runs = [run(100, 0.067, 0.373, off(10, 53, 3, 4)), run(101, 0.067, 0.480, off(10, 68, 4, 4))]
+    text = battery.render_pilot(runs, ["add_2d"], 150, ["pilot"], 0.7, 1536)
+    row = next(x for x in text.splitlines() if x.startswith("| add_2d |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    header = [c.strip() for c in next(x for x in text.splitlines() if x.startswith("| label |")).strip("|").split("|")]
+    got = dict(zip(header, cells))
+    mean = (30.6 + 41.3) / 2
+    pbar = (0.067 + 0.067 + mean / 100) / 2
+    se = 100 * math.sqrt(2 * pbar * (1 - pbar) / 150)
+    assert float(got["mean gain"]) == pytest.approx(mean, abs=0.06)
+    assert float(got["± SE"]) == pytest.approx(se, abs=0.06)
+    assert float(got["S/N"]) == pytest.approx(mean / se, abs=0.06)
+    assert got["learns"] == "yes"
+    assert "1180 CPU s" not in text and "590 CPU s" in text
