@@ -303,7 +303,8 @@ def render_pilot(runs: list[dict], labels: list[str], n_test: int, argv: list[st
              "most often (that gold and the final policy's score on it in brackets): a policy that has converged on "
              "one reply scores 0 there, whichever reply it is.", "",
              "| label | kind | before | " + " | ".join(f"after (seed {r['seed']})" for r in runs)
-             + " | mean gain | ± SE | S/N | learns | " + " | ".join(f"off its best gold (seed {r['seed']})" for r in runs)
+             + " | mean gain | ± SE | S/N | learns | "
+             + " | ".join(f"off its best gold (seed {r['seed']})" for r in runs)
              + " |", "|---|---|---|" + "---|" * len(runs) + "---|---|---|---|" + "---|" * len(runs)]
     for lab in labels:
         before = runs[0]["per"][lab][0]
