@@ -4,6 +4,9 @@
     python benchmarks/opd/opd.py report runs/opd [--out benchmarks/opd/opd.md]
     python benchmarks/opd/opd.py compact runs/opd benchmarks/opd/runs   # the files a commit keeps
     python benchmarks/opd/opd.py run --out /tmp/opd_smoke --smoke   # a few steps of every run
+    # the second round: a 4× stronger teacher, the students on a quarter of its budget, every arm
+    # evaluated every 1,280 samples
+    python benchmarks/opd/opd.py run --out runs/opd2 --samples 102400 --student-samples 25600 --eval-samples 1280
 
 The teacher is trained here (no weights are committed): GRPO from the committed `arith` base
 (``tasks/bases/arith__tiny``) at the task preset (16 prompts × 8 a step, lr 1e-4) for
@@ -11,11 +14,12 @@ The teacher is trained here (no weights are committed): GRPO from the committed 
 "RL from the base" (same spec, same run id: the runner finds it done). Then per seed s ∈ 0..2:
 
 * ``rl``: GRPO from the base, ``--samples`` samples (seed 0: the teacher run itself);
-* ``opd``: the entry ``opd`` from the base, teacher = the teacher run's folder, ``--samples``/2
-  samples (the goal's "≤ 50% of the samples").
+* ``opd``: the entry ``opd`` from the base, teacher = the teacher run's folder, ``--student-samples``
+  samples (default ``--samples``/2: the goal's "≤ 50% of the samples").
 
-Every run evaluates val every 5% of its budget (greedy accuracy on 200 val prompts) and the whole
-test split at the end. The report reads, per seed: the base's val accuracy (step 0), the teacher's
+Every run evaluates val every 5% of its budget, or every ``--eval-samples`` samples when given (the
+same interval in samples for every arm; greedy accuracy on 200 val prompts), and the whole test split
+at the end. The report reads, per seed: the base's val accuracy (step 0), the teacher's
 final val accuracy, the student's final val accuracy a_S, the student's share of the teacher's gain
 (a_S − a_base)/(a_T − a_base) (goal ≥ 0.8), the samples RL from the base (seed s) needed to first
 reach a_S on val, n_RL (None: never within its budget), and the student's samples over n_RL
@@ -40,10 +44,11 @@ SEEDS = (0, 1, 2)
 COMMON = [("eval.every", 0.05), ("log.progress", "off")]
 
 
-def _spec(algo: str, seed: int, samples: int, *sets):
+def _spec(algo: str, seed: int, samples: int, *sets, eval_samples: Optional[int] = None):
     from rlsuite.suite.spec import resolve
 
-    return resolve(TASK, algo, MODEL, seed, sets=[*COMMON, *sets], budgets=[("samples", samples)])
+    common = COMMON if eval_samples is None else [("eval.every", eval_samples / samples), COMMON[1]]
+    return resolve(TASK, algo, MODEL, seed, sets=[*common, *sets], budgets=[("samples", samples)])
 
 
 def _execute(spec, out: Path) -> tuple[Path, float]:
@@ -56,17 +61,22 @@ def _execute(spec, out: Path) -> tuple[Path, float]:
     return run_dir, time.perf_counter() - t0
 
 
-def run(out: Path, samples: int, seeds: tuple[int, ...]) -> None:
+def run(out: Path, samples: int, seeds: tuple[int, ...], student_samples: Optional[int] = None,
+        eval_samples: Optional[int] = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    student_samples = student_samples or samples // 2
     timing = {}
-    teacher, timing["rl_s0"] = _execute(_spec("grpo", 0, samples), out)  # the teacher = RL from the base, seed 0
+    # the teacher = RL from the base, seed 0
+    teacher, timing["rl_s0"] = _execute(_spec("grpo", 0, samples, eval_samples=eval_samples), out)
     print(f"teacher: {teacher}", flush=True)
     for s in seeds:
         if s != 0:
-            _, timing[f"rl_s{s}"] = _execute(_spec("grpo", s, samples), out)
-        _, timing[f"opd_s{s}"] = _execute(_spec("opd", s, samples // 2, ("algo.teacher", str(teacher))), out)
-    (out / "opd_plan.json").write_text(json.dumps({"teacher": str(teacher), "samples": samples, "seeds": list(seeds),
-                                                   "wall_s": timing}, indent=1))
+            _, timing[f"rl_s{s}"] = _execute(_spec("grpo", s, samples, eval_samples=eval_samples), out)
+        _, timing[f"opd_s{s}"] = _execute(_spec("opd", s, student_samples, ("algo.teacher", str(teacher)),
+                                                eval_samples=eval_samples), out)
+    (out / "opd_plan.json").write_text(json.dumps({"teacher": str(teacher), "samples": samples,
+                                                   "student_samples": student_samples, "eval_samples": eval_samples,
+                                                   "seeds": list(seeds), "wall_s": timing}, indent=1))
     print(json.dumps(timing, indent=1))
 
 
@@ -124,7 +134,10 @@ def report(out: Path) -> str:
                      f"{t_test:.3f} | {_curve(st, 'test')[-1][1]:.3f} | {_curve(rl, 'test')[-1][1]:.3f} |")
     verdict = (f"goal met on {sum(ok)} of {len(ok)} seeds (gain share ≥ 0.8 and ≤ 50% of RL's samples to the same "
                f"val accuracy)")
-    return "\n".join(["# On-policy distillation vs RL from the base (arith, tiny)", "", verdict, "", *lines, ""])
+    budgets = (f"teacher and RL {t_curve[-1][0]:,.0f} samples, students "
+               f"{', '.join(sorted({f'{_curve(runs[k])[-1][0]:,.0f}' for k in runs if k[0] == 'opd'}))}")
+    return "\n".join(["# On-policy distillation vs RL from the base (arith, tiny)", "", budgets + "; " + verdict, "",
+                      *lines, ""])
 
 
 KEEP = ("spec.json", "status.json", "env.json", "metrics.jsonl", "evals.jsonl")
@@ -146,7 +159,10 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("--out", type=Path, required=True)
-    r.add_argument("--samples", type=int, default=25600, help="RL's and the teacher's budget (the student gets half)")
+    r.add_argument("--samples", type=int, default=25600, help="RL's and the teacher's budget")
+    r.add_argument("--student-samples", type=int, help="the students' budget (default: half of --samples)")
+    r.add_argument("--eval-samples", type=int, help="evaluate val every this many samples in every arm "
+                   "(default: every 5%% of each run's budget)")
     r.add_argument("--smoke", action="store_true", help="2 steps of RL, 1 of opd, one seed: the script works")
     p = sub.add_parser("report")
     p.add_argument("dir", type=Path)
@@ -159,7 +175,10 @@ def main(argv=None) -> int:
         compact(a.src, a.dest)
         return 0
     if a.cmd == "run":
-        run(a.out, 256 if a.smoke else a.samples, (0,) if a.smoke else SEEDS)
+        if a.smoke:
+            run(a.out, 256, (0,))
+        else:
+            run(a.out, a.samples, SEEDS, a.student_samples, a.eval_samples)
         return 0
     text = report(a.dir)
     if a.out:
