@@ -36,7 +36,7 @@ from rlsuite.sweeps.study import COMPACT_KEEP as KEEP  # the metrics a compact c
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = Path(__file__).resolve().parent  # the study folder: <effect>.json and runs/
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))  # after PYTHONPATH: a worktree namespace (PYTHONPATH) keeps its rlsuite
 
 LAST = 0.25
 """Training statistics (lengths, entropy) are averaged over the last quarter of a run's steps."""

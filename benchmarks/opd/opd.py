@@ -37,7 +37,7 @@ from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+    sys.path.append(str(ROOT))  # after PYTHONPATH: a worktree namespace (PYTHONPATH) keeps its rlsuite
 
 TASK, MODEL = "arith", "tiny"
 SEEDS = (0, 1, 2)

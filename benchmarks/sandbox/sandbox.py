@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))  # after PYTHONPATH: a worktree namespace (PYTHONPATH) keeps its rlsuite
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the shared modules
 
 from rlsuite.tasks.sandbox import Judged, Sandbox, SandboxConfig, SandboxUnavailable, detect  # noqa: E402

@@ -42,7 +42,7 @@ def warm_start_test_acc(warm_path: str) -> float:
     the end), with the run's eval protocol (preset max_new_tokens, all test prompts ≤ 200)."""
     import torch
 
-    sys.path.insert(0, str(ROOT))
+    sys.path.append(str(ROOT))  # after PYTHONPATH: a worktree namespace (PYTHONPATH) keeps its rlsuite
     import rlsuite.tasks.code_toy  # noqa: F401
     from rlsuite.suite.config import EvalConfig, ModelConfig
     from rlsuite.suite.evaluate import evaluate

@@ -60,7 +60,7 @@ def one(algo: str, seed: int, out: Path) -> dict:
 
 def retrieval_timings() -> list[str]:
     """BM25 over the 4,948-passage sample: build, cached load, queries, server round trips."""
-    sys.path.insert(0, str(ROOT))
+    sys.path.append(str(ROOT))  # after PYTHONPATH: a worktree namespace (PYTHONPATH) keeps its rlsuite
     from rlsuite.tasks.retrieval import BM25Index, RemoteRetriever
     from rlsuite.tasks.search import Search, SearchConfig
 
