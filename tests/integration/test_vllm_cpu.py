@@ -110,15 +110,17 @@ def test_sampling_settings_mean_in_vllm_what_they_mean_in_the_kv_engine(tiny):
     assert_same_semantics(tiny["semantics"])
 
 
-def test_grpo_trains_through_vllm_with_the_engine_in_step_with_the_trainer(tmp_path):
-    """``rlsuite run ... --set rollout.engine=vllm`` (the tiny model, 3 updates): completes from the
-    committed base, and at every step the engine's log-probs (μ) match the trainer's π_old within
-    float noise: the weights pushed after each update are the ones sampled with."""
+def train_through_vllm(out: Path, *sets: str) -> tuple[Path, list[dict]]:
+    """``rlsuite run`` of GRPO on ``arith`` (the tiny model, seed 0, 3 updates) with ``rollout.engine=vllm``
+    and ``sets``, in the vLLM environment: the completed run's folder and its metrics rows, after checking
+    that at every step the engine's log-probs (μ) match the trainer's π_old within float noise."""
     py = vllm_python()
-    res = subprocess.run([py, "-m", "rlsuite.suite.cli", "run", "--task", "arith", "--algo", "grpo", "--seed", "0",
-                          "--set", "rollout.engine=vllm", "--budget", "updates=3", "--out", str(tmp_path),
-                          "--set", "eval.test_prompts=200"],  # the manifest's base: the first 200 test prompts
-                         capture_output=True, text=True, cwd=REPO.parent, env=_env(), timeout=1200)
+    args = [py, "-m", "rlsuite.suite.cli", "run", "--task", "arith", "--algo", "grpo", "--seed", "0",
+            "--set", "rollout.engine=vllm", "--budget", "updates=3", "--out", str(out),
+            "--set", "eval.test_prompts=200"]  # the manifest's base: the first 200 test prompts
+    for x in sets:
+        args += ["--set", x]
+    res = subprocess.run(args, capture_output=True, text=True, cwd=REPO.parent, env=_env(), timeout=1200)
     assert res.returncode == 0, res.stderr[-4000:]
     run = Path(res.stdout.strip().splitlines()[-1].split("run_dir: ")[1])
     assert json.loads((run / "status.json").read_text())["state"] == "completed"
@@ -126,6 +128,14 @@ def test_grpo_trains_through_vllm_with_the_engine_in_step_with_the_trainer(tmp_p
     assert [r["step"] for r in rows] == [1, 2, 3]
     for r in rows:
         assert r["mismatch/logp_abs_diff_max"] < 1e-4 and abs(r["mismatch/kl"]) < 1e-6, r
+    return run, rows
+
+
+def test_grpo_trains_through_vllm_with_the_engine_in_step_with_the_trainer(tmp_path):
+    """``rlsuite run ... --set rollout.engine=vllm`` (the tiny model, 3 updates): completes from the
+    committed base, and at every step the engine's log-probs (μ) match the trainer's π_old within
+    float noise: the weights pushed after each update are the ones sampled with."""
+    run, _ = train_through_vllm(tmp_path)
     evals = [json.loads(x) for x in (run / "evals.jsonl").read_text().splitlines()]
     base = json.loads((REPO / "tasks" / "bases" / "arith__tiny.json").read_text())["measured"]
     step0 = {e["split"]: e["eval/arith/greedy_acc"] for e in evals if e["step"] == 0}
@@ -134,23 +144,12 @@ def test_grpo_trains_through_vllm_with_the_engine_in_step_with_the_trainer(tmp_p
 
 
 def test_lora_trains_through_vllm_with_the_merged_weights(tmp_path):
-    """``model.lora_rank=8`` with ``rollout.engine=vllm`` (the tiny model, 3 updates at a learning rate
-    that moves the adapters): vLLM samples with the merged weights ``W + (α/r)·B·A`` after every update.
-    The policy has left the base (``stats/kl_ref``, the KL to the adapters-off model, > 1e-3 from step 2)
-    while the engine's μ matches the trainer's π_old within float noise; an engine left on the base
-    weights would show a mismatch the size of ``kl_ref``."""
-    py = vllm_python()
-    res = subprocess.run([py, "-m", "rlsuite.suite.cli", "run", "--task", "arith", "--algo", "grpo", "--seed", "0",
-                          "--set", "rollout.engine=vllm", "--set", "model.lora_rank=8", "--set", "optim.lr=3e-3",
-                          "--budget", "updates=3", "--out", str(tmp_path), "--set", "eval.test_prompts=200"],
-                         capture_output=True, text=True, cwd=REPO.parent, env=_env(), timeout=1200)
-    assert res.returncode == 0, res.stderr[-4000:]
-    run = Path(res.stdout.strip().splitlines()[-1].split("run_dir: ")[1])
-    assert json.loads((run / "status.json").read_text())["state"] == "completed"
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in rows] == [1, 2, 3]
-    for r in rows:
-        assert r["mismatch/logp_abs_diff_max"] < 1e-4 and abs(r["mismatch/kl"]) < 1e-6, r
+    """``model.lora_rank=8`` with ``rollout.engine=vllm`` (3 updates at a learning rate that moves the
+    adapters): vLLM samples with the merged weights ``W + (α/r)·B·A`` after every update. The policy has
+    left the base (``stats/kl_ref``, the KL to the adapters-off model, > 1e-3 from step 2) while the
+    engine's μ matches the trainer's π_old within float noise; an engine left on the base weights would
+    show a mismatch the size of ``kl_ref``."""
+    run, rows = train_through_vllm(tmp_path, "model.lora_rank=8", "optim.lr=3e-3")
     assert all(r["stats/kl_ref"] > 1e-3 for r in rows[1:]), [r["stats/kl_ref"] for r in rows]
     assert (run / "final" / "adapter" / "adapter_config.json").is_file()
 
