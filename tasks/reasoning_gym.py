@@ -19,7 +19,9 @@ questions first in ``sha256("test:" + question)`` order are test, the next ``n_v
 ``sha256("val:" + question)`` order among the rest are val, and train is the rest (at most
 ``n_train`` of them, in index order), so the three are disjoint by construction and the same on
 every machine and in any order. A mixture concatenates the datasets' splits (every dataset the same
-test and val counts, so the split's accuracy is the macro average) and orders val and test by
+test and val counts, so the split's accuracy is the macro average; a question two datasets share,
+e.g. a sum in a sums dataset and in a sums-and-differences one, may be tested in both) and takes out
+of every dataset's train any question that any dataset holds out for test or val, and orders val and test by
 another hash of the question (salt ``order-test`` / ``order-val``), so the first
 ``eval.max_prompts`` mix every dataset. A dataset with fewer distinct questions than
 ``n_test + n_val + 1`` is refused (exit 2) with its count.
@@ -403,6 +405,7 @@ class ReasoningGym(Task):
         if self._splits is None:
             c = self.cfg
             out: dict[str, list[Item]] = {"train": [], "val": [], "test": []}
+            pools: list[list[Item]] = []  # per dataset, its questions outside its own test and val
             for label in self.labels:
                 seen: dict[str, Item] = {}
                 for i in range(c.pool):
@@ -430,12 +433,18 @@ class ReasoningGym(Task):
                                    f"raise task.pool{', raise task.max_answer_share' if capped else ''} "
                                    f"or make the problems harder)")
                 test = sorted(distinct, key=lambda it: _hash("test", it.question))[:c.n_test]
-                held = {it.question for it in test}
-                rest = [it for it in distinct if it.question not in held]
+                mine = {it.question for it in test}
+                rest = [it for it in distinct if it.question not in mine]
                 val = sorted(rest, key=lambda it: _hash("val", it.question))[:c.n_val]
-                held |= {it.question for it in val}
+                mine |= {it.question for it in val}
                 out["test"] += test
                 out["val"] += val
+                pools.append([it for it in rest if it.question not in mine])
+            # train: the rest of each dataset, less every question any dataset holds out (two datasets whose
+            # spaces overlap select their test and val apart, and one's held-out question may rank past the
+            # other's cut); then at most n_train of them, in index order
+            held = {it.question for k in ("test", "val") for it in out[k]}
+            for rest in pools:
                 out["train"] += [it for it in rest if it.question not in held][:c.n_train]
             for k in ("val", "test"):  # a salt of its own: the selection's salt would put big pools first
                 out[k].sort(key=lambda it: _hash(f"order-{k}", it.question))

@@ -353,34 +353,39 @@ def answers(run_dir: Path) -> list[dict]:
     cfg = task_cls.Config(**{k: tuple(v) if isinstance(v, list) else v for k, v in spec["task"].items() if k in fields})
     task = task_cls(cfg)
     tok = AutoTokenizer.from_pretrained(str(pinned_models.verified_dir(pinned_models.get(MODEL))))
-    test = task.splits()["test"]
-    gold = {problem_key(tok.apply_chat_template(task.prompt(e), add_generation_prompt=True, tokenize=False)):
-            (e.label, e.answer) for e in test}
+    # every test problem with its dataset and gold; a question two datasets share (a sum in a sums
+    # dataset and in a sums-and-differences one) is a problem of each, with one per-problem result
+    test = [(problem_key(tok.apply_chat_template(task.prompt(e), add_generation_prompt=True, tokenize=False)),
+             e.label, e.answer) for e in task.splits()["test"]]
     by_label = defaultdict(list)
-    for e in test:
-        by_label[e.label].append(e.answer)
+    for _, lab, g in test:
+        by_label[lab].append(g)
     top = {lab: Counter(g).most_common(1)[0] for lab, g in by_label.items()}
     rows = [json.loads(x) for x in (run_dir / "problems.jsonl").read_text().splitlines()]
     last = max(r["step"] for r in rows if r["split"] == "test" and r["final"])
 
+    def results(step: int, final: bool) -> dict:
+        return {r["problem"]: r["greedy"] for r in rows if r["split"] == "test" and r["step"] == step
+                and r["final"] == final}
+
     def tally(step: int, final: bool, pick: dict) -> dict:
         acc = defaultdict(lambda: [0, 0, 0, 0])  # correct and n on the picked gold, then on the rest
-        for r in rows:
-            if r["split"] == "test" and r["step"] == step and r["final"] == final and r["problem"] in gold:
-                lab, g = gold[r["problem"]]
+        res = results(step, final)
+        for key, lab, g in test:
+            if key in res:
                 a = acc[lab]
                 k = 0 if g == pick.get(lab) else 2
-                a[k] += r["greedy"]
+                a[k] += res[key]
                 a[k + 1] += 1
         return acc
 
     # the policy's best gold: the answer value it gets right most often at the end (a policy that has
     # converged on one reply is right on that gold's problems alone, whichever gold it is)
     right = defaultdict(Counter)
-    for r in rows:
-        if r["split"] == "test" and r["step"] == last and r["final"] and r["problem"] in gold:
-            lab, g = gold[r["problem"]]
-            right[lab][g] += r["greedy"]
+    final = results(last, True)
+    for key, lab, g in test:
+        if key in final:
+            right[lab][g] += final[key]
     best = {lab: max(by_label[lab], key=lambda g: (right[lab][g], by_label[lab].count(g))) for lab in by_label}
     common = {lab: t[0] for lab, t in top.items()}
     acc, base = tally(last, True, common), tally(0, False, common)  # base rows: runs since the base's were saved

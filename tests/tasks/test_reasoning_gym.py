@@ -217,6 +217,27 @@ def test_a_battery_trains_on_every_dataset_and_scores_each():
     assert task(datasets=(ARITH,)).eval_metrics(exs[:3], grades[:3]) == {}
 
 
+def test_a_battery_never_trains_on_a_question_another_dataset_holds_out():
+    """Two datasets whose spaces overlap (sums 0..10, and sums and differences 0..10): each selects its
+    own test and val by the question's hash, so a sum in the first one's test can rank past the
+    second one's cut; it must not reach the second one's train. Every question held out anywhere is
+    out of every train split."""
+    both = ARITH.replace("operators=[+]", "operators=[+,-]")
+    t = task(datasets=(ARITH, both))
+    s = t.splits()
+    held = {it.question for k in ("test", "val") for it in s[k]}
+    train = {it.question for it in s["train"]}
+    sums = {it.question for it in s["test"] if it.label == "basic_arithmetic"}
+    shared = sums & {it.question for it in s["test"] if it.label == "basic_arithmetic_2"}
+    assert 0 < len(shared) < len(sums)  # the overlap this test is about: some of the sums are tested twice
+    assert not train & held
+    # each dataset still tests and validates on its own hash-selected questions, as alone
+    alone = task(datasets=(ARITH,)).splits()
+    for k in ("test", "val"):
+        assert sorted(it.question for it in s[k] if it.label == "basic_arithmetic") == sorted(
+            it.question for it in alone[k])
+
+
 def test_space_estimate_by_hand():
     # 3 draws, 2 distinct: N(1 - (1 - 1/N)^3) = 2  ->  N^2 - 3N + 1 = 0 ... solved: N = (3 + sqrt 5) / 2
     n, lower = space_estimate(3, 2)
