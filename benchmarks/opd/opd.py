@@ -41,14 +41,15 @@ if str(ROOT) not in sys.path:
 
 TASK, MODEL = "arith", "tiny"
 SEEDS = (0, 1, 2)
-COMMON = [("eval.every", 0.05), ("log.progress", "off")]
+EVAL_EVERY = 0.05  # of each run's budget, unless --eval-samples fixes the interval in samples
 
 
 def _spec(algo: str, seed: int, samples: int, *sets, eval_samples: Optional[int] = None):
     from rlsuite.suite.spec import resolve
 
-    common = COMMON if eval_samples is None else [("eval.every", eval_samples / samples), COMMON[1]]
-    return resolve(TASK, algo, MODEL, seed, sets=[*common, *sets], budgets=[("samples", samples)])
+    every = EVAL_EVERY if eval_samples is None else eval_samples / samples
+    return resolve(TASK, algo, MODEL, seed, sets=[("eval.every", every), ("log.progress", "off"), *sets],
+                   budgets=[("samples", samples)])
 
 
 def _execute(spec, out: Path) -> tuple[Path, float]:
@@ -134,8 +135,8 @@ def report(out: Path) -> str:
                      f"{t_test:.3f} | {_curve(st, 'test')[-1][1]:.3f} | {_curve(rl, 'test')[-1][1]:.3f} |")
     verdict = (f"goal met on {sum(ok)} of {len(ok)} seeds (gain share ≥ 0.8 and ≤ 50% of RL's samples to the same "
                f"val accuracy)")
-    budgets = (f"teacher and RL {t_curve[-1][0]:,.0f} samples, students "
-               f"{', '.join(sorted({f'{_curve(runs[k])[-1][0]:,.0f}' for k in runs if k[0] == 'opd'}))}")
+    students = sorted({_curve(d)[-1][0] for (algo, _), d in runs.items() if algo == "opd"})
+    budgets = f"teacher and RL {t_curve[-1][0]:,.0f} samples, students {', '.join(f'{n:,.0f}' for n in students)}"
     return "\n".join(["# On-policy distillation vs RL from the base (arith, tiny)", "", budgets + "; " + verdict, "",
                       *lines, ""])
 
