@@ -49,8 +49,8 @@ class Stage:
 
 def load_stage(study: Path, reps: int = 2000) -> Optional[Stage]:
     """The stage registered in ``study`` (None when it is not registered yet)."""
+    from rlsuite.reports import battery, tables
     from rlsuite.reports import checks as checks_mod
-    from rlsuite.reports import tables
     from rlsuite.reports.config import ReportConfig
     from rlsuite.reports.load import load_runs
     from rlsuite.reports.scores import score_runs
@@ -62,10 +62,10 @@ def load_stage(study: Path, reps: int = 2000) -> Optional[Stage]:
     st = Stage(reg["name"], reg, study / "runs" / reg["name"])
     if not st.root.is_dir() or not any(st.root.glob("*/status.json")):
         return st
-    st.runset = load_runs(st.root)
     comps = tuple((c["a"], c["b"], c["direction"], float(c["smallest_effect"])) for c in reg["comparisons"])
     cks = tuple(dataclasses.astuple(Check(**c)) for c in reg["checks"])
-    st.cfg = ReportConfig(comparisons=comps, checks=cks, reps=reps)
+    st.cfg = ReportConfig(comparisons=comps, checks=cks, reps=reps, **(reg.get("report") or {}))
+    st.runset = battery.expand(load_runs(st.root), st.cfg)[0]  # as `rlsuite report` scores a battery
     st.scored = score_runs(st.runset, st.cfg)
     st.gate = checks_mod.evaluate([Check(*c) for c in cks], st.runset.runs, st.runset.metrics)
     st.series = {a: tables._by_seed(g) for a, g in st.scored.scores.groupby("algorithm", sort=True)}

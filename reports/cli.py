@@ -20,6 +20,18 @@ from rlsuite.reports.normalise import MODES as NORMALISE_MODES
 from rlsuite.reports.stability import StabilityThresholds
 from rlsuite.reports.stats import CI_CHOICES
 
+class _Unset:
+    def __repr__(self) -> str:
+        return "unset"
+
+
+UNSET = _Unset()
+"""The default of the score options a planned file may fix (``SCORED``): unset on the command line, the
+planned file's value applies, else ReportConfig's."""
+SCORED = {"score": "--score", "k": "--k", "metric": "--metric", "normalise": "--normalise",
+          "per_dataset": "--per-dataset", "confidence": "--confidence"}
+"""ReportConfig field -> its option, for the fields a sweep spec's ``score`` (a study's ``report``) fixes."""
+
 REPORT_EXTRA = ("seaborn", "matplotlib")
 """Top-level modules of the ``report`` extra (``pip install -e ".[report]"``)."""
 STABILITY_FIELDS = tuple(f.name for f in dataclasses.fields(StabilityThresholds))
@@ -33,17 +45,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                              "versions, two machines) make a compare report, algorithms labelled 'grpo [ROOTNAME]'")
     parser.add_argument("--out", type=Path, default=None,
                         help="output folder (default: ROOT/report; required with several roots)")
-    parser.add_argument("--score", choices=["final", "last-k"], default=d.score,
-                        help="final test eval at the matched budget, or the mean of the last k val evals")
-    parser.add_argument("--k", type=int, default=d.k, help="evals averaged by --score last-k")
-    parser.add_argument("--metric", default=d.metric, help="eval metric after eval/<task>/ (e.g. pass@1)")
+    parser.add_argument("--score", choices=["final", "last-k"], default=UNSET,
+                        help=f"final test eval at the matched budget, or the mean of the last k val evals "
+                             f"(default: {d.score}, or the planned comparisons' registered score)")
+    parser.add_argument("--k", type=int, default=UNSET, help=f"evals averaged by --score last-k (default {d.k})")
+    parser.add_argument("--metric", default=UNSET,
+                        help=f"eval metric after eval/<task>/ (e.g. pass@1; default {d.metric})")
     parser.add_argument("--target", type=float, default=None,
                         help="time-to-target threshold (default: 80%% of the best mean score per task)")
-    parser.add_argument("--normalise", choices=list(NORMALISE_MODES), default=d.normalise,
+    parser.add_argument("--normalise", choices=list(NORMALISE_MODES), default=UNSET,
                         help="how each task's scores enter the aggregates across tasks: raw, gain (s - base) or "
                              "headroom ((s - base) / (1 - base)), base = the task's step-0 score; auto (default): "
                              "headroom when the aggregates span > 1 task, raw for one; per-task tables stay raw")
-    parser.add_argument("--per-dataset", action=argparse.BooleanOptionalAction, default=d.per_dataset,
+    parser.add_argument("--per-dataset", action=argparse.BooleanOptionalAction, default=UNSET,
                         help="score a battery run (its evals log <metric>_<label> per dataset) as one task per "
                              "dataset, <task>[<label>]; default: wherever those variants are logged; "
                              "--no-per-dataset scores the pooled metric")
@@ -51,7 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--ci", choices=list(CI_CHOICES), default=d.ci,
                         help="interval method of means over seeds: auto (default: per n, the method with the best "
                              "measured coverage), percentile, bca, t (Student-t), studentized (bootstrap-t)")
-    parser.add_argument("--confidence", type=float, default=d.confidence, help="interval level")
+    parser.add_argument("--confidence", type=float, default=UNSET, help=f"interval level (default {d.confidence})")
     parser.add_argument("--seed", type=int, default=d.seed, help="random state of every bootstrap")
     parser.add_argument("--x", default=d.x, choices=X_AXES, help="x-axis of curves and time-to-target")
     parser.add_argument("--smooth", type=int, default=d.smooth, help="evals in the time-to-target moving average")
@@ -65,8 +79,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--examples", type=int, default=d.examples_per_algorithm, help="completions per algorithm")
     parser.add_argument("--no-figures", action="store_true", help="tables only")
     parser.add_argument("--comparisons", type=Path, default=None, metavar="FILE",
-                        help="the planned comparisons: a sweep spec (YAML, its `comparisons:`) or a study's "
-                             "study.json; default: ROOT/study.json or ROOT/../study.json when there is one")
+                        help="the planned comparisons: a sweep spec (YAML, its `comparisons:`, `checks:` and "
+                             "`score:`) or a study's study.json; default: ROOT/study.json or ROOT/../study.json when "
+                             "there is one; `none`: no planned comparisons (an exploratory report)")
     parser.add_argument("--stability", action="append", default=[], metavar="FIELD=VALUE",
                         help=f"stability threshold override ('none' disables); fields: {', '.join(STABILITY_FIELDS)}")
     return parser
@@ -91,12 +106,15 @@ def parse_stability(items: list[str]) -> StabilityThresholds:
         raise ReportError(str(exc)) from None
 
 
-def _planned(path: Path | None, roots: list[Path], key: str) -> list:
-    """The raw ``key`` list (``comparisons`` or ``checks``) of a sweep spec (YAML) or a study.json;
+def _planned(path: Path | None, roots: list[Path], key: str) -> list | dict:
+    """The raw ``key`` list (``comparisons`` or ``checks``; ``score``: a mapping, a study.json's
+    ``report``) of a sweep spec (YAML) or a study.json;
     with no path, a study.json in or above the first root (a study folder's ``runs/<sweep>/`` is two
     levels down)."""
     import json
 
+    if path is not None and str(path) == "none":
+        return []
     if path is None:
         for cand in (roots[0] / "study.json", roots[0].parent / "study.json", roots[0].parent.parent / "study.json"):
             if cand.is_file():
@@ -108,14 +126,15 @@ def _planned(path: Path | None, roots: list[Path], key: str) -> list:
         raise ReportError(f"--comparisons {path}: no such file (give a sweep spec YAML or a study.json)")
     if Path(path).suffix == ".json":
         try:
-            return json.loads(Path(path).read_text()).get(key) or []
+            return json.loads(Path(path).read_text()).get("report" if key == "score" else key) or []
         except (json.JSONDecodeError, AttributeError) as exc:
             raise ReportError(f"--comparisons {path}: not a study.json ({exc})") from None
     from rlsuite.suite.errors import BadInput
     from rlsuite.sweeps.spec import load
 
     try:
-        return [dataclasses.asdict(c) for c in getattr(load(str(path)), key)]
+        value = getattr(load(str(path)), key)
+        return dict(value) if key == "score" else [dataclasses.asdict(c) for c in value]
     except BadInput as exc:
         raise ReportError(f"--comparisons {path}: {exc}") from None
 
@@ -141,18 +160,49 @@ def planned_checks(path: Path | None, roots: list[Path]) -> tuple[tuple, ...]:
         raise ReportError(f"--comparisons {path}: each check needs arm and signal ({exc})") from None
 
 
+def planned_score(path: Path | None, roots: list[Path]) -> dict:
+    """The score settings fixed with the planned comparisons of the same file (a spec's ``score``, a
+    study.json's ``report``): ``{}`` when it fixes none."""
+    raw = _planned(path, roots, "score") or {}
+    if not isinstance(raw, dict):
+        raise ReportError(f"--comparisons {path}: its score settings are not a mapping ({raw!r})")
+    return raw
+
+
+def scored_settings(args: argparse.Namespace, roots: list[Path]) -> dict:
+    """The ``SCORED`` fields of the report: the command line's where given, else the planned file's,
+    else ReportConfig's. A command-line value that contradicts the planned file is refused: the
+    planned comparisons are judged by the score they were fixed with (``--comparisons none`` drops
+    them for an exploratory report)."""
+    fixed = planned_score(getattr(args, "comparisons", None), roots) if planned_comparisons(
+        getattr(args, "comparisons", None), roots) else {}
+    d, out = ReportConfig(), {}
+    for name, flag in SCORED.items():
+        given = getattr(args, name, UNSET)
+        if given is UNSET:
+            out[name] = fixed.get(name, getattr(d, name))
+            continue
+        if name in fixed and given != fixed[name]:
+            where = getattr(args, "comparisons", None) or "the study.json beside the runs"
+            raise ReportError(f"{flag} {given!r}: the planned comparisons ({where}) were fixed with {name} = "
+                              f"{fixed[name]!r}, and are judged by that score; drop {flag}, or give --comparisons "
+                              f"none for an exploratory report")
+        out[name] = given
+    return out
+
+
 def config_from_args(args: argparse.Namespace) -> ReportConfig:
     """ReportConfig from parsed arguments (validation errors become ReportError)."""
     roots = [Path(r) for r in (args.root if isinstance(args.root, (list, tuple)) else [args.root])]
     return ReportConfig(
         comparisons=planned_comparisons(getattr(args, "comparisons", None), roots),
         checks=planned_checks(getattr(args, "comparisons", None), roots),
-        score=args.score, k=args.k, metric=args.metric, target=args.target, reps=args.reps, ci=args.ci,
-        confidence=args.confidence, seed=args.seed, x=args.x, smooth=args.smooth, reference=args.reference,
+        target=args.target, reps=args.reps, ci=args.ci,
+        seed=args.seed, x=args.x, smooth=args.smooth, reference=args.reference,
         include_partial=args.include_partial, scaling_x=args.scaling_x, scaling_reps=args.scaling_reps,
         scaling_skip_frac=args.scaling_skip_frac, examples_per_algorithm=args.examples,
         figures=not args.no_figures, stability=parse_stability(args.stability),
-        normalise=getattr(args, "normalise", "auto"), per_dataset=getattr(args, "per_dataset", None),
+        **scored_settings(args, roots),
     )
 
 

@@ -71,7 +71,8 @@ def add_arguments(sub) -> None:
     pl.add_argument("spec", help="bundled spec name or a YAML path with comparisons: (and checks:)")
     pl.add_argument("--pilot", type=Path, required=True, metavar="ROOT",
                     help="root of the pilot's run folders (>= 5 seeds of each compared arm)")
-    pl.add_argument("--confidence", type=float, default=0.95, help="family-wise level 1 - alpha (default 0.95)")
+    pl.add_argument("--confidence", type=float, default=None,
+                    help="family-wise level 1 - alpha (default: the spec's score.confidence, else 0.95)")
     pl.add_argument("--power", type=float, default=0.8, help="power for the smallest effect (default 0.8)")
     pl.add_argument("--json", action="store_true")
     tu = ssub.add_parser("tune", help="equal-budget grid (LR x the entry's knob) on val; writes the final spec")
@@ -100,7 +101,7 @@ def cmd_sweep(args) -> int:
     if args.sweep_cmd == "plan":
         from rlsuite.sweeps.plan import describe, plan
 
-        if not (0.5 < args.confidence < 1 and 0 < args.power < 1):
+        if not ((args.confidence is None or 0.5 < args.confidence < 1) and 0 < args.power < 1):
             raise BadInput(f"--confidence must be in (0.5, 1) and --power in (0, 1); "
                            f"got {args.confidence}, {args.power}")
         p = plan(args.spec, args.pilot, args.confidence, args.power)

@@ -10,6 +10,10 @@ range that the spread's uncertainty implies (its 80% interval), the number to ru
 ``tests/reports/test_smallsample.py``), and the CPU-hours from the pilot's run times (wall seconds ×
 torch threads per run, both arms). The spec's manipulation checks (``checks:``) gate: a comparison
 whose arms fail a check in the pilot is reported **not testable at this preset** and gets no plan.
+The runs are scored as ``rlsuite report`` scores the planned comparisons: by the spec's ``score``
+settings, a battery run (e.g. a multi-dataset ``reasoning_gym``) as one task per dataset unless it
+sets ``per_dataset: false`` (then its pooled metric, one task: a family of m comparisons, not m ×
+datasets).
 """
 
 from __future__ import annotations
@@ -27,8 +31,12 @@ MIN_PILOT = 5
 """Fewest paired pilot seeds a plan is made from."""
 
 
-def plan(spec_ref: str, pilot: Path, confidence: float = 0.95, power: float = 0.8) -> dict[str, Any]:
-    """The plan (see the module docstring) as ``{"rows": [...], "alpha_family": ..., "m": ...}``."""
+def plan(spec_ref: str, pilot: Path, confidence: float | None = None, power: float = 0.8) -> dict[str, Any]:
+    """The plan (see the module docstring) as ``{"rows": [...], "alpha_family": ..., "m": ...}``.
+    The runs are scored as the report scores the planned comparisons: by the spec's ``score``
+    settings (a battery's datasets as tasks unless it sets ``per_dataset: false``); ``confidence``
+    None: the spec's ``score.confidence``, else 0.95."""
+    from rlsuite.reports import battery
     from rlsuite.reports import checks as checks_mod
     from rlsuite.reports import smallsample
     from rlsuite.reports.config import ReportConfig
@@ -48,9 +56,12 @@ def plan(spec_ref: str, pilot: Path, confidence: float = 0.95, power: float = 0.
                        f"missing for: {', '.join(zero)}")
     if not Path(pilot).is_dir():
         raise BadInput(f"--pilot {pilot}: no such folder (the root of the pilot's run folders)")
+    if confidence is None:
+        confidence = float(sweep.score.get("confidence", 0.95))
     try:
-        runset = load_runs(Path(pilot))
-        scored = score_runs(runset, ReportConfig())
+        cfg = ReportConfig(**sweep.score)
+        runset, expanded = battery.expand(load_runs(Path(pilot)), cfg)
+        scored = score_runs(runset, cfg)
     except ReportError as e:
         raise BadInput(f"--pilot {pilot}: {e}") from None
     s = scored.scores
@@ -95,6 +106,7 @@ def plan(spec_ref: str, pilot: Path, confidence: float = 0.95, power: float = 0.
                          "seeds_at_sd": p["n"], "seeds_low": p["n_low"], "seeds_high": p["n_high"],
                          "seeds_to_run": p["n_plan"], "floor": p["floor"], "cpu_hours": cpu_h})
     return {"spec": sweep.source, "pilot": str(pilot), "m": m, "alpha_family": 1 - confidence,
+            "score": dict(sweep.score), "notes": list(expanded),
             "alpha_first_step": alpha, "power": power, "rows": rows,
             "checks": gate.to_dict("records") if len(gate) else []}
 
@@ -120,6 +132,11 @@ def describe(p: dict[str, Any]) -> str:
     head = (f"Plan for {p['spec']} from the pilot {p['pilot']}: {p['m']} planned comparison(s) × task(s), one Holm "
             f"family at alpha {p['alpha_family']:.2g} (first step {p['alpha_first_step']:.3g}); {p['power']:.0%} "
             "power for the smallest effect by the sign-flip test.")
+    if p.get("score"):
+        head += " Scored by the spec's `score`: " + ", ".join(f"{k} = {v}" for k, v in p["score"].items()) + "."
+    if p.get("notes"):  # a battery scored per dataset: its datasets share their runs
+        head += (" " + " ".join(p["notes"]) + " The rows of one battery's datasets are the same runs: their "
+                 "CPU-hours do not add up.")
     lines = [head, "", "| task | comparison | smallest effect | pilot pairs | pilot diff | pilot sd [80%] | seeds "
              "(at sd; range) | seeds to run | floor | CPU-hours | status |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]

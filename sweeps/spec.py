@@ -30,6 +30,11 @@ Keys (see ``sweeps/example.yaml`` for a complete commented spec):
                 ``{arm, signal, agg, op, value, seeds, after}`` (:class:`Check`): does the mechanism an
                 effect is about engage? A check that fails in the pilot makes the effect "not
                 testable at this preset"; one that fails later is reported beside the verdict
+``score``       how the report and ``sweep plan`` score the runs for the planned comparisons, fixed
+                with them (a registered study records it): ``{score, k, metric, normalise,
+                per_dataset, confidence}``, the :class:`rlsuite.reports.config.ReportConfig` fields
+                of the same names (e.g. ``{per_dataset: false}``: a battery's pooled metric, one
+                task, instead of one task per dataset); unset fields keep the report's defaults
 ``allow_identical_arms``  ``true`` to run arms that resolve to the same settings under different
                 ``variant`` labels (refused by default: usually a typo in an arm's ``set``)
 
@@ -52,7 +57,10 @@ from rlsuite.suite.errors import BadInput
 from rlsuite.suite.registry import suggest
 
 SPEC_KEYS = ("name", "tasks", "algorithms", "seeds", "budget", "model", "base", "factors", "set", "resources",
-             "description", "tuning", "lr_scaling", "allow_identical_arms", "comparisons", "checks")
+             "description", "tuning", "lr_scaling", "allow_identical_arms", "comparisons", "checks", "score")
+SCORE_KEYS = ("score", "k", "metric", "normalise", "per_dataset", "confidence")
+"""The report settings a spec's ``score`` may fix (the fields of ``ReportConfig`` that decide a planned
+comparison's verdict)."""
 COMPARISON_KEYS = ("a", "b", "direction", "smallest_effect")
 DIRECTIONS = ("greater", "less", "two-sided")
 CHECK_KEYS = ("arm", "signal", "agg", "op", "value", "seeds", "after")
@@ -179,6 +187,7 @@ class SweepSpec:
     allow_identical_arms: bool = False
     comparisons: tuple[Comparison, ...] = ()
     checks: tuple[Check, ...] = ()
+    score: dict = field(default_factory=dict)
     source: str = ""
 
 
@@ -321,13 +330,39 @@ def parse(raw: dict, source: str = "<spec>") -> SweepSpec:
     labels = {a.name if a.variant is None else f"{a.name}:{a.variant}" for a in arms}
     comparisons = _comparisons(raw.get("comparisons"), labels, bool(factors), source, errors)
     checks = _checks(raw.get("checks"), labels, bool(factors), source, errors)
+    score = _score(raw.get("score"), source, errors)
     if errors:
         raise BadInput(errors)
     return SweepSpec(lr_scaling=dict(lr_scaling), name=name, tasks=tuple(tasks), algorithms=tuple(arms), seeds=seeds,
                      budget=dict(budget), model=str(raw.get("model", "tiny")), base=base, factors=dict(factors),
                      set=raw.get("set") or {}, resources=resources or Resources(), tuning=tuning,
                      allow_identical_arms=allow_identical,
-                     comparisons=comparisons, checks=checks, source=source)
+                     comparisons=comparisons, checks=checks, score=score, source=source)
+
+
+def _score(raw: Any, source: str, errors: list[str]) -> dict:
+    """The spec's ``score`` settings, each checked by the report's own validation."""
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        errors.append(f"{source}: 'score' must be a mapping of {', '.join(SCORE_KEYS)}, got {raw!r}")
+        return {}
+    unknown = [k for k in raw if k not in SCORE_KEYS]
+    if unknown:
+        errors.append(f"{source}: score: unknown key(s) {', '.join(map(str, unknown))}; valid: {', '.join(SCORE_KEYS)}")
+        return {}
+    from rlsuite.reports.config import ReportConfig
+    from rlsuite.reports.errors import ReportError
+
+    if "metric" in raw and not (isinstance(raw["metric"], str) and raw["metric"]):
+        errors.append(f"{source}: score: metric must be an eval metric name (e.g. greedy_acc), got {raw['metric']!r}")
+        return {}
+    try:
+        ReportConfig(**raw)
+    except (ReportError, TypeError) as exc:
+        errors.append(f"{source}: score: {exc}")
+        return {}
+    return dict(raw)
 
 
 def _known_label(label: Any, labels: set[str], factors: bool) -> bool:

@@ -135,12 +135,8 @@ def sha256_file(path: Path) -> str:
 
 
 def _score_settings(sweep) -> Optional[dict]:
-    """The spec's report score settings (a ``report`` / ``score`` key), when it has any."""
-    for name in ("report", "score", "scoring"):
-        v = getattr(sweep, name, None)
-        if v:
-            return dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v
-    return None
+    """The spec's report score settings (its ``score`` key), when it has any."""
+    return dict(sweep.score) or None
 
 
 def register(spec_ref: str, study_dir: Path, keep_prefixes: Sequence[str] = (), repo: Optional[Path] = None) -> Path:

@@ -202,13 +202,39 @@ def test_one_variant_is_not_a_battery(tmp_path):
 
 def test_cli_options():
     parser = cli.add_arguments(argparse.ArgumentParser())
-    args = parser.parse_args(["root"])
-    assert (args.normalise, args.per_dataset) == ("auto", None)
+    cfg = cli.config_from_args(parser.parse_args(["root"]))
+    assert (cfg.normalise, cfg.per_dataset, cfg.metric, cfg.confidence) == ("auto", None, "greedy_acc", 0.95)
     cfg = cli.config_from_args(parser.parse_args(["root", "--normalise", "gain", "--no-per-dataset"]))
     assert (cfg.normalise, cfg.per_dataset) == ("gain", False)
     assert parser.parse_args(["root", "--per-dataset"]).per_dataset is True
     with pytest.raises(ReportError, match="unknown normalisation 'z'; valid: auto, raw, gain, headroom"):
         ReportConfig(normalise="z")  # type: ignore[arg-type]
+
+
+def test_planned_comparisons_bring_the_score_they_were_fixed_with(tmp_path):
+    battery_root(tmp_path / "runs")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("name: s\ntasks: [arith]\nalgorithms: [grpo, ppo]\nseeds: 2\nbudget: {samples: 64}\n"
+                    "comparisons: [{a: grpo, b: ppo}]\nscore: {per_dataset: false, normalise: gain}\n")
+    parser = cli.add_arguments(argparse.ArgumentParser())
+    root = str(tmp_path / "runs")
+    cfg = cli.config_from_args(parser.parse_args([root, "--comparisons", str(spec)]))
+    assert (cfg.per_dataset, cfg.normalise) == (False, "gain")
+    assert cfg.comparisons == (("grpo", "ppo", "two-sided", 0.0),)
+    cfg = cli.config_from_args(parser.parse_args([root, "--comparisons", str(spec), "--no-per-dataset"]))  # agrees
+    assert cfg.per_dataset is False
+    with pytest.raises(ReportError, match=r"--per-dataset True: the planned comparisons .* were fixed with "
+                                          r"per_dataset = False, .* give --comparisons none"):
+        cli.config_from_args(parser.parse_args([root, "--comparisons", str(spec), "--per-dataset"]))
+    cfg = cli.config_from_args(parser.parse_args([root, "--comparisons", "none", "--per-dataset"]))
+    assert cfg.per_dataset is True and cfg.comparisons == ()  # exploratory: no planned comparisons
+    # a study.json beside the runs: its registered `report` settings apply the same way
+    (tmp_path / "study.json").write_text(json.dumps({"comparisons": [{"a": "grpo", "b": "ppo"}],
+                                                     "report": {"per_dataset": False}}))
+    cfg = cli.config_from_args(parser.parse_args([str(tmp_path / "runs")]))
+    assert cfg.per_dataset is False and len(cfg.comparisons) == 1
+    (tmp_path / "study.json").write_text(json.dumps({"comparisons": [{"a": "grpo", "b": "ppo"}], "report": None}))
+    assert cli.config_from_args(parser.parse_args([root])).per_dataset is None  # registered without one
 
 
 def test_report_states_the_scale_and_expands_batteries(tmp_path):

@@ -80,6 +80,43 @@ def test_bad_input_is_exit_2(tmp_path, capsys):
     assert code == 2 and "no such folder" in err
 
 
+def _battery_pilot(tmp_path):
+    """Battery runs of comppo and grpo on seeds 0-5 with datasets a and b (pooled = their mean), final
+    test scores set by hand: a: grpo 0.50 + 0.01 s, comppo 0.55 + 0.02 s; b: grpo 0.2, comppo 0.2 + 0.03 (s odd)."""
+    finals = {"grpo": lambda s: (0.50 + 0.01 * s, 0.2), "comppo": lambda s: (0.55 + 0.02 * s, 0.2 + 0.03 * (s % 2))}
+    for algo, f in finals.items():
+        for s in range(6):
+            folder = synthetic.write_run(tmp_path / "pilot", "rg", synthetic.Arm(algo=algo, seed_sd=0.0, noise=0.0), s)
+            a, b = f(s)
+            rows = [{"step": 0, "split": sp, "budget/samples": 0, "eval/rg/greedy_acc": 0.3,
+                     "eval/rg/greedy_acc_a": 0.4, "eval/rg/greedy_acc_b": 0.2} for sp in ("val", "test")]
+            rows.append({"step": 20, "split": "test", "budget/samples": 2560, "final": True,
+                         "eval/rg/greedy_acc": (a + b) / 2, "eval/rg/greedy_acc_a": a, "eval/rg/greedy_acc_b": b})
+            (folder / "evals.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return tmp_path / "pilot"
+
+
+def test_a_battery_pilot_is_planned_as_the_report_scores_it(tmp_path, capsys):
+    pilot = _battery_pilot(tmp_path)
+    # by default each dataset is a task, as in `rlsuite report`: a family of 1 comparison × 2 datasets
+    code, p = _plan(capsys, _spec(tmp_path), "--pilot", pilot)
+    assert code == 0 and p["m"] == 2 and p["alpha_first_step"] == pytest.approx(0.025)
+    rows = {r["task"]: r for r in p["rows"]}
+    assert set(rows) == {"rg[a]", "rg[b]"}
+    assert rows["rg[a]"]["pilot_diff"] == pytest.approx(0.075)  # mean of 0.05 + 0.01 s over s = 0..5
+    assert rows["rg[b]"]["pilot_diff"] == pytest.approx(0.015)  # 0.03 on the three odd seeds
+    assert "rg[a], rg[b]" in p["notes"][0]
+    # a spec that fixes the pooled score: one task, a family of 1
+    spec = tmp_path / "pooled.yaml"
+    spec.write_text(SPEC.format(effect=0.02, clip=0.05) + "score: {per_dataset: false}\n")
+    code, p = _plan(capsys, spec, "--pilot", pilot)
+    assert code == 0 and p["m"] == 1 and p["score"] == {"per_dataset": False} and p["notes"] == []
+    (row,) = p["rows"]
+    assert row["task"] == "rg" and row["pilot_diff"] == pytest.approx((0.075 + 0.015) / 2)
+    code = main(["sweep", "plan", str(spec), "--pilot", str(pilot)])
+    assert code == 0 and "Scored by the spec's `score`: per_dataset = False." in capsys.readouterr().out
+
+
 def test_check_aggregations_by_hand():
     m = pd.DataFrame({"run_id": "r", "step": [4, 1, 2, 3], "sig": [8.0, 2.0, float("nan"), 4.0]})
     assert checks.run_value(m, "sig", "mean", 0.0) == pytest.approx((2 + 4 + 8) / 3)

@@ -29,6 +29,7 @@ base: none
 set: {eval.max_prompts: 4, eval.test_prompts: 4, rollout.prompts_per_step: 2, rollout.group_size: 2}
 comparisons: [{a: grpo, b: rloo, direction: greater, smallest_effect: 0.03}]
 checks: [{arm: all, signal: adv/mean, op: ">=", value: -1.0}]
+score: {per_dataset: false}
 """
 REPO = Path(__file__).resolve().parents[2]
 
@@ -70,6 +71,7 @@ def test_register_records_the_commit_run_ids_and_plan_and_refuses_a_dirty_tree(r
     assert doc["seeds"] == [0] and doc["budget"] == {"updates": 1} and doc["registered_at"]
     assert doc["comparisons"] == [{"a": "grpo", "b": "rloo", "direction": "greater", "smallest_effect": 0.03}]
     assert doc["checks"][0]["signal"] == "adv/mean" and "adv/mean" in doc["compact"]["keep"]
+    assert doc["report"] == {"per_dataset": False}  # the score the comparisons are judged by
     assert "registered st at commit" in capsys.readouterr().out
     # never overwritten
     assert main(["sweep", "register", str(repo / "specs" / "st.yaml"), "--out", str(sd)]) == 2

@@ -34,6 +34,12 @@ def problems(**over) -> str:
     ({"resources": {"array_parallelism": 0}}, "resources.array_parallelism must be ≥ 1, got 0"),
     ({"resources": {"nodes": 0}}, "resources.nodes must be ≥ 1, got 0"),
     ({"resources": 5}, "'resources' must be a mapping"),
+    ({"score": {"per_datset": False}}, "score: unknown key(s) per_datset; valid: score, k, metric, normalise, "
+                                       "per_dataset, confidence"),
+    ({"score": {"normalise": "z"}}, "score: unknown normalisation 'z'; valid: auto, raw, gain, headroom"),
+    ({"score": {"confidence": 2}}, "score: confidence must be in (0.5, 1), got 2"),
+    ({"score": {"metric": 3}}, "score: metric must be an eval metric name (e.g. greedy_acc), got 3"),
+    ({"score": "pooled"}, "'score' must be a mapping of score, k, metric, normalise, per_dataset, confidence"),
     ({"name": ".."}, "'name' must be one folder name"),
     ({"name": "."}, "'name' must be one folder name"),
     ({"name": ".hidden"}, "'name' must be one folder name"),
@@ -113,3 +119,9 @@ def test_runs_that_never_started_make_the_sweep_exit_non_zero(tmp_path, capsys, 
 def test_bundled_specs_still_validate():
     for name in ("batch_size", "three_po", "example"):
         assert expand(load(name))
+
+
+def test_score_settings_are_kept_as_given():
+    assert parse({**BASE, "score": {"per_dataset": False, "metric": "greedy_acc"}}, "s.yaml").score == \
+        {"per_dataset": False, "metric": "greedy_acc"}
+    assert parse(BASE, "s.yaml").score == {}
