@@ -278,6 +278,14 @@ def _learns(runs: list[dict], lab: str, mean: float, se: float) -> str:
     return "not on every seed"
 
 
+def _sd(values: list[float]) -> str:
+    """The sample standard deviation (points, one decimal); — for fewer than two values."""
+    if len(values) < 2:
+        return "—"
+    m = sum(values) / len(values)
+    return f"{math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1)):.1f}"
+
+
 def _off(a: dict | None) -> str:
     if not a:
         return "—"
@@ -297,15 +305,16 @@ def render_pilot(runs: list[dict], labels: list[str], n_test: int, argv: list[st
              f"{MODEL} on {what} (`{' '.join(PILOT)}`, temperature {temperature}); "
              "gain = greedy test accuracy after − before, in points; SE = √(2·p(1−p)/n) at the mean accuracy "
              "(two proportions on the same problems, an upper bound for paired ones); S/N = mean gain / SE, the "
-             "dataset's signal-to-noise figure (a study comparing two arms on it resolves gaps of a few SE). "
+             "dataset's signal-to-noise figure (a study comparing two arms on it resolves gaps of a few SE); "
+             "sd = the gain's standard deviation over seeds (the seed-to-seed spread, which seeds do shrink). "
              "`off its best gold`: the "
              "greedy score, before → after, on the test problems whose gold is not the one the final policy gets right "
              "most often (that gold and the final policy's score on it in brackets): a policy that has converged on "
              "one reply scores 0 there, whichever reply it is.", "",
              "| label | kind | before | " + " | ".join(f"after (seed {r['seed']})" for r in runs)
-             + " | mean gain | ± SE | S/N | learns | "
+             + " | mean gain | ± SE | S/N | sd | learns | "
              + " | ".join(f"off its best gold (seed {r['seed']})" for r in runs)
-             + " |", "|---|---|---|" + "---|" * len(runs) + "---|---|---|---|" + "---|" * len(runs)]
+             + " |", "|---|---|---|" + "---|" * len(runs) + "---|---|---|---|---|" + "---|" * len(runs)]
     for lab in labels:
         before = runs[0]["per"][lab][0]
         gains = [100 * (r["per"][lab][1] - r["per"][lab][0]) for r in runs]
@@ -314,8 +323,17 @@ def render_pilot(runs: list[dict], labels: list[str], n_test: int, argv: list[st
         se = 100 * math.sqrt(2 * pbar * (1 - pbar) / n_test)  # the problems are shared: seeds do not shrink it
         lines.append(f"| {lab} | {CANDIDATES[lab][0]} | {before:.3f} | "
                      + " | ".join(f"{r['per'][lab][1]:.3f} ({g:+.1f})" for r, g in zip(runs, gains))
-                     + f" | {mean:+.1f} | {se:.1f} | {mean / se:+.1f} | {_learns(runs, lab, mean, se)} | "
+                     + f" | {mean:+.1f} | {se:.1f} | {mean / se:+.1f} | {_sd(gains)} | "
+                     + f"{_learns(runs, lab, mean, se)} | "
                      + " | ".join(_off(r.get("off", {}).get(lab)) for r in runs) + " |")
+    if len(labels) > 1:  # the composite's pooled score: equal test splits, so the mean over the datasets
+        pooled = [100 * sum(r["per"][lab][1] - r["per"][lab][0] for lab in labels) / len(labels) for r in runs]
+        base = sum(runs[0]["per"][lab][0] for lab in labels) / len(labels)
+        lines += ["", f"Pooled over the {len(labels)} datasets (the composite's one score, `score: {{per_dataset: "
+                  f"false}}`: the mean of the datasets' accuracies, their test splits being equal): before {base:.3f}; "
+                  "gain by seed " + ", ".join(f"{g:+.1f}" for g in pooled)
+                  + f"; mean {sum(pooled) / len(pooled):+.1f}, sd over seeds {_sd(pooled)} points."]
+
     def run_line(r: dict) -> str:
         return (f"seed {r['seed']}: {r['steps']} steps, reward {r['reward_first']:.3f} → {r['reward_last']:.3f}, "
                 f"groups with mixed rewards {r.get('mixed', float('nan')):.2f} (mean over steps), "

@@ -61,5 +61,18 @@ def test_the_pilot_table_reports_the_gain_its_se_and_their_ratio(battery, monkey
     assert float(got["mean gain"]) == pytest.approx(mean, abs=0.06)
     assert float(got["± SE"]) == pytest.approx(se, abs=0.06)
     assert float(got["S/N"]) == pytest.approx(mean / se, abs=0.06)
+    assert float(got["sd"]) == pytest.approx(math.sqrt(((41.3 - 30.6) / 2) ** 2 * 2), abs=0.06)
     assert got["learns"] == "yes"
     assert "1180 CPU s" not in text and "590 CPU s" in text
+    assert "Pooled over" not in text  # one dataset: no composite line
+
+
+def test_the_pilot_table_pools_a_mixture_as_the_composite_scores_it(battery, monkeypatch):
+    monkeypatch.setitem(battery.CANDIDATES, "add_2d", ("arithmetic", "basic_arithmetic:min_terms=2"))
+    monkeypatch.setitem(battery.CANDIDATES, "sort", ("ordering", "word_sorting:min_words=2"))
+    runs = [run(100, 0.1, 0.3, off(10, 53, 3, 4)), run(101, 0.1, 0.4, off(10, 68, 4, 4))]
+    for r, (b, a) in zip(runs, [(0.0, 0.2), (0.0, 0.0)]):
+        r["per"]["sort"], r["off"]["sort"] = (b, a), off(0, 20, 1, 1)
+    text = battery.render_pilot(runs, ["add_2d", "sort"], 150, ["pilot"], 0.7, 3072)
+    # seed 100: (+20 + 20) / 2 = +20; seed 101: (+30 + 0) / 2 = +15; mean +17.5, sd 3.5
+    assert ("before 0.050; gain by seed +20.0, +15.0; mean +17.5, sd over seeds 3.5 points." in text)
