@@ -20,7 +20,10 @@ from rlsuite.reports.normalise import MODES as NORMALISE_MODES
 from rlsuite.reports.stability import StabilityThresholds
 from rlsuite.reports.stats import CI_CHOICES
 
+
 class _Unset:
+    """An option not given on the command line (``None`` is a value: ``per_dataset``'s automatic)."""
+
     def __repr__(self) -> str:
         return "unset"
 

@@ -58,6 +58,9 @@ def plan(spec_ref: str, pilot: Path, confidence: float | None = None, power: flo
         raise BadInput(f"--pilot {pilot}: no such folder (the root of the pilot's run folders)")
     if confidence is None:
         confidence = float(sweep.score.get("confidence", 0.95))
+    elif "confidence" in sweep.score and confidence != sweep.score["confidence"]:
+        raise BadInput(f"--confidence {confidence}: {sweep.source} fixes score.confidence = "
+                       f"{sweep.score['confidence']} for its planned comparisons; drop --confidence")
     try:
         cfg = ReportConfig(**sweep.score)
         runset, expanded = battery.expand(load_runs(Path(pilot)), cfg)

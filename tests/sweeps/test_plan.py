@@ -115,6 +115,12 @@ def test_a_battery_pilot_is_planned_as_the_report_scores_it(tmp_path, capsys):
     assert row["task"] == "rg" and row["pilot_diff"] == pytest.approx((0.075 + 0.015) / 2)
     code = main(["sweep", "plan", str(spec), "--pilot", str(pilot)])
     assert code == 0 and "Scored by the spec's `score`: per_dataset = False." in capsys.readouterr().out
+    # the family level comes from the spec's score too; a contradicting --confidence is refused
+    spec.write_text(SPEC.format(effect=0.02, clip=0.05) + "score: {per_dataset: false, confidence: 0.9}\n")
+    code, p = _plan(capsys, spec, "--pilot", pilot)
+    assert code == 0 and p["alpha_family"] == pytest.approx(0.1)
+    code, err = _plan(capsys, spec, "--pilot", pilot, "--confidence", "0.95")
+    assert code == 2 and "fixes score.confidence = 0.9" in err
 
 
 def test_check_aggregations_by_hand():
