@@ -104,6 +104,12 @@ def tune(spec_ref: str, out: Path, cluster: str, workers: int) -> Path:
              "factors": sweep.factors, "set": sweep.set, "resources": dataclasses.asdict(sweep.resources),
              "tuning": {"record": {"selection": str(root / "selection.json"), **budget,
                                    "chosen": selection["chosen"]}}}
+    # a study's planned comparisons, checks and score, and the spec's other switches, carry over
+    # (the tuned arms keep their labels, so the comparisons still name them)
+    final |= {k: v for k, v in {"lr_scaling": sweep.lr_scaling, "allow_identical_arms": sweep.allow_identical_arms,
+                                "comparisons": [dataclasses.asdict(c) for c in sweep.comparisons],
+                                "checks": [dataclasses.asdict(c) for c in sweep.checks],
+                                "score": sweep.score}.items() if v}
     path = out / f"{sweep.name}-tuned.yaml"
     header = (f"# Final runs of '{sweep.name}' with values chosen by `rlsuite sweep tune` on the val split\n"
               f"# (tuning seeds {list(tune_seeds)}; {len(runs)} tuning runs). Run: rlsuite sweep run {path}\n")

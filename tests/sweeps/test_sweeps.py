@@ -175,6 +175,9 @@ budget: {updates: 2}
 base: none
 set: {eval.max_prompts: 4, eval.test_prompts: 4, rollout.prompts_per_step: 2, rollout.group_size: 2}
 tuning: {lr: [0.001, 0.0003], seeds: [1000]}
+comparisons: [{a: grpo, b: reinforce, direction: greater, smallest_effect: 0.03}]
+checks: [{arm: grpo, signal: adv/mean, op: ">=", value: -1.0}]
+score: {per_dataset: false}
 """)
     assert main(["sweep", "tune", str(spec), "--out", str(tmp_path), "--cluster", "debug"]) == 0
     sel = json.loads((tmp_path / "tn-tune" / "selection.json").read_text())
@@ -182,6 +185,9 @@ tuning: {lr: [0.001, 0.0003], seeds: [1000]}
     assert sel["tuning_budget"]["runs"] == 8 and "val" in sel["rule"]
     assert {c["algo"] for c in sel["chosen"]} == {"grpo", "reinforce"}
     final = tmp_path / "tn-tuned.yaml"
+    tuned = load(str(final))  # the planned comparisons, checks and score carry over to the final spec
+    assert [c.label for c in tuned.comparisons] == ["grpo > reinforce"] and tuned.checks[0].signal == "adv/mean"
+    assert tuned.score == {"per_dataset": False}
     assert main(["sweep", "run", str(final), "--out", str(tmp_path), "--cluster", "debug"]) == 0
     specs = [json.loads(p.read_text()) for p in (tmp_path / "tn-tuned").glob("*/spec.json")]
     assert len(specs) == 4 and all(s["tuning"]["runs"] == 8 for s in specs)
