@@ -172,13 +172,11 @@ def planned_score(path: Path | None, roots: list[Path]) -> dict:
     return raw
 
 
-def scored_settings(args: argparse.Namespace, roots: list[Path]) -> dict:
-    """The ``SCORED`` fields of the report: the command line's where given, else the planned file's,
-    else ReportConfig's. A command-line value that contradicts the planned file is refused: the
-    planned comparisons are judged by the score they were fixed with (``--comparisons none`` drops
-    them for an exploratory report)."""
-    fixed = planned_score(getattr(args, "comparisons", None), roots) if planned_comparisons(
-        getattr(args, "comparisons", None), roots) else {}
+def scored_settings(args: argparse.Namespace, fixed: dict) -> dict:
+    """The ``SCORED`` fields of the report: the command line's where given, else ``fixed`` (the
+    planned file's score), else ReportConfig's. A command-line value that contradicts ``fixed`` is
+    refused: the planned comparisons are judged by the score they were fixed with
+    (``--comparisons none`` drops them for an exploratory report)."""
     d, out = ReportConfig(), {}
     for name, flag in SCORED.items():
         given = getattr(args, name, UNSET)
@@ -197,15 +195,16 @@ def scored_settings(args: argparse.Namespace, roots: list[Path]) -> dict:
 def config_from_args(args: argparse.Namespace) -> ReportConfig:
     """ReportConfig from parsed arguments (validation errors become ReportError)."""
     roots = [Path(r) for r in (args.root if isinstance(args.root, (list, tuple)) else [args.root])]
+    planned = getattr(args, "comparisons", None)
+    comparisons = planned_comparisons(planned, roots)
     return ReportConfig(
-        comparisons=planned_comparisons(getattr(args, "comparisons", None), roots),
-        checks=planned_checks(getattr(args, "comparisons", None), roots),
+        comparisons=comparisons, checks=planned_checks(planned, roots),
         target=args.target, reps=args.reps, ci=args.ci,
         seed=args.seed, x=args.x, smooth=args.smooth, reference=args.reference,
         include_partial=args.include_partial, scaling_x=args.scaling_x, scaling_reps=args.scaling_reps,
         scaling_skip_frac=args.scaling_skip_frac, examples_per_algorithm=args.examples,
         figures=not args.no_figures, stability=parse_stability(args.stability),
-        **scored_settings(args, roots),
+        **scored_settings(args, planned_score(planned, roots) if comparisons else {}),
     )
 
 

@@ -134,11 +134,6 @@ def sha256_file(path: Path) -> str:
 # registration
 
 
-def _score_settings(sweep) -> Optional[dict]:
-    """The spec's report score settings (its ``score`` key), when it has any."""
-    return dict(sweep.score) or None
-
-
 def register(spec_ref: str, study_dir: Path, keep_prefixes: Sequence[str] = (), repo: Optional[Path] = None) -> Path:
     """Write ``study_dir/study.json`` (see the module docstring); returns its path. BadInput (exit 2,
     nothing written) for a dirty tree, a folder outside the repository or already registered."""
@@ -180,7 +175,7 @@ def register(spec_ref: str, study_dir: Path, keep_prefixes: Sequence[str] = (), 
         "seeds": list(sweep.seeds), "budget": dict(sweep.budget), "model": sweep.model,
         "comparisons": [dataclasses.asdict(c) for c in sweep.comparisons],
         "checks": [dataclasses.asdict(c) for c in sweep.checks],
-        "report": _score_settings(sweep),
+        "report": dict(sweep.score) or None,  # the spec's `score`: how the comparisons are judged
         "compact": {"keep": keep, "keep_prefixes": list(dict.fromkeys(["budget/", *keep_prefixes]))},
         "runs": [{"run_id": r.run_id, "task": r.task.name, "algo": r.algo.name, "seed": r.seed, "variant": r.variant,
                   "factors": r.factors} for r in runs],

@@ -405,7 +405,7 @@ class ReasoningGym(Task):
         if self._splits is None:
             c = self.cfg
             out: dict[str, list[Item]] = {"train": [], "val": [], "test": []}
-            pools: list[list[Item]] = []  # per dataset, its questions outside its own test and val
+            pools: list[list[Item]] = []  # per dataset, its questions outside its own test
             for label in self.labels:
                 seen: dict[str, Item] = {}
                 for i in range(c.pool):
@@ -439,7 +439,7 @@ class ReasoningGym(Task):
                 mine |= {it.question for it in val}
                 out["test"] += test
                 out["val"] += val
-                pools.append([it for it in rest if it.question not in mine])
+                pools.append(rest)
             # train: the rest of each dataset, less every question any dataset holds out (two datasets whose
             # spaces overlap select their test and val apart, and one's held-out question may rank past the
             # other's cut); then at most n_train of them, in index order

@@ -43,6 +43,7 @@ import json
 import math
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -280,10 +281,7 @@ def _learns(runs: list[dict], lab: str, mean: float, se: float) -> str:
 
 def _sd(values: list[float]) -> str:
     """The sample standard deviation (points, one decimal); — for fewer than two values."""
-    if len(values) < 2:
-        return "—"
-    m = sum(values) / len(values)
-    return f"{math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1)):.1f}"
+    return f"{statistics.stdev(values):.1f}" if len(values) > 1 else "—"
 
 
 def _off(a: dict | None) -> str:
