@@ -6,8 +6,11 @@ logs, beside the pooled metric `eval/<task>/<metric>`, one variant per dataset
 = the dataset's name, `name_2` for its second entry; a single-dataset run logs none). A study so
 pays one run per arm and seed for all the datasets, and reads them as separate tasks.
 
-`expand` turns every run that logs at least two variants of the scored metric into one
-pseudo-run per dataset (`ReportConfig.per_dataset`; default: wherever the variants are logged):
+`expand` turns a run that logs at least two variants of the scored metric into one pseudo-run per
+dataset (`ReportConfig.per_dataset`). Automatic (None, the default): only runs whose spec lists at
+least two `task.datasets` (a mixture), since a variant is not always a dataset (`hops_toy` logs
+`greedy_acc_h4` .. `greedy_acc_h8`, one per hop count of one task; those stay pooled unless
+`--per-dataset`). True: every run that logs the variants. False: none.
 
 * run id `<run_id>[<label>]`, task `<task>[<label>]`; algorithm, seed, state and config are the
   run's own, so seeds pair across arms as usual and every downstream table treats the datasets as
@@ -32,7 +35,7 @@ from rlsuite.reports.config import ReportConfig
 from rlsuite.reports.errors import ReportError
 from rlsuite.reports.load import RunSet
 
-__all__ = ["dataset_labels", "expand", "task_name"]
+__all__ = ["dataset_labels", "expand", "is_mixture", "task_name"]
 
 MIN_DATASETS = 2
 """A run is expanded when it logs variants for at least this many datasets (a mixture)."""
@@ -43,9 +46,17 @@ def task_name(task: str, label: str) -> str:
     return f"{task}[{label}]"
 
 
-def dataset_labels(runset: RunSet, metric: str) -> dict[str, list[str]]:
+def is_mixture(spec: dict) -> bool:
+    """Whether a run's spec trains on a mixture: its `task.datasets` lists >= `MIN_DATASETS` entries."""
+    task = spec.get("task")
+    datasets = task.get("datasets") if isinstance(task, dict) else None
+    return isinstance(datasets, (list, tuple)) and len(datasets) >= MIN_DATASETS
+
+
+def dataset_labels(runset: RunSet, metric: str, *, mixtures_only: bool = False) -> dict[str, list[str]]:
     """run_id -> the dataset labels of the per-dataset variants `<metric>_<label>` it logs under its
-    own task key (runs with fewer than `MIN_DATASETS` are left out), labels in first-logged order."""
+    own task key (runs with fewer than `MIN_DATASETS` are left out; with `mixtures_only`, also runs
+    whose spec is not a mixture: `is_mixture`), labels in first-logged order."""
     ev = runset.evals
     if ev.empty:
         return {}
@@ -56,7 +67,7 @@ def dataset_labels(runset: RunSet, metric: str) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     for rid, g in sel.groupby("run_id", sort=False):
         labels = list(dict.fromkeys(m[len(prefix):] for m in g["metric"]))
-        if len(labels) >= MIN_DATASETS:
+        if len(labels) >= MIN_DATASETS and (not mixtures_only or is_mixture(runset.specs.get(rid, {}))):
             out[rid] = labels
     return out
 
@@ -64,11 +75,11 @@ def dataset_labels(runset: RunSet, metric: str) -> dict[str, list[str]]:
 def expand(runset: RunSet, cfg: ReportConfig) -> tuple[RunSet, tuple[str, ...]]:
     """The RunSet with each battery run replaced by its per-dataset pseudo-runs (module docstring),
     and the notes the report prints about it. Unchanged when `cfg.per_dataset` is False or no run
-    logs variants of `cfg.metric` (then `per_dataset=True` is refused: ReportError). Idempotent: a
-    pseudo-run logs no variants."""
+    logs variants of `cfg.metric` (then `per_dataset=True` is refused: ReportError); automatic
+    (None) expands mixtures only (module docstring). Idempotent: a pseudo-run logs no variants."""
     if cfg.per_dataset is False:
         return runset, ()
-    labels = dataset_labels(runset, cfg.metric)
+    labels = dataset_labels(runset, cfg.metric, mixtures_only=cfg.per_dataset is None)
     if not labels:
         if cfg.per_dataset:
             raise ReportError(f"--per-dataset: no run logs per-dataset variants of eval metric {cfg.metric!r} "

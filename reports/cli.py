@@ -62,7 +62,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                              "headroom when the aggregates span > 1 task, raw for one; per-task tables stay raw")
     parser.add_argument("--per-dataset", action=argparse.BooleanOptionalAction, default=UNSET,
                         help="score a battery run (its evals log <metric>_<label> per dataset) as one task per "
-                             "dataset, <task>[<label>]; default: wherever those variants are logged; "
+                             "dataset, <task>[<label>]; default: runs whose spec lists >= 2 task.datasets (a mixture); "
                              "--no-per-dataset scores the pooled metric")
     parser.add_argument("--reps", type=int, default=d.reps, help="bootstrap resamples (>= 2000 to publish)")
     parser.add_argument("--ci", choices=list(CI_CHOICES), default=d.ci,

@@ -48,7 +48,8 @@ class ReportConfig:
     of the scored metric, e.g. reasoning_gym's `greedy_acc_gcd`): True = every run of such a task
     becomes one scored row per dataset, task `<task>[<label>]`, scored (and its base taken) from
     `<metric>_<label>` (`rlsuite.reports.battery`); False = the pooled metric, one row per run;
-    None (default) = True wherever the variants are logged. True with no variant logged anywhere is
+    None (default) = True for runs whose spec lists >= 2 `task.datasets` (a mixture; `hops_toy`'s
+    per-hop variants stay pooled), False elsewhere. True with no variant logged anywhere is
     refused. Applied by `build_report` (`battery.expand`); `score_runs` scores the RunSet given."""
     reps: int = 2000
     """Bootstrap resamples for every CI in the tables (>= 2000 for published tables)."""

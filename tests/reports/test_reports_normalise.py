@@ -21,11 +21,18 @@ CFG = ReportConfig(reps=50)
 STEPS = 20
 
 
-def write_exact(root, task: str, algo: str, seed: int, base: float | None, final: float, **variants) -> None:
+def write_exact(root, task: str, algo: str, seed: int, base: float | None, final: float, *, mixture: bool = True,
+                **variants) -> None:
     """A completed run whose step-0 evals (val and test) score `base` (none when None) and whose final
-    test eval scores `final`; `variants`: label -> (base, final) of `greedy_acc_<label>` (a battery)."""
+    test eval scores `final`; `variants`: label -> (base, final) of `greedy_acc_<label>` (a battery: its
+    spec lists one `task.datasets` entry per variant unless `mixture` is False, as hops_toy's per-hop
+    variants of one task)."""
     arm = synthetic.Arm(algo=algo, seed_sd=0.0, noise=0.0)
     folder = synthetic.write_run(root, task, arm, seed, steps=STEPS)
+    if variants and mixture:
+        spec = json.loads((folder / "spec.json").read_text())
+        spec["task"]["datasets"] = [f"{lab}:size=1" for lab in variants]
+        (folder / "spec.json").write_text(json.dumps(spec))
 
     def row(step: int, split: str, value: float, which: int, fin: bool = False) -> dict:
         r = {"step": step, "split": split, "budget/samples": step * 16 * synthetic.GROUP_SIZE,
@@ -193,6 +200,20 @@ def test_per_dataset_off_and_forced(tmp_path):
     assert battery.expand(plain, CFG)[0] is plain  # automatic: nothing to expand
     with pytest.raises(ReportError, match="no run logs per-dataset variants of eval metric 'greedy_acc'"):
         battery.expand(plain, ReportConfig(reps=50, per_dataset=True))
+
+
+def test_variants_of_one_task_stay_pooled_unless_asked(tmp_path):
+    """hops_toy logs greedy_acc_h4 .. _h8 (hop counts of one task, not datasets): the automatic mode
+    keeps the pooled metric; --per-dataset splits them on request."""
+    for seed in (0, 1):
+        write_exact(tmp_path, "hops", "grpo", seed, 0.3, 0.5, mixture=False, h4=(0.4, 0.6), h8=(0.2, 0.4))
+    rs = load_runs(tmp_path)
+    assert battery.dataset_labels(rs, "greedy_acc", mixtures_only=True) == {}
+    auto, notes = battery.expand(rs, CFG)
+    assert auto is rs and notes == ()
+    assert score_runs(auto, CFG).scores["task"].unique().tolist() == ["hops"]
+    forced, notes = battery.expand(rs, ReportConfig(reps=50, per_dataset=True))
+    assert sorted(forced.runs["task"].unique()) == ["hops[h4]", "hops[h8]"] and len(notes) == 1
 
 
 def test_one_variant_is_not_a_battery(tmp_path):

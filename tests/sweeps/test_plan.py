@@ -88,6 +88,9 @@ def _battery_pilot(tmp_path):
         for s in range(6):
             folder = synthetic.write_run(tmp_path / "pilot", "rg", synthetic.Arm(algo=algo, seed_sd=0.0, noise=0.0), s)
             a, b = f(s)
+            spec = json.loads((folder / "spec.json").read_text())
+            spec["task"]["datasets"] = ["a:size=1", "b:size=1"]  # a mixture, as reasoning_gym's spec lists it
+            (folder / "spec.json").write_text(json.dumps(spec))
             rows = [{"step": 0, "split": sp, "budget/samples": 0, "eval/rg/greedy_acc": 0.3,
                      "eval/rg/greedy_acc_a": 0.4, "eval/rg/greedy_acc_b": 0.2} for sp in ("val", "test")]
             rows.append({"step": 20, "split": "test", "budget/samples": 2560, "final": True,
