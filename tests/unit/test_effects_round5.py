@@ -1,0 +1,69 @@
+"""The fifth effects round's pre-registered analysis (``benchmarks/effects/round5/round5.py``): which
+effects the probe's checks let through, the Holm family over the primaries and the seed plan, by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "effects" / "round5" / "round5.py"
+
+
+@pytest.fixture(scope="module")
+def r5():
+    spec = importlib.util.spec_from_file_location("effects_round5_script", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_probe_checks_gate_the_effects_they_cover(r5):
+    def row(arm, signal, result):
+        return {"task": "chain", "arm": arm, "check": f"{arm}: mean {signal} after 20% >= 0.1", "n_runs": 2,
+                "n_pass": 2 if result == "pass" else 0, "share_needed": 1.0, "values": "", "result": result}
+    table = pd.DataFrame([row("grpo", "reward/mean", "pass"), row("grpo", "group/mixed_frac", "pass"),
+                          row("grpo", "stats/entropy", "fail"),
+                          row("dapo:mb4-symmetric", "stats/clip_frac_high", "fail"),
+                          row("dapo:mb4-symmetric", "stats/entropy", "pass")])
+    got = r5.engaged(table)
+    assert {k: v["engages"] for k, v in got.items()} == {
+        "length": True, "std_norm": True, "batch_size": True, "entrocraft": False, "clip_higher": False}
+    assert got["entrocraft"]["failed"] == ["grpo: mean stats/entropy after 20% >= 0.1 (fail)"]
+    assert len(got["clip_higher"]["failed"]) == 1 and "clip_frac_high" in got["clip_higher"]["failed"][0]
+    # a check the spec lacks is a failure, named, never a pass
+    got = r5.engaged(table[table["check"].str.contains("reward/mean")])
+    assert not got["length"]["engages"] and "grpo group/mixed_frac: no such check" in got["length"]["failed"]
+
+
+def test_family_is_holm_over_the_effects_with_seeds(r5):
+    # 8 positive differences: the one-sided sign-flip p is 1/256 (only the observed signs reach the mean);
+    # seven +1 and one -1: sums >= 6 need at most one negative sign, 1 + 8 arrangements: p = 9/256
+    diffs = {"length": {s: float(s + 1) for s in range(8)},
+             "clip_higher": {s: (1.0 if s < 7 else -1.0) for s in range(8)}}
+    rows = {r["effect"]: r for r in r5.family(diffs)}
+    assert rows["length"]["p"] == pytest.approx(1 / 256) and rows["clip_higher"]["p"] == pytest.approx(9 / 256)
+    assert rows["length"]["p_holm"] == pytest.approx(2 / 256)      # the smaller p times m = 2
+    assert rows["clip_higher"]["p_holm"] == pytest.approx(9 / 256)  # times 1, above the running max
+    assert rows["length"]["verdict"] == rows["clip_higher"]["verdict"] == "confirmed"
+    assert rows["staleness"]["verdict"] == "not run" and math.isnan(rows["staleness"]["p_holm"])
+    assert rows["clip_higher"]["mean"] == pytest.approx(0.75)
+    # with a third effect whose p is 1/2 the family is m = 3: 9/256 x 2 = 0.0703 is no longer confirmed
+    diffs["entrocraft"] = {0: 1.0, 1: -1.0}
+    rows = {r["effect"]: r for r in r5.family(diffs)}
+    assert rows["clip_higher"]["p_holm"] == pytest.approx(18 / 256) and rows["clip_higher"]["verdict"] == "not confirmed"
+    assert rows["length"]["p_holm"] == pytest.approx(3 / 256)
+
+
+def test_plan_never_below_the_floor_of_eight(r5):
+    # paired sd exactly 1 (deviations -1, 1, -1, 1, 0) against a 5-token SESOI: the test's own floor
+    # (one-sided at 0.05 / 2: 2^6 = 64 > 40) is 6 seeds, the pre-registered minimum 8
+    (row,) = r5.plan({"length": dict(enumerate([4.0, 6.0, 4.0, 6.0, 5.0])), "clip_higher": {0: 1.0}}, m=2)
+    assert row["effect"] == "length" and row["sd"] == pytest.approx(1.0) and row["pilot_mean"] == pytest.approx(5.0)
+    assert row["n_plan"] == 6 and row["n_run"] == 8
+    # a noisy pilot plans more than the floor
+    (row,) = r5.plan({"length": dict(enumerate([0.0, 10.0, 0.0, 10.0, 5.0]))}, m=6)
+    assert row["sd"] == pytest.approx(5.0) and row["n_run"] == row["n_plan"] > 8
