@@ -54,7 +54,8 @@ def test_family_is_holm_over_the_effects_with_seeds(r5):
     # with a third effect whose p is 1/2 the family is m = 3: 9/256 x 2 = 0.0703 is no longer confirmed
     diffs["entrocraft"] = {0: 1.0, 1: -1.0}
     rows = {r["effect"]: r for r in r5.family(diffs)}
-    assert rows["clip_higher"]["p_holm"] == pytest.approx(18 / 256) and rows["clip_higher"]["verdict"] == "not confirmed"
+    assert rows["clip_higher"]["p_holm"] == pytest.approx(18 / 256)
+    assert rows["clip_higher"]["verdict"] == "not confirmed"
     assert rows["length"]["p_holm"] == pytest.approx(3 / 256)
 
 

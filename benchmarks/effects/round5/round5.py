@@ -1,6 +1,6 @@
 """Effects, fifth round (issue 35 §3): the pre-registered analysis of ``round5/README.md``.
 
-    python benchmarks/effects/round5/round5.py probe RUNS     # stage A: which effects engage (RUNS holds effects_r5_probe/)
+    python benchmarks/effects/round5/round5.py probe RUNS     # stage A: which effects engage (RUNS/effects_r5_probe)
     python benchmarks/effects/round5/round5.py plan RUNS      # stage B: seeds per engaged effect from the pilot
     python benchmarks/effects/round5/round5.py family RUNS    # stage C: the six primaries, one Holm family
 
