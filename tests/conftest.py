@@ -13,8 +13,10 @@ a failure.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -113,6 +115,16 @@ def pytest_xdist_auto_num_workers(config):
     """``-n auto``: one worker per core, at most 8 (each worker holds torch and a model; tests that
     spawn ranks add processes of their own). ``PYTEST_XDIST_AUTO_NUM_WORKERS`` overrides it."""
     return max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+
+def load_script(relpath: str, name: str):
+    """A repository script (``benchmarks/...``, ``scripts/...``; path from the repository root) loaded
+    as the module ``name`` and registered in ``sys.modules`` (dataclasses look their module up)."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / relpath)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def data_dir(sub: str) -> Path:

@@ -4,7 +4,6 @@ and ``benchmarks/common.py``'s results-file tail (the machine, the command, the 
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import platform
 import sys
@@ -13,17 +12,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import load_script
+
 _BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 def _load(name: str):
     sys.path.insert(0, str(_BENCH))  # the scripts import the shared modules (common.py) by name
     try:
-        spec = importlib.util.spec_from_file_location(f"{name}_bench", _BENCH / name / f"{name}.py")  # <study>/<script>
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[f"{name}_bench"] = mod
-        spec.loader.exec_module(mod)
-        return mod
+        return load_script(f"benchmarks/{name}/{name}.py", f"{name}_bench")  # <study>/<script>
     finally:
         sys.path.remove(str(_BENCH))
 

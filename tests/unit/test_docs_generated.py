@@ -9,23 +9,19 @@ rerun fails here, naming the command to run.
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMAND = "python scripts/gen_docs.py"
 
 
 def load_gen():
-    spec = importlib.util.spec_from_file_location("rlsuite_gen_docs", ROOT / "scripts" / "gen_docs.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("scripts/gen_docs.py", "rlsuite_gen_docs")
 
 
 @pytest.fixture(scope="module")

@@ -3,19 +3,14 @@ its censoring, the paired difference over shared seeds, and the verdict from the
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "effects" / "effects.py"
-_spec = importlib.util.spec_from_file_location("effects_bench", _PATH)
-effects = importlib.util.module_from_spec(_spec)
-sys.modules["effects_bench"] = effects  # dataclasses look their module up
-_spec.loader.exec_module(effects)
+from tests.conftest import load_script
+
+effects = load_script("benchmarks/effects/effects.py", "effects_bench")
 
 
 def test_samples_to_target_uses_the_trailing_mean_and_censors_at_the_budget():

@@ -3,22 +3,18 @@ effects the probe's checks let through, the Holm family over the primaries and t
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "effects" / "round5" / "round5.py"
+from tests.conftest import load_script
+
 
 
 @pytest.fixture(scope="module")
 def r5():
-    spec = importlib.util.spec_from_file_location("effects_round5_script", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/effects/round5/round5.py", "effects_round5_script")
 
 
 def test_probe_checks_gate_the_effects_they_cover(r5):

@@ -4,7 +4,6 @@ policy that stops at one hop count scores 1 on that h and 0 on the others)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -13,12 +12,11 @@ import pytest
 
 from rlsuite.reports.load import load_runs
 
+from tests.conftest import load_script
+
 _BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(_BENCH))  # the script imports the shared modules (common.py, study_render.py) by name
-_spec = importlib.util.spec_from_file_location("long_horizon_bench", _BENCH / "long_horizon" / "long_horizon.py")
-lh = importlib.util.module_from_spec(_spec)
-sys.modules["long_horizon_bench"] = lh
-_spec.loader.exec_module(lh)
+lh = load_script("benchmarks/long_horizon/long_horizon.py", "long_horizon_bench")
 
 TASK = {"name": "hops_toy", "n_entities": 300, "min_hops": 4, "max_hops": 8, "val_fraction": 0.1,
         "warm_target": 0.95, "warm_max_steps": 600, "warm_read_share": 0.6}

@@ -4,16 +4,12 @@ step-0 eval printed per seed as the engine's (evals run through the mismatch kno
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "mismatch" / "mismatch.py"
-_spec = importlib.util.spec_from_file_location("mismatch_bench", _PATH)
-mismatch = importlib.util.module_from_spec(_spec)
-sys.modules["mismatch_bench"] = mismatch
-_spec.loader.exec_module(mismatch)
+from tests.conftest import load_script
+
+mismatch = load_script("benchmarks/mismatch/mismatch.py", "mismatch_bench")
 
 
 def _run(root: Path, variant: str, seed: int, masked: list[float], state: str = "completed") -> None:

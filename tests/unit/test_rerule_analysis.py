@@ -3,18 +3,14 @@ paired difference rerule − grpo over shared seeds (hand-made run folders)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "rerule" / "rerule.py"
-_spec = importlib.util.spec_from_file_location("rerule_bench", _PATH)
-rerule = importlib.util.module_from_spec(_spec)
-sys.modules["rerule_bench"] = rerule
-_spec.loader.exec_module(rerule)
+from tests.conftest import load_script
+
+rerule = load_script("benchmarks/rerule/rerule.py", "rerule_bench")
 
 
 def _run(root: Path, algo: str, seed: int, refusal: float, state: str = "completed") -> None:

@@ -3,21 +3,17 @@ counts as learning, when it is one constant reply, and the per-dataset signal-to
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "rgym_battery" / "rgym_battery.py"
+from tests.conftest import load_script
+
 
 
 @pytest.fixture(scope="module")
 def battery():
-    spec = importlib.util.spec_from_file_location("rgym_battery_script", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/rgym_battery/rgym_battery.py", "rgym_battery_script")
 
 
 def off(base_rest: int, rest: int, top: int, n_top: int, n_rest: int = 140) -> dict:
