@@ -30,9 +30,14 @@ def test_probe_checks_gate_the_effects_they_cover(r5):
         "length": True, "std_norm": True, "batch_size": True, "entrocraft": False, "clip_higher": False}
     assert got["entrocraft"]["failed"] == ["grpo: mean stats/entropy after 20% >= 0.1 (fail)"]
     assert len(got["clip_higher"]["failed"]) == 1 and "clip_frac_high" in got["clip_higher"]["failed"][0]
-    # a check the spec lacks is a failure, named, never a pass
+    # a check the spec lacks is a failure, named, never a pass; an effect with none of its checks was not probed
     got = r5.engaged(table[table["check"].str.contains("reward/mean")])
     assert not got["length"]["engages"] and "grpo group/mixed_frac: no such check" in got["length"]["failed"]
+    assert set(got) == {"length", "std_norm", "batch_size"}
+    # P2 probes effect 2 alone, with its own arm label
+    p2 = pd.DataFrame([row("dapo:mb4e4-symmetric", "stats/clip_frac_high", "pass"),
+                       row("dapo:mb4e4-symmetric", "stats/entropy", "pass")])
+    assert r5.engaged(p2) == {"clip_higher": {"engages": True, "failed": []}}
 
 
 def test_family_is_holm_over_the_effects_with_seeds(r5):

@@ -43,14 +43,17 @@ SESOI = {"length": 5.0, "clip_higher": 0.1 * H0, "std_norm": 2560.0, "batch_size
          "entrocraft": 0.1 * H0}
 """The smallest effect of interest of each primary, in its statistic's unit (README table)."""
 ORDER = ("length", "clip_higher", "std_norm", "batch_size", "staleness", "entrocraft")
+CLIP_ARMS = {"P2": ("dapo:mb4e4", "dapo:mb4e4-symmetric"), "P1": ("dapo:mb4", "dapo:mb4-symmetric")}
+"""Effect 2's arms (clip-higher, symmetric) at each preset it may be tested at (README "The testbeds")."""
+SYMMETRIC = tuple(sym for _, sym in CLIP_ARMS.values())
 ENGAGES = {
-    "length": (("grpo", "reward/mean"), ("grpo", "group/mixed_frac")),
-    "clip_higher": (("dapo:mb4-symmetric", "stats/clip_frac_high"), ("dapo:mb4-symmetric", "stats/entropy")),
-    "std_norm": (("grpo", "reward/mean"), ("grpo", "group/mixed_frac")),
-    "batch_size": (("grpo", "reward/mean"),),
-    "entrocraft": (("grpo", "stats/entropy"),),
+    "length": ((("grpo",), "reward/mean"), (("grpo",), "group/mixed_frac")),
+    "clip_higher": ((SYMMETRIC, "stats/clip_frac_high"), (SYMMETRIC, "stats/entropy")),
+    "std_norm": ((("grpo",), "reward/mean"), (("grpo",), "group/mixed_frac")),
+    "batch_size": ((("grpo",), "reward/mean"),),
+    "entrocraft": ((("grpo",), "stats/entropy"),),
 }
-"""The probe checks (arm, signal) each effect needs (README "Stage A"); effect 5 is not probed."""
+"""The probe checks (arms, signal) each effect needs (README "Stage A"); effect 5 is not probed."""
 TARGET_ROOM = 0.03
 """Effect 3's stage-B check: its halfway target must lie this far above the starting reward."""
 
@@ -59,12 +62,15 @@ TARGET_ROOM = 0.03
 
 def engaged(table) -> dict[str, dict]:
     """effect -> {"engages": bool, "failed": [check text]} from a checks table (``reports.checks.evaluate``
-    rows: arm, check (its label, which names the signal), result)."""
+    rows: arm, check (its label, which names the signal), result). An effect none of whose checks is in
+    the table was not probed there and is left out (P2 probes effect 2 alone)."""
     out = {}
-    hit = lambda r, a, s: r.arm == a and s in r.check  # noqa: E731
+    hit = lambda r, arms, s: r.arm in arms and f" {s} " in r.check  # noqa: E731
     for eff, needs in ENGAGES.items():
         rows = [r for r in table.itertuples() if any(hit(r, a, s) for a, s in needs)]
-        missing = [f"{a} {s}: no such check" for a, s in needs if not any(hit(r, a, s) for r in rows)]
+        if not rows:
+            continue
+        missing = [f"{'/'.join(a)} {s}: no such check" for a, s in needs if not any(hit(r, a, s) for r in rows)]
         failed = [r.check + f" ({r.result})" for r in rows if r.result != "pass"]
         out[eff] = {"engages": not missing and not failed, "failed": missing + failed}
     return out
@@ -80,7 +86,7 @@ def probe(root: Path, study: Path = HERE / "probe") -> str:
     table = checks_mod.evaluate([Check(**c) for c in reg["checks"]], rs.runs, rs.metrics)
     lines = ["| check | runs passing | values | result |", "|---|---|---|---|"]
     lines += [f"| {r.check} | {r.n_pass}/{r.n_runs} | {r.values} | {r.result} |" for r in table.itertuples()]
-    lines += ["", "| effect | engages at P1 | failing checks |", "|---|---|---|"]
+    lines += ["", "| effect | engages at this preset | failing checks |", "|---|---|---|"]
     for eff, v in engaged(table).items():
         lines.append(f"| {eff} | {'yes' if v['engages'] else 'no'} | {'; '.join(v['failed']) or '—'} |")
     return "\n".join(lines) + "\n"
@@ -92,10 +98,28 @@ def primaries(rs) -> dict[str, dict[int, float]]:
     """effect -> {seed: paired difference of its primary statistic, in the claim's direction} for the
     effects whose arms are in ``rs`` (effect 3 on the halfway target; effect 6's band from the round-1
     spec, which is the one round 5 uses)."""
-    res = {"length": r1.length(rs)["primary"], "clip_higher": r1.clip_higher(rs)["primary"],
+    res = {"length": r1.length(rs)["primary"], "clip_higher": clip_higher(rs),
            "std_norm": r1.std_norm(rs)["posthoc"], "batch_size": r1.batch_size(rs)["primary"],
            "entrocraft": r1.entrocraft(rs, r1._entrocraft_band())["primary"]}
     return {k: dict(v.get("per_seed", {})) for k, v in res.items()}
+
+
+def clip_higher(rs) -> dict:
+    """Effect 2's primary at the preset whose arms ``rs`` holds (P2's if both): the round-1 statistic,
+    last-quarter entropy, clip-higher − symmetric, paired by seed."""
+    for hi, sym in CLIP_ARMS.values():
+        if {hi, sym} <= set(rs.runs["algorithm"]):
+            ent = lambda r: r1.tail_mean(rs.metrics, r.run_id, "stats/entropy")  # noqa: E731
+            return r1.paired(r1.per_seed(rs.runs, hi, ent), r1.per_seed(rs.runs, sym, ent))
+    return {}
+
+
+def target_check(rs) -> dict:
+    """Effect 3's stage-B check: the halfway target (start + half the way to the best arm's smoothed
+    final training reward) must lie :data:`TARGET_ROOM` above the mean smoothed start."""
+    res = r1.std_norm(rs)
+    start, target = float(res["start"]), float(res["posthoc_target"])
+    return {"start": start, "target": target, "passes": bool(target - start >= TARGET_ROOM)}
 
 
 def effect5(study: Path = HERE.parents[1] / "effect5_attribution") -> dict[int, float]:
@@ -169,18 +193,26 @@ def main(argv=None) -> int:
                         ("family", "stage C: the primaries as one Holm family")):
         p = sub.add_parser(name, help=help_)
         p.add_argument("root", type=Path, help="the --out the stage's sweep ran into")
-        if name != "probe":
+        if name == "probe":
+            p.add_argument("--study", type=Path, default=HERE / "probe",
+                           help="the registered probe (its study.json): probe (P1, default) or probe_p2")
+        else:
             p.add_argument("--sweep", default="effects_r5_pilot" if name == "plan" else "effects_r5")
     args = ap.parse_args(argv)
     if not args.root.is_dir():
         print(f"error: {args.root}: no such folder (give the --out the stage's runs went into)", file=sys.stderr)
         return 2
     if args.cmd == "probe":
-        print(probe(args.root), end="")
+        print(probe(args.root, args.study), end="")
         return 0
-    diffs = primaries(r1.load(args.root, args.sweep))
+    rs = r1.load(args.root, args.sweep)
+    diffs = primaries(rs)
     diffs["staleness"] = effect5()
     if args.cmd == "plan":
+        if {"grpo", "grpo:no-std"} <= set(rs.runs["algorithm"]):
+            t = target_check(rs)
+            print(f"effect 3's target check: start {t['start']:.4f}, halfway target {t['target']:.4f}: "
+                  f"{'pass' if t['passes'] else 'fail (not testable at this preset)'} (room >= {TARGET_ROOM})")
         m = sum(1 for v in diffs.values() if len(v) >= 2)
         print(f"family of m = {m}: level {ALPHA / m:.4g} at the first Holm step, one-sided\n")
         print(_rows(plan(diffs, m), ["effect", "pilot_n", "pilot_mean", "sd", "sesoi", "n", "n_plan", "n_run"]), end="")
