@@ -198,6 +198,10 @@ def main(argv=None) -> int:
                            help="the registered probe (its study.json): probe (P1, default) or probe_p2")
         else:
             p.add_argument("--sweep", default="effects_r5_pilot" if name == "plan" else "effects_r5")
+        if name == "plan":
+            p.add_argument("--m", type=int, default=None,
+                           help="effects in the family (default: those with >= 2 paired seeds here, effect 5 "
+                                "included); give the confirmatory family's size when an effect's pilot is elsewhere")
     args = ap.parse_args(argv)
     if not args.root.is_dir():
         print(f"error: {args.root}: no such folder (give the --out the stage's runs went into)", file=sys.stderr)
@@ -213,7 +217,7 @@ def main(argv=None) -> int:
             t = target_check(rs)
             print(f"effect 3's target check: start {t['start']:.4f}, halfway target {t['target']:.4f}: "
                   f"{'pass' if t['passes'] else 'fail (not testable at this preset)'} (room >= {TARGET_ROOM})")
-        m = sum(1 for v in diffs.values() if len(v) >= 2)
+        m = args.m or sum(1 for v in diffs.values() if len(v) >= 2)
         print(f"family of m = {m}: level {ALPHA / m:.4g} at the first Holm step, one-sided\n")
         print(_rows(plan(diffs, m), ["effect", "pilot_n", "pilot_mean", "sd", "sesoi", "n", "n_plan", "n_run"]), end="")
         return 0
