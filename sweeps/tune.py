@@ -75,18 +75,18 @@ def tune(spec_ref: str, out: Path, cluster: str, workers: int) -> Path:
     root, _ = run_sweep_spec(tsweep, out, cluster, workers)
     metric = t.get("metric", "greedy_acc")
     runs = expand(tsweep)
-    scores: dict[str, list[float]] = {}
+    scores: dict[tuple[str, str], list[float]] = {}  # (entry, grid variant): two entries share variant labels
     for r in runs:
         ev = [e for e in read_jsonl(root / r.run_id / "evals.jsonl") if e.get("final") and e["split"] == "val"]
         key = f"eval/{r.task.name}/{metric}"
         if ev and key in ev[-1]:
-            scores.setdefault(r.variant, []).append(float(ev[-1][key]))
+            scores.setdefault((r.algo.name, r.variant), []).append(float(ev[-1][key]))
     chosen, table = [], []
     for arm in sweep.algorithms:
         points = [(g[1].variant, g[2]) for g in grid if g[0] is arm]
         best = None
         for variant, point in points:
-            vals = scores.get(variant, [])
+            vals = scores.get((arm.name, variant), [])
             mean = statistics.mean(vals) if vals else float("nan")
             table.append({"algo": arm.name, "arm": arm.variant, "point": point, "n": len(vals), "mean_val": mean})
             if vals and (best is None or mean > best[0]):

@@ -198,6 +198,32 @@ score: {per_dataset: false}
     assert "overlap the final seeds" in capsys.readouterr().err
 
 
+def test_tune_scores_each_entry_on_its_own_runs(tmp_path):
+    """Two entries tuned over the same grid labels (the same lr and knob value) are scored apart: each
+    grid row holds its own entry's runs (it pooled both entries' runs before)."""
+    spec = write(tmp_path, """
+name: tw
+tasks: [arith]
+algorithms: [grpo, dr_grpo]
+seeds: [0]
+budget: {updates: 2}
+base: none
+set: {eval.max_prompts: 4, eval.test_prompts: 4, rollout.prompts_per_step: 2, rollout.group_size: 2}
+tuning: {lr: [0.001], seeds: [1000], knobs: {grpo: {clip_eps_high: [0.2]}, dr_grpo: {clip_eps_high: [0.2]}}}
+""")
+    assert main(["sweep", "tune", str(spec), "--out", str(tmp_path), "--cluster", "debug"]) == 0
+    root = tmp_path / "tw-tune"
+    own = {}
+    for st in root.glob("*/spec.json"):
+        rs = json.loads(st.read_text())
+        ev = [e for e in read_jsonl(st.parent / "evals.jsonl") if e.get("final") and e["split"] == "val"]
+        own[rs["algo"]["name"]] = ev[-1]["eval/arith/greedy_acc"]
+    grid = {row["algo"]: row for row in json.loads((root / "selection.json").read_text())["grid"]}
+    assert set(grid) == {"grpo", "dr_grpo"} and len(own) == 2
+    for algo, row in grid.items():
+        assert row["n"] == 1 and row["mean_val"] == own[algo]
+
+
 def test_quickstart_answers_only_a_missing_report_extra_with_a_plain_table(tmp_path, monkeypatch, capsys):
     """Without the report extra (seaborn, matplotlib, plotly: pyproject's `report`) the quickstart
     prints a plain table; any other import failure inside the reports is a bug and is raised."""
