@@ -64,11 +64,9 @@ def load_stage(study: Path, reps: int = 2000) -> Optional[Stage]:
         return st
     comps = tuple((c["a"], c["b"], c["direction"], float(c["smallest_effect"])) for c in reg["comparisons"])
     cks = tuple(dataclasses.astuple(Check(**c)) for c in reg["checks"])
-    # the score the study was registered with; a registration that fixes no `per_dataset` is judged
-    # on the pooled metric, as every study registered before specs had a `score` was (hops_toy's
-    # per-hop variants would otherwise split long_horizon's registered test into five)
-    st.cfg = ReportConfig(comparisons=comps, checks=cks, reps=reps,
-                          **({"per_dataset": False} | (reg.get("report") or {})))
+    # the score the study was registered with, else the report's defaults (per dataset for mixtures
+    # only: hops_toy's per-hop variants stay pooled), so a render scores as `rlsuite report` does
+    st.cfg = ReportConfig(comparisons=comps, checks=cks, reps=reps, **(reg.get("report") or {}))
     st.runset = battery.expand(load_runs(st.root), st.cfg)[0]
     st.scored = score_runs(st.runset, st.cfg)
     st.gate = checks_mod.evaluate([Check(*c) for c in cks], st.runset.runs, st.runset.metrics)
