@@ -144,12 +144,13 @@ class Algorithm:
     """How the entry itself weights or masks by π/μ (the engine's μ), when it does: then the
     trainer-level correction ``loss.is_correction`` is refused for it (the two would weight twice)."""
     old_logp_before_update: ClassVar[bool] = False
-    """``advantages`` or ``filter`` read ``batch.old_logp`` (π_old) on fresh on-policy rows. When
-    False (most entries), a step whose update is one forward of the whole batch at the weights that
-    sampled it (one epoch, one minibatch, one micro-batch, on-policy) takes π_old from that forward
-    instead of a scoring pass of its own: the same tensor, computed once
-    (``Scorer.from_update``, :mod:`rlsuite.suite.scoring`). A contract test checks every False
-    entry: its advantages and filter are the same with ``old_logp`` absent."""
+    """``advantages`` or ``filter`` read ``batch.old_logp`` (π_old) on freshly sampled rows (on-policy
+    or from a lagging engine). When False (most entries), a step whose update is one forward of the
+    whole batch at the weights before the update (one epoch, one minibatch, one micro-batch) takes
+    π_old from that forward instead of a scoring pass of its own: the same tensor, computed once
+    (``Scorer.from_update``, :mod:`rlsuite.suite.scoring`). Rows a ``replay`` hook brings back always
+    get the scoring pass. A contract test checks every False entry: its advantages and filter are the
+    same with ``old_logp`` absent."""
     inert: ClassVar[dict[str, str]] = {}
     """Config fields that deliberately change neither rewards, advantages, filter nor loss on
     their own, with the reason (the "live knobs" contract test skips them)."""

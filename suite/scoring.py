@@ -56,15 +56,18 @@ class Scorer:
         """``loss.is_correction``'s statistics of the last pass (``mismatch/*``)."""
 
     def from_update(self, rows: int) -> bool:
-        """π_old of a fresh on-policy batch of ``rows`` rows comes from the update's own forward
-        (:func:`rlsuite.suite.update_plan.old_logp_from_update`): speed only, the metrics and the
+        """π_old (recomputed) of a batch of ``rows`` rows comes from the update's own forward
+        (:func:`rlsuite.suite.update_plan.old_logp_from_update`), on-policy or stale alike (π_old is
+        the weights before the update, not the stale sampler's): speed only, the metrics and the
         update are the scoring pass's bit for bit (tested); its FLOPs are not charged."""
         return self.old_from_update and old_logp_from_update(self.spec, self.state.algo, self.fields, rows)
 
     @torch.no_grad()
-    def score(self, rec: Rollout) -> Batch:
+    def score(self, rec: Rollout, replayed: bool = False) -> Batch:
         """The batch of the graded rollout ``rec`` (rows [B], tokens [B, T]) with π_old (or its
-        mask), π_ref, π_init, values and KL-shaped rewards as the entry needs them."""
+        mask), π_ref, π_init, values and KL-shaped rewards as the entry needs them. ``replayed``: rows
+        an entry's ``replay`` hook brought back are appended (the entry weights them by π_old/μ in
+        its advantages, so π_old is a scoring pass)."""
         r, st, dev = self.spec.rollout, self.state, self.device
         tokens, attn, mask = rec.tokens.to(dev), rec.attn_mask.to(dev), rec.loss_mask.to(dev)
         n_tok = int(rec.attn_mask.sum())
@@ -83,7 +86,8 @@ class Scorer:
         if r.old_logp == "behaviour" and on_policy and head is None:
             fields["old_logp"] = rec.behav_logp.to(dev)
             aliased = True
-        elif r.old_logp == "recompute" and on_policy and rec.stage is None and self.from_update(rec.batch_size):
+        elif r.old_logp == "recompute" and rec.stage is None and not replayed and bool((rec.behaviour_id == 0).all()) \
+                and self.from_update(rec.batch_size):  # on-policy or stale: π_old is the current weights either way
             fields["old_logp_mask"] = mask  # π_old comes from the update's forward (the trainer fills old_logp)
         else:
             want = frozenset({"values"}) if head is not None else frozenset()

@@ -208,7 +208,8 @@ class Trainer:
             stale = self.algo.replay(ctx) if attempt == 0 else None
             if stale is not None:  # re-used rows go after the fresh ones, in groups of their own
                 rec = cat_rollouts([rec, stale])
-            batch, zv_metrics = self.state.curriculum.mask(self.scorer.score(rec))  # 4 (+ zero-variance mask)
+            # 4 (+ zero-variance mask)
+            batch, zv_metrics = self.state.curriculum.mask(self.scorer.score(rec, replayed=stale is not None))
             self.state.curriculum.record(batch, n_fresh)  # the curriculum's pass rates
             adv = self.algo.advantages(batch, ctx)
             batch = dataclasses.replace(batch, adv=adv.adv, returns=adv.returns, extras={**batch.extras, **adv.extras},

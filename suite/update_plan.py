@@ -21,11 +21,12 @@ def update_fields(needs: frozenset[str], critic: str) -> frozenset[str]:
 
 
 def old_logp_from_update(spec, algo, update_fields: frozenset[str], rows: int) -> bool:
-    """Whether π_old of a fresh on-policy batch of ``rows`` rows comes from the update's own
-    forward instead of a scoring pass (:meth:`rlsuite.suite.scoring.Scorer.from_update`; the dry
-    run's cost plan asks the same). That forward is then one pass of the model, at the weights that sampled the
-    batch, over all its rows, so its log-probs are π_old itself: the scoring pass computes the same
-    tensor (the first update's ratio is exactly 1 either way). It holds with one epoch, one
+    """Whether π_old (``rollout.old_logp=recompute``) of a batch of ``rows`` rows comes from the
+    update's own forward instead of a scoring pass (:meth:`rlsuite.suite.scoring.Scorer.from_update`;
+    the dry run's cost plan asks the same). That forward is then one pass of the model, at the weights
+    before the update, over all its rows, so its log-probs are π_old itself, on-policy or stale (a
+    stale sampler is μ, not π_old): the scoring pass computes the same tensor (the first update's
+    ratio is exactly 1 either way). It holds with one epoch, one
     minibatch and one micro-batch (no ``bucket_by_length``), one process, no trainer-level
     correction (``loss.is_correction``) and no in-reward or adaptive KL (they read π_old before the
     update), an entry that neither filters nor reads π_old before its update

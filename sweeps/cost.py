@@ -365,7 +365,7 @@ def flops_per_sample(spec, arch: Arch, tokens: int) -> dict[str, int]:
     on_policy = r.staleness == 0 and r.mismatch == "none" and r.top_p == 1.0 and r.top_k == 0
     aliased = r.old_logp == "behaviour" and on_policy and critic in (None, "separate")
     fields = update_fields(needs, algo.critic or spec.model.critic)
-    from_update = r.old_logp == "recompute" and on_policy and old_logp_from_update(
+    from_update = r.old_logp == "recompute" and old_logp_from_update(
         spec, algo, fields, r.prompts_per_step * r.group_size)  # π_old from the update's forward: no pass
     if not (aliased or from_update):
         out["score_old"] = 2 * P * tokens

@@ -137,6 +137,8 @@ def test_plan_of_a_small_run_by_hand():
     assert w.samples is None and w.flops is None and "wall-clock" in w.why
     stale = cost.plan_run(_tiny_run({"samples": 16}, **{"rollout.staleness": 2}), arch)  # 1 update per step
     assert stale.checkpoint == P * (4 + 2 * 4) + P * 4
+    # stale data: π_old is still the weights before the update, so the update's forward supplies it
+    assert set(stale.flops_by_kind) == {"rollout", "score_ref", "train"}
     kept = cost.plan_run(_tiny_run({"samples": 16}, **{"train.keep_checkpoint": True}), arch)
     assert kept.kept == kept.final + kept.checkpoint
 
