@@ -128,18 +128,21 @@ def run_state(root: Path, run_id: str) -> tuple[str, Optional[str]]:
     return state, st.get("reason")
 
 
-def seed_major(runs: list[RunSpec]) -> list[RunSpec]:
-    """``runs`` seed by seed (seeds in order of first appearance; the spec's order within a seed): a
-    sweep stopped part-way (a study over several sessions, a cancelled array) leaves every arm with the
-    same seeds done, so its finished runs already pair."""
+def seed_major(runs: list[RunSpec], order: Optional[Sequence[RunSpec]] = None) -> list[RunSpec]:
+    """``runs`` seed by seed (the spec's order within a seed): a sweep stopped part-way (a study over
+    several sessions, a cancelled array) leaves every arm with the same seeds done, so its finished runs
+    already pair. Seeds go in the order they first appear in ``order`` (the whole sweep; default
+    ``runs``), so a resumed sweep finishes its earliest unfinished seed before it starts a later one."""
     rank: dict = {}
-    for r in runs:
+    for r in list(order or ()) + list(runs):
         rank.setdefault(r.seed, len(rank))
     return sorted(runs, key=lambda r: rank[r.seed])
 
 
-def to_submit(runs: list[RunSpec], root: Path, retry_failed: bool) -> tuple[list[RunSpec], dict[str, list[str]]]:
-    """Runs that need a job now (seed by seed: :func:`seed_major`), and the skipped ones by reason."""
+def to_submit(runs: list[RunSpec], root: Path, retry_failed: bool,
+              order: Optional[Sequence[RunSpec]] = None) -> tuple[list[RunSpec], dict[str, list[str]]]:
+    """Runs that need a job now (seed by seed, seeds in the order of ``order``, the whole sweep, default
+    ``runs``: :func:`seed_major`), and the skipped ones by reason."""
     todo, skipped = [], {}
     for r in runs:
         state, reason = run_state(root, r.run_id)
@@ -150,7 +153,7 @@ def to_submit(runs: list[RunSpec], root: Path, retry_failed: bool) -> tuple[list
             skipped.setdefault(state if state != "failed" else "failed (use --retry-failed)", []).append(r.run_id)
         else:
             todo.append(r)
-    return seed_major(todo), skipped
+    return seed_major(todo, order if order is not None else runs), skipped
 
 
 def write_manifest(sweep: SweepSpec, runs: list[RunSpec], root: Path) -> None:
@@ -390,7 +393,7 @@ def run_sweep_spec(sweep, out: Path, cluster: str, workers: int, dry_run: bool =
         if n:
             print(f"copied {n} run(s) already finished in {root} into {study.dest}", file=sys.stderr)
         runs, _ = study.split(runs)
-    todo, skipped = to_submit(runs, root, retry_failed)
+    todo, skipped = to_submit(runs, root, retry_failed, order=every)
     for why, ids in skipped.items():
         print(f"skipping {len(ids)} {why} run(s)", file=sys.stderr)
     print(f"{sweep.name}: {len(runs)} runs, {len(todo)} to run", file=sys.stderr)

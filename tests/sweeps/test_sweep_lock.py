@@ -53,6 +53,25 @@ def test_runs_are_submitted_seed_by_seed(tmp_path):
                                                      ("grpo", 2), ("dr_grpo", 2)]
 
 
+def test_a_resumed_sweep_finishes_its_earliest_seed_first(tmp_path):
+    """Seeds go in the whole sweep's order, not in the order of the runs still to do: with GRPO's seed 1
+    done, Dr. GRPO's seed 1 still runs before either arm's seed 2 (ranked by the remaining runs, GRPO's
+    seed 2 would come first and a stop after it would leave seed 1 unpaired)."""
+    (tmp_path / "s.yaml").write_text(SPEC.replace("algorithms: [grpo]", "algorithms: [grpo, dr_grpo]")
+                                     .replace("seeds: [0, 1]", "seeds: [1, 2]"))
+    runs = expand(load(str(tmp_path / "s.yaml")))
+    root = tmp_path / "twice"
+    done = next(r for r in runs if (r.algo.name, r.seed) == ("grpo", 1))
+    (root / done.run_id).mkdir(parents=True)
+    (root / done.run_id / "status.json").write_text(json.dumps({"state": "completed"}))
+    rest = [r for r in runs if r is not done]
+    todo, skipped = to_submit(rest, root, retry_failed=False, order=runs)
+    assert [(r.algo.name, r.seed) for r in todo] == [("dr_grpo", 1), ("grpo", 2), ("dr_grpo", 2)]
+    todo, skipped = to_submit(runs, root, retry_failed=False)
+    assert [(r.algo.name, r.seed) for r in todo] == [("dr_grpo", 1), ("grpo", 2), ("dr_grpo", 2)]
+    assert skipped == {"completed": [done.run_id]}
+
+
 def test_two_copies_of_a_sweep_at_once_train_each_run_once(tmp_path):
     spec = tmp_path / "s.yaml"
     spec.write_text(SPEC)
