@@ -148,7 +148,8 @@ class ModelConfig:
     extra; :mod:`rlsuite.suite.lora`): only the adapters and their AdamW state train and are
     checkpointed, π_ref/π_init are the shared frozen base (adapters disabled), the rollout engine
     samples with the merged weights, ``final/`` holds the merged policy and ``final/adapter/`` the
-    PEFT adapter. ``train.share_prefix=auto`` resolves to off; ``dist.shard=fsdp`` is refused."""
+    PEFT adapter. The functional forward (``train.share_prefix``, ``train.compile``) applies the
+    adapters; ``dist.shard=fsdp`` is refused."""
     lora_alpha: float = field(default=16.0, metadata=IN_ID_WHEN_SET)
     """α of the adapters: the update ``W + (α/r)·B·A`` (PEFT's ``lora_alpha``)."""
     lora_dropout: float = field(default=0.0, metadata=IN_ID_WHEN_SET)

@@ -54,9 +54,9 @@ def sliding_window(cfg) -> Optional[int]:
 
 def unsupported(model, want: frozenset[str], width: int) -> Optional[str]:
     """Why :func:`fast_forward` cannot serve this call (None when it can)."""
-    from rlsuite.suite.lora import unsupported_reason
+    from rlsuite.suite.lora import functional_problem
 
-    lora = unsupported_reason(model)  # the adapters live in the modules, not in the weights it reads
+    lora = functional_problem(model)  # adapters other than one plain LoRA adapter a linear layer
     if lora is not None:
         return lora
     cfg = model.config
@@ -83,15 +83,46 @@ def shared_positions(model, want: frozenset[str], tokens: Tensor, attn_mask: Ten
     return positions_saved(tokens, attn_mask, prompt_width)
 
 
+def _linear(mod) -> tuple:
+    """``(weight, bias, lora)`` of a decoder linear layer. ``lora`` is None for a plain ``nn.Linear``
+    or a PEFT LoRA layer whose adapters are disabled (π_ref / π_init of a LoRA run, inside
+    ``disable_adapter()``), else ``(A [r, in], B [out, r], B's bias or None, scaling, dropout p)``
+    of its one active adapter (:func:`rlsuite.suite.lora.functional_problem` refuses the others)."""
+    base = getattr(mod, "base_layer", None)
+    if base is None:
+        return mod.weight, mod.bias, None
+    if mod.disable_adapters or not mod.active_adapters or mod.active_adapters[0] not in mod.lora_A:
+        return base.weight, base.bias, None
+    name = mod.active_adapters[0]
+    a, b = mod.lora_A[name], mod.lora_B[name]
+    return base.weight, base.bias, (a.weight, b.weight, b.bias, float(mod.scaling[name]),
+                                    float(getattr(mod.lora_dropout[name], "p", 0.0)))
+
+
 def _layer_weights(model) -> list[tuple]:
     out = []
     for layer in model.model.layers:
         a, m = layer.self_attn, layer.mlp
-        out.append((layer.input_layernorm.weight, a.q_proj.weight, a.q_proj.bias, a.k_proj.weight, a.k_proj.bias,
-                    a.v_proj.weight, a.v_proj.bias, a.o_proj.weight, a.o_proj.bias,
-                    layer.post_attention_layernorm.weight, m.gate_proj.weight, m.gate_proj.bias, m.up_proj.weight,
-                    m.up_proj.bias, m.down_proj.weight, m.down_proj.bias))
+        out.append((layer.input_layernorm.weight, _linear(a.q_proj), _linear(a.k_proj), _linear(a.v_proj),
+                    _linear(a.o_proj), layer.post_attention_layernorm.weight, _linear(m.gate_proj),
+                    _linear(m.up_proj), _linear(m.down_proj)))
     return out
+
+
+def _lin(x: Tensor, lin: tuple) -> Tensor:
+    """A linear layer of :func:`_linear`: ``x W^T + b``, plus the LoRA adapter's ``s·B(A(drop(x)))``
+    as PEFT computes it (the input cast to the adapter's dtype, the sum back to the base's; dropout
+    only in a forward that builds a graph, as :class:`rlsuite.suite.lora.GradDropout`). x [..., in]
+    → [..., out]."""
+    w, b, lora = lin
+    y = F.linear(x, w, b)
+    if lora is None:
+        return y
+    a, bw, bb, scaling, p = lora
+    x = x.to(a.dtype)
+    if p:
+        x = F.dropout(x, p, training=torch.is_grad_enabled())
+    return (y + F.linear(F.linear(x, a), bw, bb) * scaling).to(y.dtype)
 
 
 def _rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
@@ -107,25 +138,27 @@ def _stack(x: Tensor, cos: Tensor, sin: Tensor, mask: Optional[Tensor],
 
     x [N, S, H] embeddings; cos/sin [N, S, D]; mask [N, 1, S, K] bool (K = prefix + S) or None
     for plain causal attention; prefix_kv: per layer (k, v) [N, n_kv, P, D] of earlier
-    positions (or None); gqa: n_kv < n_heads (a bool, so a compiled stack specialises on it).
+    positions (or None); layers: per layer (norm weight, q, k, v, o, norm weight, gate, up, down) with
+    each linear as :func:`_linear` gives it; gqa: n_kv < n_heads (a bool, so a compiled stack
+    specialises on it).
     Returns (final hidden [N, S, H], per layer (k, v) of these positions).
     """
     N, S, H = x.shape
     cos, sin = cos[:, None], sin[:, None]
     kvs = []
-    for i, (ln1, qw, qb, kw, kb, vw, vb, ow, ob, ln2, gw, gb, uw, ub, dw, db) in enumerate(layers):
+    for i, (ln1, q_lin, k_lin, v_lin, o_lin, ln2, g_lin, u_lin, d_lin) in enumerate(layers):
         h = F.rms_norm(x, (H,), ln1, eps)
-        q = F.linear(h, qw, qb).view(N, S, n_heads, head_dim).transpose(1, 2)
-        k = F.linear(h, kw, kb).view(N, S, n_kv, head_dim).transpose(1, 2)
-        v = F.linear(h, vw, vb).view(N, S, n_kv, head_dim).transpose(1, 2)
+        q = _lin(h, q_lin).view(N, S, n_heads, head_dim).transpose(1, 2)
+        k = _lin(h, k_lin).view(N, S, n_kv, head_dim).transpose(1, 2)
+        v = _lin(h, v_lin).view(N, S, n_kv, head_dim).transpose(1, 2)
         q, k = _rope(q, cos, sin), _rope(k, cos, sin)
         kvs.append((k, v))
         if prefix_kv is not None:
             k, v = torch.cat([prefix_kv[i][0], k], 2), torch.cat([prefix_kv[i][1], v], 2)
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=gqa)
-        x = x + F.linear(o.transpose(1, 2).reshape(N, S, n_heads * head_dim), ow, ob)
+        x = x + _lin(o.transpose(1, 2).reshape(N, S, n_heads * head_dim), o_lin)
         h = F.rms_norm(x, (H,), ln2, eps)
-        x = x + F.linear(F.silu(F.linear(h, gw, gb)) * F.linear(h, uw, ub), dw, db)
+        x = x + _lin(F.silu(_lin(h, g_lin)) * _lin(h, u_lin), d_lin)
     return F.rms_norm(x, (H,), norm_w, eps), kvs
 
 
@@ -261,6 +294,14 @@ def fast_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float, w
     their real response length (:func:`buckets`) and every group runs at its own longest
     length; predictions at padded positions (which the loss mask excludes) are 0.
     """
+    from rlsuite.suite.lora import BaseView, is_lora
+
+    if isinstance(model, BaseView):  # π_ref / π_init of a LoRA run: the policy with its adapters disabled
+        with model.policy.disable_adapter():
+            return fast_forward(model.policy, tokens, attn_mask, temperature, want, prompt_width, compiled, topk_ids,
+                                logits_from)
+    if is_lora(model):  # the HF model inside PEFT's wrappers; its LoRA layers carry the adapters
+        model = model.get_base_model()
     cfg = model.config
     n_heads = cfg.num_attention_heads
     n_kv = getattr(cfg, "num_key_value_heads", None) or n_heads

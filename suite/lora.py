@@ -29,9 +29,11 @@ What a LoRA run does differently from full fine-tuning, each in one place:
   merged weights see the adapters without it (:class:`GradDropout`).
 
 Levers: the functional forward of ``train.share_prefix`` / ``train.compile``
-(:mod:`rlsuite.suite.fast_forward`) reads the layers' weights directly and does not serve a model
-with adapters, so ``train.share_prefix=auto`` resolves to off for a LoRA run and an explicit
-``true`` (or ``train.compile``) is refused (exit 2); ``dist.shard=fsdp`` is refused (exit 2);
+(:mod:`rlsuite.suite.fast_forward`) applies each decoder linear's adapter as PEFT's
+``Linear.forward`` does (``W x + b + (α/r)·B·A·drop(x)``, the base frozen, so the shared-prefix
+update serves a LoRA run and ``train.share_prefix=auto`` resolves to on for it, as for full
+fine-tuning); π_ref / π_init take it inside ``disable_adapter()``. Adapters of another form
+(:func:`functional_problem`) keep the HF forward. ``dist.shard=fsdp`` is refused (exit 2);
 ``rollout.engine=vllm`` takes the merged weights through its reload path like any other engine.
 """
 
@@ -224,9 +226,8 @@ def n_trainable(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad)
 
 
-def spec_problems(model_cfg, train, dist) -> list[str]:
-    """Settings a LoRA run cannot take (exit 2 at resolution): FSDP sharding and the functional
-    forward's levers (set explicitly; ``train.share_prefix=auto`` resolves to off instead)."""
+def spec_problems(model_cfg, dist) -> list[str]:
+    """Settings a LoRA run cannot take (exit 2 at resolution): FSDP sharding."""
     if not model_cfg.lora_rank:
         return []
     e = []
@@ -234,15 +235,36 @@ def spec_problems(model_cfg, train, dist) -> list[str]:
         e.append(f"model.lora_rank={model_cfg.lora_rank} with dist.shard={dist.shard}: sharding LoRA adapters over a "
                  f"frozen FSDP base is not supported; valid: dist.shard=none (data parallelism, dist.world_size > 1, "
                  f"is), or model.lora_rank=0")
-    levers = [f"train.{k}" for k in ("share_prefix", "compile") if getattr(train, k) is True]
-    if levers:
-        e.append(f"model.lora_rank={model_cfg.lora_rank} with {' and '.join(levers)}: the functional forward of "
-                 f"suite/fast_forward.py reads the layers' weights and does not apply LoRA adapters; turn "
-                 f"{' and '.join(levers)} off (train.share_prefix=auto turns itself off)")
     return e
 
 
-def unsupported_reason(model: nn.Module) -> Optional[str]:
-    """Why the functional forward cannot serve ``model`` (None when it is not a LoRA policy)."""
-    return "a model with LoRA adapters (model.lora_rank > 0)" if is_lora(model) or isinstance(model, BaseView) \
-        else None
+def functional_problem(model: nn.Module) -> Optional[str]:
+    """Why the functional forward (:mod:`rlsuite.suite.fast_forward`) cannot serve ``model``'s
+    adapters (None for a plain model, a :class:`BaseView`, or a LoRA policy whose LoRA layers each
+    hold this run's one plain adapter: what :func:`attach` builds). It applies the adapter of a
+    decoder linear as PEFT's ``Linear.forward`` does; anything else PEFT can hold (DoRA and other
+    variants, several or merged adapters, adapters on other layer types inside the decoder, a
+    dropout other than :class:`GradDropout`) keeps the HF forward."""
+    policy = model.policy if isinstance(model, BaseView) else model
+    if not is_lora(policy):
+        return None
+    from peft.tuners.lora import LoraLayer
+    from peft.tuners.lora.layer import Linear
+
+    for name, layer in policy.get_base_model().named_modules():
+        if not isinstance(layer, LoraLayer):
+            continue
+        what = None
+        if list(layer.active_adapters) != [ADAPTER] or set(layer.lora_A) != {ADAPTER}:
+            what = f"adapters {sorted(layer.lora_A)} (active {list(layer.active_adapters)})"
+        elif layer.merged:
+            what = "a merged adapter"
+        elif getattr(layer, "lora_variant", None) or any(getattr(layer, "use_dora", {}).values()):
+            what = "a LoRA variant (DoRA)"
+        elif ".layers." in f".{name}" and type(layer) is not Linear:
+            what = f"a {type(layer).__name__} LoRA layer inside the decoder"
+        elif not isinstance(layer.lora_dropout[ADAPTER], (nn.Identity, GradDropout)):
+            what = f"adapter dropout {type(layer.lora_dropout[ADAPTER]).__name__}"
+        if what is not None:
+            return f"LoRA adapters of this form ({name}: {what})"
+    return None

@@ -132,7 +132,7 @@ def resolve(task: Optional[str], algo: Optional[str], model: Optional[str], seed
                    tuning=dict(tuning or {}), **checkable)
     budget_named = task_cls is None or any(p.startswith(("budget.", "--budget")) for p in errors)
     errors += [p for p in check_ranges(spec) if not (budget_named and p.startswith("no budget set"))]
-    errors += lora_problems(spec.model, spec.train, spec.dist)  # model.lora_*: FSDP, the functional forward
+    errors += lora_problems(spec.model, spec.dist)  # model.lora_* with FSDP
     own = getattr(algo_cls, "own_mismatch_weight", "") if algo_cls else ""
     if own and built["loss"] is not None and built["loss"].is_correction != "none":
         errors.append(f"loss.is_correction={built['loss'].is_correction} with algo '{algo_name}': {own}, so a "

@@ -3,8 +3,11 @@ the only trained parameters; π_ref is the policy with its adapters disabled (th
 tensors, no copy); the engine gets the merged weights ``W + (α/r)·B·A`` under the HF names
 without the trained model changing; a LoRA run resumes exactly from a checkpoint that holds the
 adapters and their AdamW state only (≪ the model); ``final/adapter/`` loads with PEFT and merges
-into ``final/``; FSDP and the functional forward's levers are refused (exit 2) and
-``train.share_prefix=auto`` resolves to off; the run id at the defaults is unchanged."""
+into ``final/``; FSDP is refused (exit 2); the functional forward of ``train.share_prefix`` /
+``train.compile`` applies the adapters as PEFT does (with and without prompt sharing, dropout
+included, gradients of the adapters) and the base with them disabled, so ``train.share_prefix=auto``
+resolves to on; adapters of another form (DoRA) keep the HF forward; the run id at the defaults
+is unchanged."""
 
 from __future__ import annotations
 
@@ -128,16 +131,101 @@ def test_lora_is_out_of_the_run_id_at_its_default_and_in_it_when_set():
     assert _spec(("model.lora_rank", 4)).run_id != _spec(("model.lora_rank", 4), ("model.lora_alpha", 8)).run_id
 
 
-@pytest.mark.parametrize("sets, match", [
-    ([("dist.shard", "fsdp"), ("dist.world_size", 2), ("rollout.rng", "row"), ("optim.fused", False)],
-     "model.lora_rank=4 with dist.shard=fsdp"),
-    ([("train.share_prefix", True)], "model.lora_rank=4 with train.share_prefix"),
-    ([("train.compile", True)], "model.lora_rank=4 with train.compile"),
-])
-def test_what_lora_cannot_take_is_refused_at_resolution(sets, match):
+def test_what_lora_cannot_take_is_refused_at_resolution_and_the_levers_are_not():
     with pytest.raises(BadInput) as e:
-        _spec(("model.lora_rank", 4), *sets)
-    assert any(match in p for p in e.value.problems), e.value.problems
+        _spec(("model.lora_rank", 4), ("dist.shard", "fsdp"), ("dist.world_size", 2), ("rollout.rng", "row"),
+              ("optim.fused", False))
+    assert any("model.lora_rank=4 with dist.shard=fsdp" in p for p in e.value.problems), e.value.problems
+    assert _spec(("model.lora_rank", 4), ("train.share_prefix", True), ("train.compile", True)).train.compile
+
+
+def _with_adapters(dropout: float = 0.0):
+    """The tiny model with rank-2 adapters whose B is not zero (PEFT starts B at 0, where an
+    adapter changes nothing and a forward that ignored it would pass)."""
+    _, pm, _ = _tiny(dropout=dropout)
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for n, prm in pm.named_parameters():
+            if ".lora_B." in n:
+                prm.copy_(torch.randn(prm.shape, generator=g) * 0.2)
+    return pm
+
+
+def _adapter_grads(pm, fwd, loss_mask) -> dict[str, torch.Tensor]:
+    pm.zero_grad(set_to_none=True)
+    ((fwd.logp * loss_mask).sum() + 0.1 * (fwd.entropy * loss_mask).sum()).backward()
+    out = {n: prm.grad.clone() for n, prm in pm.named_parameters() if prm.requires_grad}
+    pm.zero_grad(set_to_none=True)
+    return out
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_the_functional_forward_applies_the_adapters_as_peft_does(share):
+    """Log-probs, entropies and the adapters' gradients of the functional forward (one prompt pass a
+    group with ``share``) equal PEFT's forward to float rounding; π_ref (the adapters disabled)
+    equals the base's HF forward; the adapters matter (the two differ by far more than rounding)."""
+    from rlsuite.suite.fast_forward import fast_forward, unsupported
+    from rlsuite.suite.lora import BaseView
+    from rlsuite.suite.policy import policy_forward
+    from tests.unit.test_fast_forward import _batch, _predicted
+
+    pm = _with_adapters()
+    tokens, attn, loss_mask, W = _batch(vocab=pm.config.vocab_size)
+    want = frozenset({"entropy"})
+    assert unsupported(pm, want, tokens.shape[1]) is None and unsupported(BaseView(pm), want, 0) is None
+    ref = policy_forward(pm, tokens, attn, 0.7, want)  # PEFT's modules (no lever: the HF forward)
+    g_ref = _adapter_grads(pm, ref, loss_mask)
+    out = fast_forward(pm, tokens, attn, 0.7, want, prompt_width=W if share else 0)
+    g = _adapter_grads(pm, out, loss_mask)
+    m = _predicted(attn)
+    torch.testing.assert_close(out.logp[m], ref.logp[m], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.entropy[m], ref.entropy[m], atol=1e-5, rtol=1e-5)
+    assert set(g) == set(g_ref) and len(g) == 2 * 7 * pm.config.num_hidden_layers
+    scale = max(float(x.abs().max()) for x in g_ref.values())
+    assert scale > 0 and all(float((g[n] - g_ref[n]).abs().max()) <= 1e-4 * scale for n in g)
+    with torch.no_grad():
+        base_ref = policy_forward(BaseView(pm), tokens, attn, 0.7, want)
+        base = fast_forward(BaseView(pm), tokens, attn, 0.7, want, prompt_width=W if share else 0)
+        off = fast_forward(pm, tokens, attn, 0.7, want, prompt_width=W if share else 0)
+    torch.testing.assert_close(base.logp[m], base_ref.logp[m], atol=1e-5, rtol=1e-5)
+    assert float((off.logp[m] - base.logp[m]).abs().max()) > 1e-2  # the adapters act; disable_adapter undone
+    assert all(not layer.disable_adapters for layer in pm.modules() if hasattr(layer, "lora_A"))
+
+
+def test_adapter_dropout_in_the_functional_forward_is_peft_s_and_acts_with_gradients_only():
+    """p = 0.5, four distinct prompts (no sharing: one pass, the HF forward's shapes and call order),
+    the same RNG state: the dropped inputs are PEFT's, so the log-probs agree; under no_grad dropout
+    is the identity in both, and differs from the training forward."""
+    from rlsuite.suite.fast_forward import fast_forward
+    from rlsuite.suite.policy import policy_forward
+    from tests.unit.test_fast_forward import _batch, _predicted
+
+    pm = _with_adapters(dropout=0.5)
+    tokens, attn, _, W = _batch(P=4, G=1, vocab=pm.config.vocab_size)
+    m = _predicted(attn)
+    torch.manual_seed(11)
+    ref = policy_forward(pm, tokens, attn, 1.0)
+    torch.manual_seed(11)
+    out = fast_forward(pm, tokens, attn, 1.0, prompt_width=W)
+    torch.testing.assert_close(out.logp[m], ref.logp[m], atol=1e-5, rtol=1e-5)
+    with torch.no_grad():
+        ref0 = policy_forward(pm, tokens, attn, 1.0)
+        out0 = fast_forward(pm, tokens, attn, 1.0, prompt_width=W)
+    torch.testing.assert_close(out0.logp[m], ref0.logp[m], atol=1e-5, rtol=1e-5)
+    assert float((out.logp[m] - out0.logp[m]).detach().abs().max()) > 1e-3
+
+
+def test_adapters_of_another_form_keep_the_hf_forward():
+    """DoRA (PEFT's ``use_dora``) is not what :func:`rlsuite.suite.lora.attach` builds: the
+    functional forward names it and a lever set explicitly is refused naming it."""
+    from rlsuite.suite.config import ModelConfig
+    from rlsuite.suite.fast_forward import unsupported
+    from rlsuite.suite.models import load_model
+
+    base, _, _ = load_model(ModelConfig())
+    pm = peft.get_peft_model(base, peft.LoraConfig(r=2, lora_alpha=4, use_dora=True, target_modules="all-linear"))
+    why = unsupported(pm, frozenset(), 10)
+    assert why is not None and "DoRA" in why and "q_proj" in why
 
 
 def test_a_lora_run_resumes_exactly_from_adapters_and_final_adapter_merges_into_final(tmp_path, monkeypatch):
@@ -173,9 +261,10 @@ def test_a_lora_run_resumes_exactly_from_adapters_and_final_adapter_merges_into_
         assert torch.equal(v, trained[k]), k
 
 
-def test_a_lora_run_resolves_share_prefix_off_and_a_refreshed_reference_resumes_exactly(tmp_path, monkeypatch):
+def test_a_lora_run_resolves_share_prefix_on_and_a_refreshed_reference_resumes_exactly(tmp_path, monkeypatch):
     """GGPO refreshes π_ref every 3 updates: under LoRA the refreshed π_ref leaves the shared base
-    (a merged copy of its own, kept in the checkpoint) and the resume from it is exact."""
+    (a merged copy of its own, kept in the checkpoint) and the resume from it is exact; the run
+    takes the shared-prefix update (``train.share_prefix=auto`` resolves to on)."""
     import json
 
     from tests.integration.test_checkpoints import _crash_and_resume
@@ -186,7 +275,7 @@ def test_a_lora_run_resolves_share_prefix_off_and_a_refreshed_reference_resumes_
     assert read["algo"]["refreshes"] == 1 and "ref" in read and "base_sha256" in read
     assert all(".lora_" in k for k in read["model"]) and not any(".lora_" in k for k in read["ref"])
     run = next((tmp_path / "ref").iterdir())
-    assert json.loads((run / "spec.json").read_text())["resolved"]["train.share_prefix"] is False
+    assert json.loads((run / "spec.json").read_text())["resolved"]["train.share_prefix"] is True
 
 
 @pytest.fixture(scope="module")
@@ -223,3 +312,24 @@ def test_two_lora_steps_on_smollm2_complete_and_checkpoint_the_adapters_only(rea
     raw = torch.load(run / "checkpoint" / "state.pt", weights_only=False, map_location="cpu")
     assert len(raw["model"]) == 30 * 2 * 2
     assert (run / "final" / "adapter" / "adapter_config.json").exists()
+
+
+@pytest.mark.slow
+def test_the_compiled_stack_applies_the_adapters_as_the_eager_one():
+    """``train.compile`` with adapters: the compiled layer stack's log-probs and adapter gradients
+    equal the eager functional forward's (with prompt sharing: both graphs, the prompt pass and
+    the response pass with a shared prefix; compiling is slow on a CPU, so one setting)."""
+    from rlsuite.suite.fast_forward import fast_forward
+    from tests.unit.test_fast_forward import _batch, _predicted
+
+    pm = _with_adapters()
+    tokens, attn, loss_mask, W = _batch(vocab=pm.config.vocab_size)
+    want = frozenset({"entropy"})
+    eager = fast_forward(pm, tokens, attn, 0.7, want, prompt_width=W)
+    g_eager = _adapter_grads(pm, eager, loss_mask)
+    comp = fast_forward(pm, tokens, attn, 0.7, want, prompt_width=W, compiled=True)
+    g = _adapter_grads(pm, comp, loss_mask)
+    m = _predicted(attn)
+    torch.testing.assert_close(comp.logp[m], eager.logp[m], atol=1e-5, rtol=1e-5)
+    scale = max(float(x.abs().max()) for x in g_eager.values())
+    assert all(float((g[n] - g_eager[n]).abs().max()) <= 1e-4 * scale for n in g)
