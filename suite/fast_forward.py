@@ -37,6 +37,9 @@ from rlsuite.suite.types import Forward
 
 FAST_ARCHITECTURES = ("llama", "mistral", "qwen2")
 FAST_FIELDS = frozenset({"entropy", "topk"})
+LINEARS = (("self_attn", "q_proj"), ("self_attn", "k_proj"), ("self_attn", "v_proj"), ("self_attn", "o_proj"),
+           ("mlp", "gate_proj"), ("mlp", "up_proj"), ("mlp", "down_proj"))
+"""A decoder layer's linear layers, (submodule, name), in the order :func:`_stack` applies them."""
 
 
 def sliding_window(cfg) -> Optional[int]:
@@ -54,11 +57,6 @@ def sliding_window(cfg) -> Optional[int]:
 
 def unsupported(model, want: frozenset[str], width: int) -> Optional[str]:
     """Why :func:`fast_forward` cannot serve this call (None when it can)."""
-    from rlsuite.suite.lora import functional_problem
-
-    lora = functional_problem(model)  # adapters other than one plain LoRA adapter a linear layer
-    if lora is not None:
-        return lora
     cfg = model.config
     if getattr(cfg, "model_type", None) not in FAST_ARCHITECTURES:
         return f"model_type {getattr(cfg, 'model_type', None)!r} (fast forward: {', '.join(FAST_ARCHITECTURES)})"
@@ -72,7 +70,26 @@ def unsupported(model, want: frozenset[str], width: int) -> Optional[str]:
     window = sliding_window(cfg)
     if window and width > window:
         return f"sequence width {width} exceeds the sliding window {window}"
+    core = _hf(model)
+    if core is not model:  # a LoRA policy (or its BaseView): the adapters the stack reads must be plain
+        from rlsuite.suite.lora import layer_problem
+
+        for i, layer in enumerate(core.model.layers):
+            for part, name in LINEARS:
+                why = layer_problem(getattr(getattr(layer, part), name))
+                if why is not None:
+                    return f"LoRA adapters of this form (layer {i} {name}: {why})"
     return None
+
+
+def _hf(model):
+    """The Hugging Face causal LM whose layers the functional forward reads: ``model``, or the one
+    inside a LoRA policy's PEFT wrappers (a :class:`rlsuite.suite.lora.BaseView`'s policy's)."""
+    from rlsuite.suite.lora import BaseView, is_lora
+
+    if isinstance(model, BaseView):
+        model = model.policy
+    return model.get_base_model() if is_lora(model) else model
 
 
 def shared_positions(model, want: frozenset[str], tokens: Tensor, attn_mask: Tensor, prompt_width: int) -> int:
@@ -87,25 +104,24 @@ def _linear(mod) -> tuple:
     """``(weight, bias, lora)`` of a decoder linear layer. ``lora`` is None for a plain ``nn.Linear``
     or a PEFT LoRA layer whose adapters are disabled (π_ref / π_init of a LoRA run, inside
     ``disable_adapter()``), else ``(A [r, in], B [out, r], B's bias or None, scaling, dropout p)``
-    of its one active adapter (:func:`rlsuite.suite.lora.functional_problem` refuses the others)."""
+    of the run's one adapter (:func:`unsupported` names other forms)."""
+    from rlsuite.suite.lora import ADAPTER
+
     base = getattr(mod, "base_layer", None)
     if base is None:
         return mod.weight, mod.bias, None
-    if mod.disable_adapters or not mod.active_adapters or mod.active_adapters[0] not in mod.lora_A:
+    if mod.disable_adapters:
         return base.weight, base.bias, None
-    name = mod.active_adapters[0]
-    a, b = mod.lora_A[name], mod.lora_B[name]
-    return base.weight, base.bias, (a.weight, b.weight, b.bias, float(mod.scaling[name]),
-                                    float(getattr(mod.lora_dropout[name], "p", 0.0)))
+    a, b = mod.lora_A[ADAPTER], mod.lora_B[ADAPTER]
+    return base.weight, base.bias, (a.weight, b.weight, b.bias, float(mod.scaling[ADAPTER]),
+                                    float(getattr(mod.lora_dropout[ADAPTER], "p", 0.0)))
 
 
 def _layer_weights(model) -> list[tuple]:
     out = []
     for layer in model.model.layers:
-        a, m = layer.self_attn, layer.mlp
-        out.append((layer.input_layernorm.weight, _linear(a.q_proj), _linear(a.k_proj), _linear(a.v_proj),
-                    _linear(a.o_proj), layer.post_attention_layernorm.weight, _linear(m.gate_proj),
-                    _linear(m.up_proj), _linear(m.down_proj)))
+        q, k, v, o, g, u, d = (_linear(getattr(getattr(layer, part), name)) for part, name in LINEARS)
+        out.append((layer.input_layernorm.weight, q, k, v, o, layer.post_attention_layernorm.weight, g, u, d))
     return out
 
 
@@ -294,14 +310,13 @@ def fast_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float, w
     their real response length (:func:`buckets`) and every group runs at its own longest
     length; predictions at padded positions (which the loss mask excludes) are 0.
     """
-    from rlsuite.suite.lora import BaseView, is_lora
+    from rlsuite.suite.lora import BaseView
 
     if isinstance(model, BaseView):  # π_ref / π_init of a LoRA run: the policy with its adapters disabled
         with model.policy.disable_adapter():
             return fast_forward(model.policy, tokens, attn_mask, temperature, want, prompt_width, compiled, topk_ids,
                                 logits_from)
-    if is_lora(model):  # the HF model inside PEFT's wrappers; its LoRA layers carry the adapters
-        model = model.get_base_model()
+    model = _hf(model)  # a LoRA policy's LoRA layers carry the adapters (:func:`_linear`)
     cfg = model.config
     n_heads = cfg.num_attention_heads
     n_kv = getattr(cfg, "num_key_value_heads", None) or n_heads

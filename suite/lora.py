@@ -33,7 +33,7 @@ Levers: the functional forward of ``train.share_prefix`` / ``train.compile``
 ``Linear.forward`` does (``W x + b + (α/r)·B·A·drop(x)``, the base frozen, so the shared-prefix
 update serves a LoRA run and ``train.share_prefix=auto`` resolves to on for it, as for full
 fine-tuning); π_ref / π_init take it inside ``disable_adapter()``. Adapters of another form
-(:func:`functional_problem`) keep the HF forward. ``dist.shard=fsdp`` is refused (exit 2);
+(:func:`layer_problem`) keep the HF forward. ``dist.shard=fsdp`` is refused (exit 2);
 ``rollout.engine=vllm`` takes the merged weights through its reload path like any other engine.
 """
 
@@ -238,33 +238,25 @@ def spec_problems(model_cfg, dist) -> list[str]:
     return e
 
 
-def functional_problem(model: nn.Module) -> Optional[str]:
-    """Why the functional forward (:mod:`rlsuite.suite.fast_forward`) cannot serve ``model``'s
-    adapters (None for a plain model, a :class:`BaseView`, or a LoRA policy whose LoRA layers each
-    hold this run's one plain adapter: what :func:`attach` builds). It applies the adapter of a
-    decoder linear as PEFT's ``Linear.forward`` does; anything else PEFT can hold (DoRA and other
-    variants, several or merged adapters, adapters on other layer types inside the decoder, a
-    dropout other than :class:`GradDropout`) keeps the HF forward."""
-    policy = model.policy if isinstance(model, BaseView) else model
-    if not is_lora(policy):
+def layer_problem(layer: nn.Module) -> Optional[str]:
+    """Why the functional forward (:mod:`rlsuite.suite.fast_forward`) cannot apply the adapters of
+    ``layer``, one of a decoder layer's linear layers: None for a plain ``nn.Linear`` or a PEFT LoRA
+    ``Linear`` holding this run's one plain adapter (what :func:`attach` builds), which it applies as
+    PEFT's ``Linear.forward`` does; anything else PEFT can hold there (DoRA and other variants,
+    several or merged adapters, another LoRA layer type, a dropout other than :class:`GradDropout`)
+    keeps the HF forward."""
+    if getattr(layer, "base_layer", None) is None:
         return None
-    from peft.tuners.lora import LoraLayer
     from peft.tuners.lora.layer import Linear
 
-    for name, layer in policy.get_base_model().named_modules():
-        if not isinstance(layer, LoraLayer):
-            continue
-        what = None
-        if list(layer.active_adapters) != [ADAPTER] or set(layer.lora_A) != {ADAPTER}:
-            what = f"adapters {sorted(layer.lora_A)} (active {list(layer.active_adapters)})"
-        elif layer.merged:
-            what = "a merged adapter"
-        elif getattr(layer, "lora_variant", None) or any(getattr(layer, "use_dora", {}).values()):
-            what = "a LoRA variant (DoRA)"
-        elif ".layers." in f".{name}" and type(layer) is not Linear:
-            what = f"a {type(layer).__name__} LoRA layer inside the decoder"
-        elif not isinstance(layer.lora_dropout[ADAPTER], (nn.Identity, GradDropout)):
-            what = f"adapter dropout {type(layer.lora_dropout[ADAPTER]).__name__}"
-        if what is not None:
-            return f"LoRA adapters of this form ({name}: {what})"
+    if type(layer) is not Linear:
+        return f"a {type(layer).__name__} LoRA layer"
+    if list(layer.active_adapters) != [ADAPTER] or set(layer.lora_A) != {ADAPTER}:
+        return f"adapters {sorted(layer.lora_A)} (active {list(layer.active_adapters)})"
+    if layer.merged:
+        return "a merged adapter"
+    if getattr(layer, "lora_variant", None) or any(getattr(layer, "use_dora", {}).values()):
+        return "a LoRA variant (DoRA)"
+    if not isinstance(layer.lora_dropout[ADAPTER], (nn.Identity, GradDropout)):
+        return f"adapter dropout {type(layer.lora_dropout[ADAPTER]).__name__}"
     return None
