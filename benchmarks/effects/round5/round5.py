@@ -3,6 +3,7 @@
     python benchmarks/effects/round5/round5.py probe RUNS     # stage A: which effects engage (RUNS/effects_r5_probe)
     python benchmarks/effects/round5/round5.py plan RUNS      # stage B: seeds per engaged effect from the pilot
     python benchmarks/effects/round5/round5.py family RUNS    # stage C: the six primaries, one Holm family
+    python benchmarks/effects/round5/round5.py secondary RUNS # the pre-registered secondaries, unadjusted
 
 * ``probe`` evaluates the registered checks of ``probe/study.json`` on the probe's runs and maps
   them to the effects they gate (:data:`ENGAGES`): an effect engages when every check it needs
@@ -15,6 +16,11 @@
 * ``family`` does the same for the confirmatory sweep (``effects_r5``) and tests each primary by the
   report's paired sign-flip test (one-sided, the claim's direction), Holm over the family; effect 5
   enters from ``../../effect5_attribution`` (final greedy test accuracy, dppo:stale4 − grpo:stale4).
+
+* ``secondary`` reads the pre-registered secondaries, outside the family, each with the report's
+  default paired interval and unadjusted: effect 1 ``grpo`` − ``grpo:constant-norm`` (its arm is
+  B2's) and effect 1's statistic on the battery's §2 arms (``grpo`` − ``dr_grpo``, ``len/wrong_mean``
+  over the last quarter, from ``--battery``), and effect 2's final greedy test accuracy.
 
 Nothing is filled in: an effect without paired seeds is "not run" and leaves the family.
 """
@@ -155,6 +161,42 @@ def family(diffs: dict[str, dict[int, float]], alpha: float = ALPHA) -> list[dic
     return rows
 
 
+BATTERY = HERE.parents[1] / "battery_comparison" / "runs" / "battery_comparison-tuned"
+"""§2's confirmatory runs (``grpo`` and ``dr_grpo`` on the battery): effect 1's battery secondary."""
+
+
+READING = {"reproduced": "interval above 0", "reversed": "interval below 0",
+           "not reproduced": "interval contains 0", "not run": "not run"}
+"""A secondary's interval read in the claim's direction (descriptive: no secondary is a verdict)."""
+
+
+def secondaries(rs, battery=None) -> list[dict]:
+    """The pre-registered secondaries (README "Primaries and the multiplicity plan"), one row each:
+    n paired seeds, mean difference in the claim's direction and the report's default interval,
+    unadjusted (outside the family). ``rs``: the confirmatory chain runs; ``battery``: §2's runs or
+    None. A secondary whose arms are absent is "not run"."""
+    rows = []
+
+    def add(effect: str, what: str, d: dict) -> None:
+        rows.append({"effect": effect, "secondary": what, "n": d["n"], "mean": d["mean"], "lo": d["lo"],
+                     "hi": d["hi"], "method": d["method"] or "—",
+                     "reading": READING[r1.verdict(d, +1)]})
+
+    add("length", "len/wrong_mean last quarter, grpo − grpo:constant-norm (chain)", r1.length(rs)["secondary"])
+    if battery is not None:
+        add("length", "len/wrong_mean last quarter, grpo − dr_grpo (battery, §2)", r1.length(battery)["primary"])
+    else:
+        add("length", "len/wrong_mean last quarter, grpo − dr_grpo (battery, §2)", r1.paired({}, {}))
+    fin = lambda r: r1.final_score(rs.evals, r.run_id)  # noqa: E731
+    d = r1.paired({}, {})
+    for hi, sym in CLIP_ARMS.values():
+        if {hi, sym} <= set(rs.runs["algorithm"]):
+            d = r1.paired(r1.per_seed(rs.runs, hi, fin), r1.per_seed(rs.runs, sym, fin))
+            break
+    add("clip_higher", "final greedy test accuracy, clip-higher − symmetric", d)
+    return rows
+
+
 def plan(diffs: dict[str, dict[int, float]], m: int, alpha: float = ALPHA) -> list[dict]:
     """Per effect with >= 2 paired pilot seeds: the paired sd and the seeds to run for its SESOI at 80%
     power, one-sided at alpha / m (``planned_power``), and ``n_run`` = max(:data:`MIN_SEEDS`, n_plan)."""
@@ -190,7 +232,8 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     for name, help_ in (("probe", "stage A: the checks and which effects engage"),
                         ("plan", "stage B: seeds per effect from the pilot"),
-                        ("family", "stage C: the primaries as one Holm family")):
+                        ("family", "stage C: the primaries as one Holm family"),
+                        ("secondary", "the pre-registered secondaries, unadjusted")):
         p = sub.add_parser(name, help=help_)
         p.add_argument("root", type=Path, help="the --out the stage's sweep ran into")
         if name == "probe":
@@ -202,6 +245,9 @@ def main(argv=None) -> int:
             p.add_argument("--m", type=int, default=None,
                            help="effects in the family (default: those with >= 2 paired seeds here, effect 5 "
                                 "included); give the confirmatory family's size when an effect's pilot is elsewhere")
+        if name == "secondary":
+            p.add_argument("--battery", type=Path, default=BATTERY,
+                           help="§2's runs (a report root: the sweep's folder), for effect 1's battery secondary")
     args = ap.parse_args(argv)
     if not args.root.is_dir():
         print(f"error: {args.root}: no such folder (give the --out the stage's runs went into)", file=sys.stderr)
@@ -209,7 +255,22 @@ def main(argv=None) -> int:
     if args.cmd == "probe":
         print(probe(args.root, args.study), end="")
         return 0
+    if not (args.root / args.sweep).is_dir():
+        have = sorted(d.name for d in args.root.iterdir() if d.is_dir())
+        print(f"error: {args.root} has no sweep {args.sweep!r} (give --sweep one of: {', '.join(have) or 'none'})",
+              file=sys.stderr)
+        return 2
+    if args.cmd == "secondary" and not args.battery.is_dir():
+        print(f"error: --battery {args.battery}: no such folder (§2's runs: "
+              f"benchmarks/battery_comparison/runs/battery_comparison-tuned)", file=sys.stderr)
+        return 2
     rs = r1.load(args.root, args.sweep)
+    if args.cmd == "secondary":
+        from rlsuite.reports.load import load_runs
+
+        rows = secondaries(rs, load_runs(args.battery))
+        print(_rows(rows, ["effect", "secondary", "n", "mean", "lo", "hi", "method", "reading"]), end="")
+        return 0
     diffs = primaries(rs)
     diffs["staleness"] = effect5()
     if args.cmd == "plan":
