@@ -51,11 +51,11 @@ def test_readme_setup_is_two_commands_the_second_is_the_ci_test_command():
 
 def test_readme_keeps_what_a_newcomer_needs():
     for needle in ("rlsuite run --task arith", "rlsuite sweep run", "rlsuite report", "--cluster slurm",
-                   "rlsuite models fetch smollm2-135m", "cover one model\nfamily",
+                   "rlsuite models fetch smollm2-135m", "cover one model family",
                    "(docs/reports.md#leaderboard-columns)", "`resolution_floor`", "## Add an algorithm",
                    "python scripts/gen_docs.py", "## Layout", "**`Trainer.step`**", "(docs/extending.md)",
                    "(docs/cli.md)", "(docs/sweeps.md)", "(docs/results.md)"):
-        assert needle in README, needle
+        assert needle in " ".join(README.split()), needle  # line breaks are layout, not content
 
 
 def nav_pages(nav) -> list[str]:
