@@ -139,10 +139,10 @@ def test_what_lora_cannot_take_is_refused_at_resolution_and_the_levers_are_not()
     assert _spec(("model.lora_rank", 4), ("train.share_prefix", True), ("train.compile", True)).train.compile
 
 
-def _with_adapters(dropout: float = 0.0):
+def _with_adapters(dropout: float = 0.0, targets: str = "all-linear"):
     """The tiny model with rank-2 adapters whose B is not zero (PEFT starts B at 0, where an
     adapter changes nothing and a forward that ignored it would pass)."""
-    _, pm, _ = _tiny(dropout=dropout)
+    _, pm, _ = _tiny(dropout=dropout, targets=targets)
     g = torch.Generator().manual_seed(3)
     with torch.no_grad():
         for n, prm in pm.named_parameters():
@@ -190,6 +190,36 @@ def test_the_functional_forward_applies_the_adapters_as_peft_does(share):
     torch.testing.assert_close(base.logp[m], base_ref.logp[m], atol=1e-5, rtol=1e-5)
     assert float((off.logp[m] - base.logp[m]).abs().max()) > 1e-2  # the adapters act; disable_adapter undone
     assert all(not layer.disable_adapters for layer in pm.modules() if hasattr(layer, "lora_A"))
+
+
+@pytest.mark.filterwarnings("ignore:Model has `tie_word_embeddings=True`")
+@pytest.mark.parametrize("share", [False, True])
+def test_an_adapter_on_the_output_head_acts_in_the_functional_forward_as_in_peft_s(share):
+    """``lora_targets`` naming the output head (outside the decoder stack the functional forward
+    rebuilds): the head is called as its PEFT module, so its adapter applies; log-probs and the head
+    adapter's gradients equal PEFT's forward, and zeroing that adapter's B changes the log-probs."""
+    from rlsuite.suite.fast_forward import fast_forward, unsupported
+    from rlsuite.suite.policy import policy_forward
+    from tests.unit.test_fast_forward import _batch, _predicted
+
+    pm = _with_adapters(targets="q_proj,lm_head")
+    head = [n for n, _ in pm.named_parameters() if "lm_head" in n and ".lora_" in n]
+    assert len(head) == 2  # lora_A and lora_B of the head
+    tokens, attn, loss_mask, W = _batch(vocab=pm.config.vocab_size)
+    assert unsupported(pm, frozenset({"entropy"}), tokens.shape[1]) is None
+    m, want = _predicted(attn), frozenset({"entropy"})
+    ref = policy_forward(pm, tokens, attn, 0.7, want)
+    g_ref = _adapter_grads(pm, ref, loss_mask)
+    out = fast_forward(pm, tokens, attn, 0.7, want, prompt_width=W if share else 0)
+    g = _adapter_grads(pm, out, loss_mask)
+    torch.testing.assert_close(out.logp[m], ref.logp[m], atol=1e-5, rtol=1e-5)
+    for n in head:
+        scale = float(g_ref[n].abs().max())
+        assert scale > 0 and float((g[n] - g_ref[n]).abs().max()) <= 1e-4 * scale, n
+    with torch.no_grad():
+        dict(pm.named_parameters())[next(n for n in head if ".lora_B." in n)].zero_()
+        off = fast_forward(pm, tokens, attn, 0.7, want, prompt_width=W if share else 0)
+    assert float((off.logp[m] - out.logp[m]).detach().abs().max()) > 1e-3
 
 
 def test_adapter_dropout_in_the_functional_forward_is_peft_s_and_acts_with_gradients_only():
