@@ -40,8 +40,8 @@ lever); under ``seq-mean-token-mean`` they still count in the row count unless
 ``loss.empty_rows=skip``, which gives TRL's mean over the kept rows. An all-incorrect prompt is
 recognised by V* = 0 (the target then equals the task score; TRL's test is "the reference rewards sum
 to 0", the same for its binary rewards), so the in-reward KL (``kl_where = reward``), which would shift
-the target, is refused with the filter on. The reference samples are single-turn (the trainer's
-``ref_anchor`` runs no environment), so on multi-turn tasks V* sees no tool observations.
+the target, is refused with the filter on. On multi-turn tasks the reference samples are whole
+episodes through the task's environment (tool observations included), graded as the rollout's.
 Hooks called outside the trainer (no anchors) estimate V* from the group's own scores and count the
 group in ``algo/a_star_po/anchorless_groups``.
 """
@@ -105,7 +105,6 @@ class AStarPO(Algorithm):
         "rollout.group_size samples per prompt from the preset, each regressed on its own (TRL: one per prompt)",
         "all-incorrect prompts are recognised by V* = 0 and their rows left out of the loss mask (TRL drops them "
         "before sampling; no refill); kl_where = reward is refused with the filter on",
-        "reference samples are single-turn (the trainer's ref_anchor runs no environment)",
         "without anchors (hooks called outside the trainer) V* comes from the group's own scores",
     )
     switches = ("beta1", "beta2", "num_value_samples", "filter_all_incorrect")

@@ -25,10 +25,9 @@ decode per prompt); 2. token returns-to-go of the KL-shaped reward; 3. token-mea
 Fidelity: ``code`` — verl 0.9.1 ``compute_remax_outcome_advantage`` with the baseline its
 ``RayPPOTrainer`` builds (``reward_baselines``: the reward of one ``do_sample=False`` response
 of the same policy per prompt, repeated over the prompt's n samples, without KL); values in
-``tests/algorithms/test_remax.py``. [ASSUMPTION] on multi-turn tasks the suite's greedy
-anchor is a single-turn decode (no environment turns), while verl's agent loop would run the
-greedy episode through the environment. Without an anchor or a grader (hooks called outside
-the trainer) the baseline is 0.
+``tests/algorithms/test_remax.py``. On multi-turn tasks the greedy anchor is a whole episode
+through the task's environment (the rollout's turn limits, observations included), as verl's agent
+loop runs it. Without an anchor or a grader (hooks called outside the trainer) the baseline is 0.
 """
 
 from __future__ import annotations
@@ -80,8 +79,6 @@ class ReMax(Algorithm):
                 "Aligning Large Language Models, arXiv:2310.10505")
     fidelity = "code"
     assumptions = (
-        "On multi-turn tasks the greedy baseline is a single-turn decode (the suite's anchor), not a greedy "
-        "episode through the environment as verl's agent loop would run it",
         "Without an anchor or a grader (hooks called outside the trainer) the baseline is 0",
     )
     switches = ("kl_coef",)

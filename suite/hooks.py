@@ -17,7 +17,8 @@ from torch import Tensor
 #: ``hidden``, ``attn_stat``; batch fields: ``old_logp`` (π_old scoring pass), ``values``
 #: (a critic), ``topk`` (behaviour top-K log-probs from the rollout), ``behav_attn_stat``
 #: (the sampler's attention statistic), ``behav_hidden``, ``anchor`` (a greedy decode of the
-#: current policy per prompt, given to ``rewards`` as ``Group.anchors``; charged to the budget),
+#: current policy per prompt, given to ``rewards`` as ``Group.anchors``; charged to the budget;
+#: anchors of either kind run through the task's environment on a multi-turn task),
 #: ``ref_anchor`` (``Algorithm.anchors_per_prompt`` responses per prompt sampled once from the
 #: frozen base the run started from, at the rollout temperature from the stream (seed,
 #: "ref_anchor", prompt index), kept for the run and in its checkpoints, given as

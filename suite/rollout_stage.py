@@ -97,8 +97,7 @@ class RolloutStage:
         G = r.group_size
         rows = [i for i in idx for _ in range(G)]
         prompts = [self.prompt("train", i)[0] for i in rows]
-        envs = [self.task.make_env(self.splits["train"][i]) for i in rows]
-        envs = envs if any(e is not None for e in envs) else None
+        envs = self.episode_envs(rows)
         params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p,
                                 top_k=r.top_k, stop_ids=self.stop_ids, topk=r.topk if "topk" in self.needs else 0)
         behaviours = self.algo.before_rollout(ctx) or [Behaviour(0, tuple(range(len(rows))))]
@@ -187,8 +186,7 @@ class RolloutStage:
             aug_texts.append(text)
         rows = [k for k in range(len(chosen)) for _ in range(G)]
         src_idx = [idx[g] for g, _ in chosen]
-        envs = [self.task.make_env(self.splits["train"][src_idx[k]]) for k in rows]
-        envs = envs if any(e is not None for e in envs) else None
+        envs = self.episode_envs([src_idx[k] for k in rows])
         gen = self.generator(seed_for(self.seed, "revision", ctx.step, attempt), list(range(len(rows))))
         second, _ = self.collect(self.engine, self.tok, [aug_ids[k] for k in rows], params, gen, envs=envs,
                                   max_turns=r.max_turns, max_obs_tokens=r.max_obs_tokens,
@@ -254,11 +252,19 @@ class RolloutStage:
                    for k in parts[0][1]}  # token-weighted, as one process computes them
         return rec, metrics
 
+    def episode_envs(self, idx: list[int]) -> Optional[list]:
+        """One fresh environment per train index of ``idx`` (None for a single-turn task): anchors
+        run the same episodes as the rollout, tool observations included, so they are graded alike."""
+        envs = [self.task.make_env(self.splits["train"][i]) for i in idx]
+        return envs if any(e is not None for e in envs) else None
+
     def anchors(self, idx: list[int]) -> list[tuple[str, ...]]:
-        """One greedy decode of the current behaviour policy per prompt (charged as rollout)."""
+        """One greedy decode of the current behaviour policy per prompt (charged as rollout), through
+        the task's environment on a multi-turn task."""
         r = self.r
         params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=0.0, stop_ids=self.stop_ids)
-        rec, _ = collect(self.engine, self.tok, [self.prompt("train", i)[0] for i in idx], params, None)
+        rec, _ = collect(self.engine, self.tok, [self.prompt("train", i)[0] for i in idx], params, None,
+                         envs=self.episode_envs(idx), max_turns=r.max_turns, max_obs_tokens=r.max_obs_tokens)
         gen = int(rec.loss_mask.sum())
         self.budget.charge("gen_tokens", gen)
         self.budget.charge_flops("anchor", rollout_flops(self.P, int(rec.attn_mask.sum()) - gen, gen))
@@ -268,7 +274,8 @@ class RolloutStage:
         """``Algorithm.anchors_per_prompt`` samples of the frozen base per prompt (rollout
         temperature and top-p), generated the first time a prompt is drawn from the stream (seed,
         "ref_anchor", train index), so a prompt's anchors do not depend on when it is first seen;
-        charged to the budget (gen_tokens, FLOPs ``anchor``) when generated."""
+        through the task's environment on a multi-turn task; charged to the budget (gen_tokens,
+        FLOPs ``anchor``) when generated."""
         new = [i for i in dict.fromkeys(idx) if i not in self.ref_anchors]
         if new:
             r, n = self.r, self.algo.anchors_per_prompt
@@ -277,7 +284,9 @@ class RolloutStage:
             with self.engine_weights(self.ref_state):
                 for i in new:
                     gen = torch.Generator().manual_seed(seed_for(self.seed, "ref_anchor", i))
-                    rec, _ = collect(self.engine, self.tok, [self.prompt("train", i)[0]] * n, params, gen)
+                    rec, _ = collect(self.engine, self.tok, [self.prompt("train", i)[0]] * n, params, gen,
+                                     envs=self.episode_envs([i] * n), max_turns=r.max_turns,
+                                     max_obs_tokens=r.max_obs_tokens)
                     g = int(rec.loss_mask.sum())
                     self.budget.charge("gen_tokens", g)
                     self.budget.charge_flops("anchor", rollout_flops(self.P, int(rec.attn_mask.sum()) - g, g))

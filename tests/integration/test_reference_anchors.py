@@ -34,3 +34,53 @@ def test_reference_anchors_come_from_the_base_not_the_policy(tmp_path):
         got.append(unpack(torch.load(run / "checkpoint" / "state.pt", weights_only=False))["ref_anchors"])
     shared = set(got[0]) & set(got[1])
     assert shared and all(got[0][i] == got[1][i] for i in shared)
+
+
+def _multi_turn_spec(algo: str, *sets):
+    from rlsuite.suite.spec import resolve
+
+    return resolve("search_toy", algo, "tiny", 0,
+                   sets=[("train.keep_checkpoint", True), ("rollout.prompts_per_step", 2), ("rollout.group_size", 2),
+                         ("eval.every", 1.0), ("eval.max_prompts", 4), *sets], budgets=[("updates", 1)])
+
+
+def test_reference_anchors_run_the_task_environment_on_a_multi_turn_task(tmp_path):
+    """On ``search_toy`` (a search, then an answer from the retrieved passage) the base's anchors are
+    whole episodes: the environment's observation follows the search, as in the rollout, so the
+    anchors are graded like the rollout's completions (A*-PO's V*, RRC's anchor votes)."""
+    import torch
+
+    from rlsuite.suite.checkpoint import unpack
+    from rlsuite.suite.runner import execute
+
+    code, run = execute(_multi_turn_spec("a_star_po", ("algo.num_value_samples", 2)), tmp_path)
+    assert code == 0
+    anchors = unpack(torch.load(run / "checkpoint" / "state.pt", weights_only=False))["ref_anchors"]
+    texts = [t for a in anchors.values() for t in a]
+    assert len(texts) == 2 * len(anchors) and len(anchors) >= 2
+    searched = [t for t in texts if "</search>" in t]
+    assert searched and all("<information>" in t for t in searched), texts
+
+
+def test_greedy_anchors_run_the_task_environment_on_a_multi_turn_task(tmp_path, monkeypatch):
+    """ReMax's greedy baseline (``anchor``) on ``search_toy``: decoded through the environment with the
+    rollout's turn limits, and its texts carry the observation."""
+    from rlsuite.suite import rollout_stage
+    from rlsuite.suite.runner import execute
+
+    seen = []
+    real = rollout_stage.collect
+
+    def spy(engine, tok, prompts, params, gen, **kw):
+        rec, m = real(engine, tok, prompts, params, gen, **kw)
+        if params.temperature == 0.0:
+            seen.append((kw, rec.texts))
+        return rec, m
+
+    monkeypatch.setattr(rollout_stage, "collect", spy)
+    code, run = execute(_multi_turn_spec("remax"), tmp_path)
+    assert code == 0 and seen
+    for kw, texts in seen:
+        assert kw["envs"] is not None and len(kw["envs"]) == len(texts) and kw["max_turns"] > 1
+        searched = [t for t in texts if "</search>" in t]
+        assert searched and all("<information>" in t for t in searched), texts
