@@ -36,9 +36,12 @@ the update count when the step's batch is scored, fixed through the step's minib
 (its prox_approx example uses 0.4); the cap 5 is that example's ``rejection_sampling.upper``; the
 example's batch whitening of advantages is not taken (``reward_scaling``/``reward_bias`` cancel in
 the z-score). ``linear`` takes the log exactly where AReaL adds 1e-10 inside it.
-[ASSUMPTION] The approximation's point is to skip the π_prox forward pass; the suite's trainer runs
-its π_old scoring pass on every off-policy batch whatever the entry reads, so the saving is not
-realised in the budget here (the entry's learning dynamics are).
+[ASSUMPTION] The approximation's point is to skip the π_prox forward pass. At one update a batch
+(the suite's default: one epoch, one minibatch) the trainer takes π_old from the update's own forward
+(``suite/update_plan.py: old_logp_from_update``), so no scoring pass runs and the saving is realised;
+with several updates a batch the trainer's π_old scoring pass runs whatever the entry reads (the
+shared π_old metrics read it), so there the saving is not realised in the budget (the entry's
+learning dynamics are).
 """
 
 from __future__ import annotations
@@ -106,7 +109,8 @@ class A3PO(Algorithm):
         "scored, fixed through its minibatches; π_prox one version behind v_θ (AReaL's rule)",
         "ε 0.2 (AReaL's default; its prox_approx example uses 0.4); behaviour cap 5 (the example's rejection_sampling)",
         "GRPO's group z-score without the example's extra batch whitening",
-        "the trainer still runs its π_old scoring pass, so the forward pass A-3PO saves is not saved in the budget",
+        "with several updates a batch the trainer still runs its π_old scoring pass, so the forward pass A-3PO "
+        "saves is saved in the budget only at one update a batch (the default: π_old from the update's forward)",
     )
     switches = ("prox", "behaviour_cap", "clip_eps_high")
     inert = {"behaviour_cap": "π_prox/μ ≠ 1 only on rows two or more updates stale (α > 0; a fresh entry has none) or "

@@ -142,3 +142,20 @@ def test_a3po_counts_updates_and_restores_them():
     out = fresh.advantages(batch(), CTX)
     torch.testing.assert_close(out.extras["a3po_alpha"], t([0.75, 0.5]))
     assert not fresh.old_logp_before_update
+
+
+def test_a3po_skips_the_pi_old_scoring_pass_at_one_update_a_batch_only():
+    """The forward pass A-3PO saves: under staleness at one update a batch π_old comes from the update's
+    own forward (no scoring pass), with several updates a batch the scoring pass runs (the docstring's
+    [ASSUMPTION]); ``prox = recompute`` reads π_old but needs no pass before the update either."""
+    from rlsuite.algorithms.base import ALGORITHMS
+    from rlsuite.suite.spec import resolve
+    from rlsuite.suite.update_plan import old_logp_from_update, update_fields
+
+    def from_update(*sets):
+        s = resolve("chain", "a3po", "tiny", 0, sets=[("rollout.sync", "lag"), ("rollout.staleness", 4), *sets])
+        a = ALGORITHMS.get("a3po")(s.algo)
+        return old_logp_from_update(s, a, update_fields(a.needs, s.model.critic), 128)
+
+    assert from_update() and from_update(("algo.prox", "recompute"))
+    assert not from_update(("train.minibatches", 4)) and not from_update(("train.epochs", 2))
