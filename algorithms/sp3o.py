@@ -163,8 +163,8 @@ class SP3O(PPO):
         "Anchors (source): 3 at 0.3/0.6/0.9 of the response, a 4th at 0.95 from 6144 tokens; position/delimiter "
         "selectors (K = 8, d = 64) are the reconstruction's",
         "Advantage (source): PPO's token GAE on the dense critic values; segment/interpolated GAE are switches",
-        "Not built: the source's 20 critic-only warm-up steps with the dense value loss (the trainer has no "
-        "critic-only steps)",
+        "The source's 20 critic-only warm-up steps: train.critic_warmup_steps=20 (off by default, as every "
+        "train setting); during them the entry's own sparse value loss trains, not the source's dense one",
         "Sparse value loss per response rescaled by |y|/K (same per-response weight as PPO's dense loss).",
         "λ, γ, clip, whitening as PPO (λ = 1; the 0.95–1.0 range is the tune grid).",
     )

@@ -338,9 +338,17 @@ class TrainConfig:
     """Each rank's micro-batches (``micro_batch_size``) take its rows longest first and drop
     their trailing padding columns, so short sequences are not padded to the minibatch's longest.
     Same loss (the aggregation weights are the minibatch's), other float summation order."""
+    critic_warmup_steps: int = field(default=0, metadata=IN_ID_WHEN_SET)
+    """Steps (rollout batches) at the start of the run in which only the critic learns (verl's
+    ``trainer.critic_warmup``): every update of those steps trains the entry's value loss alone and
+    steps the critic's parameters (a separate critic, or the value head; a head's shared trunk is
+    the policy's and stays put), so the policy samples with its starting weights throughout; the
+    steps are charged to the budget like any other, and ``train/critic_warmup`` is 1 on them. Only
+    for entries with a critic (exit 2 otherwise). 0 = off. verl 0.9.1 skips the actor while
+    ``critic_warmup > global_steps`` with ``global_steps`` from 1, so its N is this field's N − 1."""
     ranges: ClassVar[dict[str, str]] = {
         "epochs": "[1, inf)", "minibatches": "[1, inf)", "micro_batch_size": "[0, inf)", "num_threads": "[1, inf)",
-        "checkpoint_every": "[0, inf)"}
+        "checkpoint_every": "[0, inf)", "critic_warmup_steps": "[0, inf)"}
 
 
 @dataclass(frozen=True, kw_only=True)

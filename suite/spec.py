@@ -142,6 +142,11 @@ def resolve(task: Optional[str], algo: Optional[str], model: Optional[str], seed
         errors += algo_cls.task_problems(built["algo"], task_cls)  # e.g. reward components the task lacks
     if algo_cls is not None and built["algo"] is not None:  # algo.teacher (suite/distill.py): named, and read
         errors += teacher_problems(algo_cls, built["algo"], exists=not recorded)
+    if algo_cls is not None and built["algo"] is not None and built["train"] is not None \
+            and built["train"].critic_warmup_steps > 0 and "values" not in algo_cls(built["algo"]).needs:
+        errors.append(f"train.critic_warmup_steps={built['train'].critic_warmup_steps} with algo '{algo_name}', "
+                      f"which has no critic; valid: train.critic_warmup_steps=0 for it, or an entry with a critic "
+                      f"(one that needs 'values', e.g. ppo)")
     required = {k: v for k, v in built.items() if not (k == "algo" and algo_name is None and not need_algo)}
     if errors or any(v is None for v in required.values()):
         raise BadInput(errors or ["invalid run spec"])

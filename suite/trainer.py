@@ -262,6 +262,7 @@ class Trainer:
         n_tok = int(batch.attn_mask.sum())
         computed = 0  # token positions the training forwards compute (fewer with train.share_prefix)
         from_update = None  # (rows, π_old) when the forward supplied π_old (Scorer.from_update)
+        warmup = st.critic is not None and st.step_no <= t.critic_warmup_steps  # only the critic learns
         for epoch in range(t.epochs):
             gen = torch.Generator().manual_seed(seed_for(s.seed, "minibatch", st.step_no, epoch))
             perm = torch.randperm(B, generator=gen)
@@ -316,6 +317,8 @@ class Trainer:
                     if dl is not None:  # algo.distill_coef: the on-policy distillation term (suite/distill.py)
                         total = total + dl[0]
                         m = {**m, **dl[1], "loss/distill": dl[0].detach()}
+                    if warmup:  # train.critic_warmup_steps: the policy's terms stay out of the loss
+                        total = total.new_zeros(())
                     if st.critic is not None:
                         v_tok, vm = self.algo.value_loss(fwd, mic, ctx)
                         vl = (w * v_tok).sum()
@@ -332,8 +335,9 @@ class Trainer:
                     share = float(w.sum())  # this micro-batch's share of the normaliser
                     for k, v in (m.items() if live else ()):
                         acc.setdefault(k, []).append((float(v), share))
-                acc.setdefault("stats/grad_norm", []).append((self._clip_and_step(nonfinite), 1.0))
-                st.entropy_control.step(self.world)  # the adaptive entropy coefficient (loss.entropy_target)
+                acc.setdefault("stats/grad_norm", []).append((self._clip_and_step(nonfinite, warmup), 1.0))
+                if not warmup:
+                    st.entropy_control.step(self.world)  # the adaptive entropy coefficient (loss.entropy_target)
                 st.budget.charge("updates", 1)
                 self.algo.after_update(self.context())
         st.budget.charge("train_tokens", n_tok * t.epochs)
@@ -347,12 +351,17 @@ class Trainer:
             full[rows.to(full.device)] = old
             out.update(old_logp_metrics(dataclasses.replace(batch, old_logp=full), cfg))
         out["stats/lr"] = st.opt.param_groups[0]["lr"]
+        if t.critic_warmup_steps:
+            out["train/critic_warmup"] = float(warmup)
         st.entropy = out.get("stats/entropy")
         return out
 
-    def _clip_and_step(self, nonfinite: Optional[str] = None) -> float:
+    def _clip_and_step(self, nonfinite: Optional[str] = None, critic_only: bool = False) -> float:
         st = self.state
         self.parallel.reduce_grads(st.opt, nonfinite, st.step_no)  # data parallel: the ranks' shares summed
+        if critic_only:  # train.critic_warmup_steps: the policy's parameters (group 0) are not stepped
+            for p in st.opt.param_groups[0]["params"]:
+                p.grad = None
         factor = lr_factor(self.spec.optim, st.budget.counters["updates"], st.budget.progress)
         for g, base in zip(st.opt.param_groups, self.base_lrs):
             g["lr"] = base * factor
