@@ -10,7 +10,8 @@ Advantage of the tokens of turn ``k`` of trajectory ``i`` (Eqs. 3–8 of the pap
 
 A **step group** is every turn of every trajectory in the same prompt group that acted in the
 same environment state (``Batch.turn_states``: the hashable ``Environment.state()`` recorded
-before each turn; the paper's anchor states, grouped by exact match). A step group of one turn
+before each turn; the paper's anchor states, grouped by exact match, or with ``similarity`` set by
+verl-agent's similarity clustering of text states, below). A step group of one turn
 gets ``A_S = 0`` (its own mean). ``F`` is 1 (``scale_by_std`` False: verl-agent's default
 ``mode=mean_norm``, ROLL's ``reward_normalization.method: mean`` in its GiGPO examples) or the
 group's unbiased std + 1e-6 (``mean_std_norm``). The loss is the PPO clipped surrogate with a
@@ -34,6 +35,13 @@ acts in the prompt group's initial state (a group is one prompt), a later turn i
 named by its whole token prefix (prompt, earlier turns and observations). So on a single-turn
 task every step group is the whole prompt group and ``A = (1 + ω)·A_E``.
 
+**Similar states** (``similarity`` = τ in (0, 1); verl-agent's ``enable_similarity`` with
+``similarity_thresh`` τ, 0.95 its default, 0.9 its search example): within a prompt group the text
+states are clustered greedily — each joins the first cluster whose first member it matches with
+``difflib.SequenceMatcher(None, a, b).ratio() ≥ τ``, else it starts a cluster — and a cluster is a
+step group. States that are not text (the fallbacks below, a non-string ``Environment.state()``)
+keep exact matching.
+
 Metrics: ``algo/gigpo/turns_mean`` (policy turns per episode), ``algo/gigpo/step_group_size_mean``
 (turns per step group), ``algo/gigpo/shared_turn_share`` (share of turns whose step group has
 another member: where the step term can act) and ``algo/gigpo/step_adv_abs_mean`` (mean |A_S| over
@@ -45,7 +53,9 @@ for ``adv_estimator: gigpo``; its comment cites verl-agent e03bd50 ``gigpo/core_
 and against the verl-agent ``gigpo/core_gigpo.py`` functions ``compute_step_discounted_returns``,
 ``episode_norm_reward``, ``build_step_group`` and ``step_norm_reward`` as read from a copy in the
 search tools' code index (a fork carrying extra options; the upstream repository
-``langfengQ/verl-agent`` could not be fetched here). The hand test uses the inputs checked
+``langfengQ/verl-agent`` could not be fetched here); the similarity clustering (``are_similar``,
+``build_step_group`` with ``enable_similarity``) as read there and, the same code, in
+``langfengQ/DrMAS`` ``gigpo/core_gigpo.py`` (commit 3b556f2; the GiGPO author's). The hand test uses the inputs checked
 against those definitions. Defaults: γ 0.95 (ROLL ``step_reward_gamma``, verl-agent
 ``algorithm.gamma``), ω 1 (ROLL ``step_reward_weight``, verl-agent ``step_advantage_w``),
 KL 0.01 (ROLL ``examples/qwen2.5-0.5B-agentic/agent_val_frozen_lake_gigpo.yaml``).
@@ -54,7 +64,8 @@ KL 0.01 (ROLL ``examples/qwen2.5-0.5B-agentic/agent_val_frozen_lake_gigpo.yaml``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Hashable, Literal
+from difflib import SequenceMatcher
+from typing import Any, Hashable, Literal, Optional
 
 import torch
 
@@ -67,7 +78,8 @@ from rlsuite.suite.types import Batch, Forward
 
 @dataclass(frozen=True, kw_only=True)
 class GiGPOConfig(AlgoConfig):
-    ranges = {"clip_eps_low": "[0, 1]", "clip_eps_high": "[0, inf)", "step_weight": "[0, inf)", "gamma": "[0, 1]"}
+    ranges = {"clip_eps_low": "[0, 1]", "clip_eps_high": "[0, inf)", "step_weight": "[0, inf)", "gamma": "[0, 1]",
+              "similarity": "(0, 1)"}
     """Declared ranges of this class's numeric fields (see ``AlgoConfig.ranges``)."""
     clip_eps_low: float = 0.2
     """ε_low of the clipped ratio."""
@@ -80,6 +92,10 @@ class GiGPOConfig(AlgoConfig):
     scale_by_std: bool = False
     """Divide both centred terms by their group's unbiased std (+1e-6): verl-agent's
     ``mean_std_norm``; False = ``mean_norm`` (its default)."""
+    similarity: Optional[float] = None
+    """τ of the similarity clustering of text states (verl-agent's ``similarity_thresh`` with
+    ``enable_similarity``): two states match when ``SequenceMatcher`` ratio ≥ τ; None = exact match
+    (verl-agent's default)."""
     episode_stats: Literal["steps", "trajectories"] = "steps"
     """Over what the episode group's mean (and std) run: every turn (a trajectory counts once per
     turn, verl-agent's default) or every trajectory once (the paper's Eq. 3)."""
@@ -87,13 +103,17 @@ class GiGPOConfig(AlgoConfig):
     kl_coef: float = 0.01
 
 
-def step_group_labels(batch: Batch, n_turns: list[int]) -> list[list[int]]:
+def step_group_labels(batch: Batch, n_turns: list[int], similarity: Optional[float] = None) -> list[list[int]]:
     """Step-group label of every turn ``[b][k]``: turns of one prompt group (``group_id``) that acted
     in the same state share a label. The state is ``batch.turn_states[b][k]`` where the environment
     exposed one (not None), else the prompt group's initial state for ``k = 0`` and the turn's
-    whole token prefix (real tokens before its first token) for ``k > 0``."""
+    whole token prefix (real tokens before its first token) for ``k > 0``. With ``similarity`` τ a
+    text state joins the first earlier text state's label of its prompt group (in row, then turn
+    order) whose ``SequenceMatcher`` ratio to it is ≥ τ (that label's first state: verl-agent's
+    cluster representative)."""
     states = batch.turn_states
     ids: dict[tuple[int, Hashable], int] = {}
+    reps: dict[int, list[tuple[str, int]]] = {}  # prompt group -> (representative text, label), in order
     out: list[list[int]] = []
     for b, n in enumerate(n_turns):
         g = int(batch.group_id[b])
@@ -106,11 +126,26 @@ def step_group_labels(batch: Batch, n_turns: list[int]) -> list[list[int]]:
                 else:
                     first = int((batch.turn_id[b] == k).nonzero()[0])
                     s = ("prefix", tuple(batch.tokens[b, :first][batch.attn_mask[b, :first] > 0].tolist()))
+            elif similarity is not None and isinstance(s, str):
+                row.append(_similar_label(reps.setdefault(g, []), s, similarity, ids))
+                continue
             else:
                 s = ("env", s)
             row.append(ids.setdefault((g, s), len(ids)))
         out.append(row)
     return out
+
+
+def _similar_label(clusters: list[tuple[str, int]], s: str, tau: float, ids: dict) -> int:
+    """The label of the first cluster whose representative matches ``s`` at ratio ≥ τ, else a new
+    cluster with ``s`` as its representative (labels drawn from the same counter as ``ids``)."""
+    for rep, label in clusters:
+        if SequenceMatcher(None, s, rep).ratio() >= tau:
+            return label
+    label = len(ids)
+    ids[("similar", label)] = label  # reserve the label in the shared counter
+    clusters.append((s, label))
+    return label
 
 
 @register
@@ -127,16 +162,20 @@ class GiGPO(Algorithm):
         "[ASSUMPTION] a row is a whole episode (the full history is the context of every turn); verl-agent and "
         "ROLL train one row per step whose prompt is a rendered, possibly truncated history: with token-mean "
         "aggregation the loss is the same sum over the same policy tokens",
-        "[ASSUMPTION] states: exact match only (verl-agent's optional similarity clustering is not implemented); "
-        "without an environment state the fallback is the group's initial state at turn 0 and the exact token "
-        "prefix afterwards",
+        "[ASSUMPTION] states: exact match, or verl-agent's greedy similarity clustering of text states with "
+        "similarity = τ (its order is its batch's; here rows, then turns); without an environment state the "
+        "fallback is the group's initial state at turn 0 and the exact token prefix afterwards (exact match "
+        "whatever similarity says)",
     )
-    switches = ("step_weight", "gamma", "scale_by_std", "episode_stats")
+    switches = ("step_weight", "gamma", "scale_by_std", "episode_stats", "similarity")
     not_group_relative = ("the step term compares discounted returns γ^(turns left)·R: equal outcomes reached in "
                           "different numbers of turns get different step advantages (0 with gamma = 1)")
     tune_knob = ("step_weight", (0.5, 1.0))
     inert = {"gamma": "acts only across turns: γ^(turns after k) is 1 on the last turn, and the contract's "
                       "batches are one-turn episodes",
+             "similarity": "acts only on text environment states that are similar but not equal, and the "
+                           "contract's batches expose no environment states (hand-tested in "
+                           "tests/algorithms/test_gigpo.py)",
              "episode_stats": "steps and trajectories weigh a trajectory by its number of turns: they differ only "
                               "when trajectories have different numbers of turns, and the contract's batches are "
                               "one-turn episodes"}
@@ -159,7 +198,7 @@ class GiGPO(Algorithm):
             per_step = group_normalised_advantage(rewards[rows_b], batch.group_id[rows_b], cfg.scale_by_std)
             a_e = torch.zeros_like(rewards).index_copy_(0, rows_b, per_step)  # the same value on every turn of b
         # step term: discounted returns normalised inside anchor-state groups; a singleton group gets 0
-        labels = step_group_labels(batch, n_list)
+        labels = step_group_labels(batch, n_list, cfg.similarity)
         a_s = torch.zeros(len(n_list), width, dtype=rewards.dtype, device=dev)
         stats: dict[str, Any] = {}
         if rows_b.numel():

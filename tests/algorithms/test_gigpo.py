@@ -135,3 +135,33 @@ def test_states_are_grouped_within_a_prompt_group_only():
     b = make_batch(mask, [0, 0, 1, 1], [1.0, 0.0, 1.0, 1.0], turn_states=(("s0",),) * 4)
     # group 0: A_E = ±.5, A_S = ±.5 (one turn: G = R) → ±1;  group 1: all equal → 0
     torch.testing.assert_close(a.advantages(b, CTX).adv, t([[0, 1.0], [0, -1.0], [0, 0.0], [0, 0.0]]))
+
+
+def test_similar_text_states_share_a_step_group_with_similarity_set():
+    # traj 0 turn 1 "the cat sat" and traj 1 turn 1 "the cat sat!": SequenceMatcher ratio
+    # 2·11/(11 + 12) = 22/23 ≈ 0.957 — one step group at τ = 0.95 (the hand example above, with A
+    # shared: the same advantages), two singletons under exact match (A_S = 0 for both) and at τ = 0.96
+    states = (("s0", "the cat sat", "B"), ("s0", "the cat sat!"), ("s0", "C"))
+    e0, e1 = 2 / 7, -5 / 7
+    shared = tokens([[e0 + 0, e0 + 0.25, e0 + 0], [e1 - 0.25, e1 - 0.25], [e0 + 0.25, e0 + 0]])
+    apart = tokens([[e0 + 0, e0 + 0, e0 + 0], [e1 - 0.25, e1 + 0], [e0 + 0.25, e0 + 0]])
+    torch.testing.assert_close(algo("gigpo", gamma=0.5, similarity=0.95).advantages(batch(turn_states=states),
+                                                                                    CTX).adv, shared)
+    torch.testing.assert_close(algo("gigpo", gamma=0.5).advantages(batch(turn_states=states), CTX).adv, apart)
+    torch.testing.assert_close(algo("gigpo", gamma=0.5, similarity=0.96).advantages(batch(turn_states=states),
+                                                                                    CTX).adv, apart)
+
+
+def test_similarity_clusters_greedily_against_each_clusters_first_state():
+    # τ = 0.8: "abcdX" matches "abcde" (ratio 2·4/10 = 0.8) and joins it; "abcXY" matches "abcdX"
+    # (abc + X: 0.8) but not the cluster's first state "abcde" (abc: 0.6): a new cluster (verl-agent's
+    # representative is the first member); non-text states keep exact matching; groups stay apart
+    from rlsuite.algorithms.gigpo import step_group_labels
+
+    mask = [[0, 1]] * 6
+    b = make_batch(mask, [0, 0, 0, 0, 0, 1], [1.0] * 6,
+                   turn_states=(("abcde",), ("abcdX",), ("abcXY",), (("t", 1),), (("t", 1),), ("abcde",)))
+    labels = step_group_labels(b, [1] * 6, similarity=0.8)
+    assert labels[0] == labels[1] != labels[2] and labels[3] == labels[4] not in (labels[0], labels[2])
+    assert labels[5] not in (labels[0], labels[2], labels[3])  # the same text in another prompt group
+    assert len({row[0] for row in labels}) == 4
