@@ -90,7 +90,7 @@ def add_arguments(sub) -> None:
 
 
 def cmd_sweep(args) -> int:
-    from rlsuite.sweeps.launch import run_sweep, status
+    from rlsuite.sweeps.launch import describe_compute, run_sweep, status
 
     if args.sweep_cmd == "tune":
         from rlsuite.sweeps.tune import tune
@@ -136,6 +136,7 @@ def cmd_sweep(args) -> int:
             print(json.dumps(st, indent=2))
         else:
             print(f"{st['root']}: {st['total']} runs " + " ".join(f"{k}={v}" for k, v in st["counts"].items()))
+            print(describe_compute(st["compute"]))
             for state, rows in st["runs"].items():
                 if state in ("completed",):
                     continue

@@ -293,17 +293,47 @@ def status(root: Path) -> dict:
     for row in read_jsonl(root / "jobs.jsonl"):
         logs[row["run_id"]] = row
     by_state: dict[str, list[dict]] = {}
+    walls: dict[str, float] = {}  # run id -> training wall so far (status.json budget)
+    threads: set = set()
     for run_id in ids:
         state, reason = run_state(root, run_id)
         st = read_json(root / run_id / "status.json") or {}
         entry = {"run_id": run_id, "reason": reason, "step": st.get("step"), "attempt": st.get("attempt"),
                  "job_id": logs.get(run_id, {}).get("job_id"), "stderr": logs.get(run_id, {}).get("stderr")}
         by_state.setdefault(state, []).append(entry)
+        wall = (st.get("budget") or {}).get("wall_s")
+        if wall is not None:
+            walls[run_id] = float(wall)
+            spec = read_json(root / run_id / "spec.json") or {}
+            threads.add((spec.get("train") or {}).get("num_threads"))
+    done = [walls[r["run_id"]] for r in by_state.get("completed", []) if r["run_id"] in walls]
+    mean = sum(done) / len(done) if done else None
+    left = len(ids) - len(by_state.get("completed", []))
+    compute = {"wall_s": sum(walls.values()), "runs_with_wall": len(walls), "completed_mean_wall_s": mean,
+               "not_completed": left, "not_completed_wall_s_at_mean": None if mean is None else left * mean,
+               "num_threads": sorted(threads, key=str)}
     return {"root": str(root), "total": len(ids), "counts": {k: len(v) for k, v in sorted(by_state.items())},
-            "runs": by_state}
+            "runs": by_state, "compute": compute}
 
 
-__all__ = ["SweepJob", "launch", "status", "to_submit", "write_manifest", "run_state", "wait_for_live", "locked_by"]
+def describe_compute(c: dict) -> str:
+    """One line of :func:`status`'s ``compute``: the training wall the runs spent (``budget.wall_s`` of
+    their status.json; evaluations and start-up are not in it), the completed runs' mean and what the
+    runs not completed would take at that mean (an estimate, said so). CPU-hours are this wall times
+    the runs' torch threads (``train.num_threads``) where they ran alone on their cores."""
+    if not c["runs_with_wall"]:
+        return "training wall: none recorded yet"
+    line = f"training wall: {c['wall_s'] / 3600:.2f} h over {c['runs_with_wall']} run(s)"
+    if c["completed_mean_wall_s"] is not None:
+        line += f"; completed runs {c['completed_mean_wall_s']:,.0f} s a run on average"
+        if c["not_completed"]:
+            line += (f"; {c['not_completed']} not completed ≈ {c['not_completed_wall_s_at_mean'] / 3600:.2f} h more "
+                     f"at that mean (an estimate; partial runs' wall so far is counted above)")
+    return line + f"; train.num_threads {', '.join(str(t) for t in c['num_threads'])}"
+
+
+__all__ = ["SweepJob", "launch", "status", "describe_compute", "to_submit", "write_manifest", "run_state",
+           "wait_for_live", "locked_by"]
 
 
 # ---------------------------------------------------------------------------------------

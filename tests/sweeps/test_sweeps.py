@@ -254,3 +254,30 @@ def test_quickstart_answers_only_a_missing_report_extra_with_a_plain_table(tmp_p
             assert sweeps_cli.cmd_quickstart(args) == 0
             assert "report extra not installed" in capsys.readouterr().err
         monkeypatch.setattr(builtins, "__import__", real_import)
+
+
+def test_status_sums_the_training_wall_and_estimates_what_is_left(tmp_path, capsys):
+    """``rlsuite sweep status``: the training wall of every run with a status (partial runs' so far),
+    the completed runs' mean and the not-completed runs at that mean — the figure a study's cap is
+    spent against — from hand-made run folders."""
+    from rlsuite.sweeps.launch import describe_compute, status
+
+    root = tmp_path / "sw"
+    walls = {"a": ("completed", 1000.0), "b": ("completed", 2000.0), "c": ("running", 300.0), "d": (None, None)}
+    for rid, (state, wall) in walls.items():
+        (root / rid).mkdir(parents=True)
+        (root / rid / "spec.json").write_text(json.dumps({"train": {"num_threads": 1}}))
+        if state:
+            (root / rid / "status.json").write_text(json.dumps({"state": state, "step": 3,
+                                                                "budget": {"wall_s": wall}}))
+    c = status(root)["compute"]
+    assert c["wall_s"] == 3300.0 and c["runs_with_wall"] == 3 and c["completed_mean_wall_s"] == 1500.0
+    assert c["not_completed"] == 2 and c["not_completed_wall_s_at_mean"] == 3000.0 and c["num_threads"] == [1]
+    line = describe_compute(c)
+    assert "0.92 h over 3 run(s)" in line and "1,500 s a run" in line and "2 not completed ≈ 0.83 h" in line
+    assert main(["sweep", "status", str(root)]) == 0
+    assert "training wall: 0.92 h" in capsys.readouterr().out
+    empty = tmp_path / "empty" / "x"
+    empty.mkdir(parents=True)
+    (empty / "spec.json").write_text("{}")
+    assert describe_compute(status(empty.parent)["compute"]) == "training wall: none recorded yet"
