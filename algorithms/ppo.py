@@ -9,7 +9,8 @@ the sequence score on the last policy token (minus β·k per token when the KL i
 reward); ``δ_t = r_t + γV_{t+1} − V_t``, ``Â_t = δ_t + γλÂ_{t+1}``, ``returns = Â + V``; then
 Â is whitened over all policy tokens of the batch. Value loss (verl ``compute_value_loss``):
 ``½·max((V − R)², (clip(V, V_old ± c_v) − R)²)``, aggregated like the policy loss and added
-with weight ``vf_coef`` (the critic has its own parameter group and learning rate).
+with weight ``vf_coef`` (the critic has its own parameter group and learning rate). verl's
+critic warm-up (``trainer.critic_warmup``, 0 by default) is the trainer's ``train.critic_warmup_steps``.
 
 Fidelity: ``code`` — verl 0.9.1 ``compute_gae_advantage_return``, ``compute_policy_loss_vanilla``,
 ``compute_value_loss``. Defaults (verl 0.9.1's ``ppo_trainer`` config): ε 0.2 both sides, dual
