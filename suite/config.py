@@ -343,9 +343,14 @@ class TrainConfig:
     ``trainer.critic_warmup``): every update of those steps trains the entry's value loss alone and
     steps the critic's parameters (a separate critic, or the value head; a head's shared trunk is
     the policy's and stays put), so the policy samples with its starting weights throughout; the
-    steps are charged to the budget like any other, and ``train/critic_warmup`` is 1 on them. Only
-    for entries with a critic (exit 2 otherwise). 0 = off. verl 0.9.1 skips the actor while
-    ``critic_warmup > global_steps`` with ``global_steps`` from 1, so its N is this field's N − 1."""
+    steps are charged to the budget like any other, and ``train/critic_warmup`` is 1 on them. The
+    policy's linear warm-up (``optim.warmup_updates``) counts its own updates, from the first after
+    the critic's warm-up; a schedule over the budget (``optim.schedule``) and an adaptive KL β
+    (which sees KL ≈ 0 while the policy is the reference) run on through it, as in verl. Policy
+    metrics (``loss/policy``, …) are logged but not applied; ``stats/grad_norm`` is 0. Only for
+    entries with a critic (exit 2 otherwise). 0 = off. verl 0.9.1 skips the actor while
+    ``critic_warmup > global_steps`` with ``global_steps`` from 1: its ``critic_warmup = K`` is
+    ``critic_warmup_steps = K − 1`` here."""
     ranges: ClassVar[dict[str, str]] = {
         "epochs": "[1, inf)", "minibatches": "[1, inf)", "micro_batch_size": "[0, inf)", "num_threads": "[1, inf)",
         "checkpoint_every": "[0, inf)", "critic_warmup_steps": "[0, inf)"}

@@ -307,8 +307,8 @@ class Trainer:
                     if kl is not None:
                         total = total + kl
                         m["loss/kl"] = kl.detach()
-                    bonus = st.entropy_control.bonus(w, fwd.entropy, mic.loss_mask * (1 if high is None else high),
-                                                     live)
+                    bonus = None if warmup else st.entropy_control.bonus(  # warm-up: no bonus, no window
+                        w, fwd.entropy, mic.loss_mask * (1 if high is None else high), live)
                     if bonus is not None:  # loss.entropy_coef (adaptive with loss.entropy_target)
                         total = total - bonus
                         m["loss/entropy_bonus"] = bonus.detach()
@@ -356,15 +356,25 @@ class Trainer:
         st.entropy = out.get("stats/entropy")
         return out
 
+    def critic_warmup_updates(self) -> int:
+        """Optimizer updates of the critic warm-up done before this step (``train.critic_warmup_steps``
+        steps of ``epochs × minibatches`` updates each; 0 without a critic)."""
+        t = self.spec.train
+        if self.state.critic is None or not t.critic_warmup_steps:
+            return 0
+        return min(self.state.step_no - 1, t.critic_warmup_steps) * t.epochs * t.minibatches
+
     def _clip_and_step(self, nonfinite: Optional[str] = None, critic_only: bool = False) -> float:
         st = self.state
         self.parallel.reduce_grads(st.opt, nonfinite, st.step_no)  # data parallel: the ranks' shares summed
         if critic_only:  # train.critic_warmup_steps: the policy's parameters (group 0) are not stepped
             for p in st.opt.param_groups[0]["params"]:
                 p.grad = None
-        factor = lr_factor(self.spec.optim, st.budget.counters["updates"], st.budget.progress)
-        for g, base in zip(st.opt.param_groups, self.base_lrs):
-            g["lr"] = base * factor
+        updates = st.budget.counters["updates"]
+        # the policy's warm-up schedule counts its own updates: those of the critic warm-up are not its
+        policy_updates = max(0.0, updates - self.critic_warmup_updates())
+        for i, (g, base) in enumerate(zip(st.opt.param_groups, self.base_lrs)):
+            g["lr"] = base * lr_factor(self.spec.optim, policy_updates if i == 0 else updates, st.budget.progress)
         clip = self.spec.optim.grad_clip or float("inf")
         norms = [self.parallel.clip_grad_norm(g["params"], clip) for g in st.opt.param_groups]
         if not all(torch.isfinite(n) for n in norms):

@@ -308,28 +308,31 @@ def status(root: Path) -> dict:
             threads.add((spec.get("train") or {}).get("num_threads"))
     done = [walls[r["run_id"]] for r in by_state.get("completed", []) if r["run_id"] in walls]
     mean = sum(done) / len(done) if done else None
-    left = len(ids) - len(by_state.get("completed", []))
+    open_ = [r["run_id"] for state, rows in by_state.items() if state not in TERMINAL for r in rows]
+    rest = None if mean is None else sum(max(0.0, mean - walls.get(r, 0.0)) for r in open_)
     compute = {"wall_s": sum(walls.values()), "runs_with_wall": len(walls), "completed_mean_wall_s": mean,
-               "not_completed": left, "not_completed_wall_s_at_mean": None if mean is None else left * mean,
-               "num_threads": sorted(threads, key=str)}
+               "not_completed": len(open_), "not_completed_wall_s_at_mean": rest,
+               "num_threads": sorted((t for t in threads if t is not None), key=str)}
     return {"root": str(root), "total": len(ids), "counts": {k: len(v) for k, v in sorted(by_state.items())},
             "runs": by_state, "compute": compute}
 
 
 def describe_compute(c: dict) -> str:
     """One line of :func:`status`'s ``compute``: the training wall the runs spent (``budget.wall_s`` of
-    their status.json; evaluations and start-up are not in it), the completed runs' mean and what the
-    runs not completed would take at that mean (an estimate, said so). CPU-hours are this wall times
-    the runs' torch threads (``train.num_threads``) where they ran alone on their cores."""
+    their status.json; evaluations and start-up are not in it, nor the time a resume repeated after a
+    run's last checkpoint), the completed runs' mean and what the runs still to finish (not completed
+    or diverged) would take at that mean, less what each has run (an estimate, said so). CPU-hours
+    are this wall times the runs' torch threads (``train.num_threads``) where they ran alone on
+    their cores."""
     if not c["runs_with_wall"]:
         return "training wall: none recorded yet"
     line = f"training wall: {c['wall_s'] / 3600:.2f} h over {c['runs_with_wall']} run(s)"
     if c["completed_mean_wall_s"] is not None:
         line += f"; completed runs {c['completed_mean_wall_s']:,.0f} s a run on average"
         if c["not_completed"]:
-            line += (f"; {c['not_completed']} not completed ≈ {c['not_completed_wall_s_at_mean'] / 3600:.2f} h more "
-                     f"at that mean (an estimate; partial runs' wall so far is counted above)")
-    return line + f"; train.num_threads {', '.join(str(t) for t in c['num_threads'])}"
+            line += (f"; {c['not_completed']} to finish ≈ {c['not_completed_wall_s_at_mean'] / 3600:.2f} h more "
+                     f"at that mean (an estimate)")
+    return line + (f"; train.num_threads {', '.join(str(t) for t in c['num_threads'])}" if c["num_threads"] else "")
 
 
 __all__ = ["SweepJob", "launch", "status", "describe_compute", "to_submit", "write_manifest", "run_state",

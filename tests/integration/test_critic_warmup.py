@@ -72,3 +72,20 @@ def test_critic_warmup_needs_an_entry_with_a_critic_and_is_out_of_the_id_at_zero
     base = resolve("_parity_test", "ppo", "tiny", 0)
     assert resolve("_parity_test", "ppo", "tiny", 0, sets=[("train.critic_warmup_steps", 0)]).run_id == base.run_id
     assert resolve("_parity_test", "ppo", "tiny", 0, sets=[("train.critic_warmup_steps", 2)]).run_id != base.run_id
+
+
+def test_the_policys_lr_warmup_counts_its_own_updates_and_the_entropy_window_stays_empty(tmp_path):
+    """optim.warmup_updates = 2 after 1 critic warm-up step: the policy's first update runs at half
+    its rate (update 1 of 2, as it would without the warm-up), its second at the full rate; the
+    critic's group counts every update. An adaptive entropy bonus measures nothing while the policy
+    does not learn, so its first measurement after the warm-up holds the policy's tokens only."""
+    tr = _trainer(tmp_path, "ppo", ("train.critic_warmup_steps", 1), ("optim.warmup_updates", 2),
+                  ("loss.entropy_coef", 0.01), ("loss.entropy_target", 0.5))
+    base_policy, base_critic = tr.base_lrs
+    tr.step()
+    assert tr.state.entropy_control.window == [0.0, 0.0] and tr.state.entropy_control.last == float("inf")
+    row = tr.step()  # the policy's first update
+    assert row["stats/lr"] == pytest.approx(base_policy * 0.5)
+    assert tr.state.opt.param_groups[1]["lr"] == pytest.approx(base_critic * 1.0)  # the critic's 2nd update
+    assert tr.state.entropy_control.last == pytest.approx(row["stats/entropy"], rel=1e-6)
+    assert tr.step()["stats/lr"] == pytest.approx(base_policy)

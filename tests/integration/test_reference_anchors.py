@@ -44,43 +44,58 @@ def _multi_turn_spec(algo: str, *sets):
                          ("eval.every", 1.0), ("eval.max_prompts", 4), *sets], budgets=[("updates", 1)])
 
 
-def test_reference_anchors_run_the_task_environment_on_a_multi_turn_task(tmp_path):
-    """On ``search_toy`` (a search, then an answer from the retrieved passage) the base's anchors are
-    whole episodes: the environment's observation follows the search, as in the rollout, so the
-    anchors are graded like the rollout's completions (A*-PO's V*, RRC's anchor votes)."""
-    import torch
-
-    from rlsuite.suite.checkpoint import unpack
-    from rlsuite.suite.runner import execute
-
-    code, run = execute(_multi_turn_spec("a_star_po", ("algo.num_value_samples", 2)), tmp_path)
-    assert code == 0
-    anchors = unpack(torch.load(run / "checkpoint" / "state.pt", weights_only=False))["ref_anchors"]
-    texts = [t for a in anchors.values() for t in a]
-    assert len(texts) == 2 * len(anchors) and len(anchors) >= 2
-    searched = [t for t in texts if "</search>" in t]
-    assert searched and all("<information>" in t for t in searched), texts
-
-
-def test_greedy_anchors_run_the_task_environment_on_a_multi_turn_task(tmp_path, monkeypatch):
-    """ReMax's greedy baseline (``anchor``) on ``search_toy``: decoded through the environment with the
-    rollout's turn limits, and its texts carry the observation."""
+def _spy(monkeypatch):
+    """Record every call of the rollout stage's ``collect`` (the anchors' and the rollout's)."""
     from rlsuite.suite import rollout_stage
-    from rlsuite.suite.runner import execute
 
     seen = []
     real = rollout_stage.collect
 
     def spy(engine, tok, prompts, params, gen, **kw):
         rec, m = real(engine, tok, prompts, params, gen, **kw)
-        if params.temperature == 0.0:
-            seen.append((kw, rec.texts))
+        seen.append((params, kw, rec.texts))
         return rec, m
 
     monkeypatch.setattr(rollout_stage, "collect", spy)
-    code, run = execute(_multi_turn_spec("remax"), tmp_path)
-    assert code == 0 and seen
-    for kw, texts in seen:
-        assert kw["envs"] is not None and len(kw["envs"]) == len(texts) and kw["max_turns"] > 1
-        searched = [t for t in texts if "</search>" in t]
-        assert searched and all("<information>" in t for t in searched), texts
+    return seen
+
+
+def test_reference_anchors_run_the_task_environment_on_a_multi_turn_task(tmp_path, monkeypatch):
+    """On ``search_toy`` (a search, then an answer from the retrieved passage) the base's anchors are
+    whole episodes through the task's environment, with the rollout's turn limits (A*-PO's V*, RRC's
+    anchor votes grade them like the rollout's completions); an observation shows in the kept texts."""
+    import torch
+
+    from rlsuite.suite.checkpoint import unpack
+    from rlsuite.suite.runner import execute
+
+    seen = _spy(monkeypatch)
+    spec = _multi_turn_spec("a_star_po", ("algo.num_value_samples", 2))
+    code, run = execute(spec, tmp_path)
+    assert code == 0
+    anchors = unpack(torch.load(run / "checkpoint" / "state.pt", weights_only=False))["ref_anchors"]
+    texts = [t for a in anchors.values() for t in a]
+    assert len(texts) == 2 * len(anchors) and len(anchors) >= 2
+    # the anchor passes: 2 samples of one prompt (a rollout pass has 2 prompts x 2 samples)
+    calls = [(kw, tx) for _, kw, tx in seen if len(tx) == 2 and set(tx) <= set(texts)]
+    assert len(calls) == len(anchors)
+    for kw, tx in calls:
+        assert kw["envs"] is not None and len(kw["envs"]) == 2 and len({id(e) for e in kw["envs"]}) == 2
+        assert kw["max_turns"] == spec.rollout.max_turns > 1
+    assert any("<information>" in t for t in texts), texts  # the environment answered a search
+
+
+def test_greedy_anchors_run_the_task_environment_on_a_multi_turn_task(tmp_path, monkeypatch):
+    """ReMax's greedy baseline (``anchor``) on ``search_toy``: decoded through the environment with the
+    rollout's turn limits (one fresh environment a prompt)."""
+    from rlsuite.suite.runner import execute
+
+    seen = _spy(monkeypatch)
+    spec = _multi_turn_spec("remax")
+    code, _ = execute(spec, tmp_path)
+    greedy = [(kw, tx) for params, kw, tx in seen if params.temperature == 0.0]
+    assert code == 0 and greedy
+    for kw, texts in greedy:
+        assert kw["envs"] is not None and len({id(e) for e in kw["envs"]}) == len(texts)
+        assert kw["max_turns"] == spec.rollout.max_turns > 1
+    assert any("<information>" in t for _, tx in greedy for t in tx)

@@ -263,7 +263,8 @@ def test_status_sums_the_training_wall_and_estimates_what_is_left(tmp_path, caps
     from rlsuite.sweeps.launch import describe_compute, status
 
     root = tmp_path / "sw"
-    walls = {"a": ("completed", 1000.0), "b": ("completed", 2000.0), "c": ("running", 300.0), "d": (None, None)}
+    walls = {"a": ("completed", 1000.0), "b": ("completed", 2000.0), "c": ("running", 300.0), "d": (None, None),
+             "e": ("diverged", 100.0)}  # diverged: finished, nothing left to run
     for rid, (state, wall) in walls.items():
         (root / rid).mkdir(parents=True)
         (root / rid / "spec.json").write_text(json.dumps({"train": {"num_threads": 1}}))
@@ -271,12 +272,13 @@ def test_status_sums_the_training_wall_and_estimates_what_is_left(tmp_path, caps
             (root / rid / "status.json").write_text(json.dumps({"state": state, "step": 3,
                                                                 "budget": {"wall_s": wall}}))
     c = status(root)["compute"]
-    assert c["wall_s"] == 3300.0 and c["runs_with_wall"] == 3 and c["completed_mean_wall_s"] == 1500.0
-    assert c["not_completed"] == 2 and c["not_completed_wall_s_at_mean"] == 3000.0 and c["num_threads"] == [1]
+    assert c["wall_s"] == 3400.0 and c["runs_with_wall"] == 4 and c["completed_mean_wall_s"] == 1500.0
+    # to finish: c (1,500 − 300 run so far) and d (1,500): 2,700 s
+    assert c["not_completed"] == 2 and c["not_completed_wall_s_at_mean"] == 2700.0 and c["num_threads"] == [1]
     line = describe_compute(c)
-    assert "0.92 h over 3 run(s)" in line and "1,500 s a run" in line and "2 not completed ≈ 0.83 h" in line
+    assert "0.94 h over 4 run(s)" in line and "1,500 s a run" in line and "2 to finish ≈ 0.75 h" in line
     assert main(["sweep", "status", str(root)]) == 0
-    assert "training wall: 0.92 h" in capsys.readouterr().out
+    assert "training wall: 0.94 h" in capsys.readouterr().out
     empty = tmp_path / "empty" / "x"
     empty.mkdir(parents=True)
     (empty / "spec.json").write_text("{}")

@@ -246,8 +246,10 @@ def main(argv=None) -> int:
                            help="effects in the family (default: those with >= 2 paired seeds here, effect 5 "
                                 "included); give the confirmatory family's size when an effect's pilot is elsewhere")
         if name == "secondary":
-            p.add_argument("--battery", type=Path, default=BATTERY,
-                           help="§2's runs (a report root: the sweep's folder), for effect 1's battery secondary")
+            p.add_argument("--battery", type=Path, default=None,
+                           help="§2's runs (a report root: the sweep's folder), for effect 1's battery secondary "
+                                "(default: benchmarks/battery_comparison/runs/battery_comparison-tuned when it "
+                                "has runs, else that row is 'not run')")
     args = ap.parse_args(argv)
     if not args.root.is_dir():
         print(f"error: {args.root}: no such folder (give the --out the stage's runs went into)", file=sys.stderr)
@@ -260,15 +262,16 @@ def main(argv=None) -> int:
         print(f"error: {args.root} has no sweep {args.sweep!r} (give --sweep one of: {', '.join(have) or 'none'})",
               file=sys.stderr)
         return 2
-    if args.cmd == "secondary" and not args.battery.is_dir():
-        print(f"error: --battery {args.battery}: no such folder (§2's runs: "
+    if args.cmd == "secondary" and args.battery is not None and not any(args.battery.glob("*/status.json")):
+        print(f"error: --battery {args.battery}: no runs there (§2's runs: "
               f"benchmarks/battery_comparison/runs/battery_comparison-tuned)", file=sys.stderr)
         return 2
     rs = r1.load(args.root, args.sweep)
     if args.cmd == "secondary":
         from rlsuite.reports.load import load_runs
 
-        rows = secondaries(rs, load_runs(args.battery))
+        battery = args.battery or (BATTERY if any(BATTERY.glob("*/status.json")) else None)
+        rows = secondaries(rs, load_runs(battery) if battery is not None else None)
         print(_rows(rows, ["effect", "secondary", "n", "mean", "lo", "hi", "method", "reading"]), end="")
         return 0
     diffs = primaries(rs)
