@@ -63,7 +63,7 @@ KL 0.01 (ROLL ``examples/qwen2.5-0.5B-agentic/agent_val_frozen_lake_gigpo.yaml``
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from typing import Any, Hashable, Literal, Optional
 
@@ -71,6 +71,7 @@ import torch
 
 from rlsuite.algorithms.base import AdvOut, AlgoConfig, Algorithm, Context, register
 from rlsuite.suite.aggregation import AggMode
+from rlsuite.suite.config import IN_ID_WHEN_SET
 from rlsuite.suite.ops import (broadcast_to_tokens, clipped_surrogate, discounted_turn_returns,
                                group_normalised_advantage, turn_counts, turns_to_tokens)
 from rlsuite.suite.types import Batch, Forward
@@ -92,7 +93,7 @@ class GiGPOConfig(AlgoConfig):
     scale_by_std: bool = False
     """Divide both centred terms by their group's unbiased std (+1e-6): verl-agent's
     ``mean_std_norm``; False = ``mean_norm`` (its default)."""
-    similarity: Optional[float] = None
+    similarity: Optional[float] = field(default=None, metadata=IN_ID_WHEN_SET)
     """τ of the similarity clustering of text states (verl-agent's ``similarity_thresh`` with
     ``enable_similarity``): two states match when ``SequenceMatcher`` ratio ≥ τ; None = exact match
     (verl-agent's default)."""

@@ -45,7 +45,9 @@ declared :data:`IN_ID_WHEN_SET`, only when set)."""
 IN_ID_WHEN_SET = {"identity": "when_set"}
 """Field metadata of an option added after schema 3 whose default is the behaviour from before it
 (off): :func:`identity_doc` leaves it out of the run id at its default (and where an older
-document lacks it), so adding it changed no run id; any other value is in the id."""
+document lacks it), so adding it changed no run id; any other value is in the id. It applies to
+the sections' fields and to an algorithm entry's own config fields (the ``algo`` section, read by
+the entry the document names)."""
 
 
 @dataclass(frozen=True)
@@ -607,6 +609,20 @@ def _when_set() -> dict[str, dict[str, Any]]:
             for sec, cls in SECTION_CLASSES.items()}
 
 
+@functools.lru_cache(maxsize=None)
+def _algo_when_set(name: Optional[str]) -> tuple[tuple[str, Any], ...]:
+    """The ``IN_ID_WHEN_SET`` fields of the entry ``name``'s config with their defaults (none for an
+    unknown name: its document keeps every field)."""
+    from rlsuite import algorithms  # noqa: F401  (registers the entries)
+    from rlsuite.algorithms.base import ALGORITHMS
+
+    try:
+        cls = ALGORITHMS.get(str(name)).Config
+    except Exception:  # an unknown or removed entry: nothing to leave out
+        return ()
+    return tuple((f.name, f.default) for f in dataclasses.fields(cls) if f.metadata.get("identity") == "when_set")
+
+
 def identity_doc(d: dict, *, seed: bool = True) -> dict:
     """The run identity: the part of a version-2 spec document (``RunSpec.to_dict()``, a ``spec.json``,
     or an older one after :func:`rlsuite.suite.migrate.migrate`) that defines a run, in one canonical
@@ -615,7 +631,9 @@ def identity_doc(d: dict, *, seed: bool = True) -> dict:
     base's sha256, the task version), the seed (``seed=False``: runs of one configuration) and the
     ``variant`` when set (two arms never share a folder). Used by :attr:`RunSpec.config_hash` (the run
     id), by the runner (does a folder hold this run?) and by the reports (which runs pool)."""
-    outside, when_set = _outside_id(), _when_set()
+    outside, when_set = _outside_id(), dict(_when_set())
+    if d.get("algo"):
+        when_set["algo"] = dict(_algo_when_set((d.get("algo") or {}).get("name")))
     out = {sec: {k: v for k, v in dict(d.get(sec) or {}).items() if k not in outside.get(sec, ())
                  and not (k in when_set.get(sec, {}) and v == when_set[sec][k])}
            for sec in SECTIONS}

@@ -47,3 +47,19 @@ def test_default_is_out_of_the_id_and_another_value_is_in_it(sec, key):
     assert same.run_id == base.run_id
     other = resolve("arith", algo, "tiny", 0, sets=[("algo.kl_coef", 0.1), (f"{sec}.{key}", OTHER[key])])
     assert other.run_id != base.run_id and identity_doc(other.to_dict())[sec][key] == OTHER[key]
+
+
+def test_an_entry_field_added_when_set_leaves_the_entrys_run_ids_alone():
+    """``IN_ID_WHEN_SET`` on an algorithm entry's own field (GiGPO's ``similarity``, added after its
+    runs were committed): at its default it is out of the identity, as in a document written before
+    it existed; set, it is in it. Another entry's field of the same name would not be touched."""
+    base = resolve("arith", "gigpo", "tiny", 0)
+    doc = json.loads(json.dumps(base.to_dict()))
+    older = json.loads(json.dumps(doc))
+    older["algo"].pop("similarity", None)  # (to_dict may leave a field at its default out)
+    assert "similarity" not in identity_doc(doc)["algo"] and identity_doc(older) == identity_doc(doc)
+    other = resolve("arith", "gigpo", "tiny", 0, sets=[("algo.similarity", 0.9)])
+    assert other.run_id != base.run_id and identity_doc(other.to_dict())["algo"]["similarity"] == 0.9
+    grpo = json.loads(json.dumps(resolve("arith", "grpo", "tiny", 0).to_dict()))
+    grpo["algo"]["similarity"] = None  # not a grpo field: kept as it stands
+    assert identity_doc(grpo)["algo"]["similarity"] is None
