@@ -11,16 +11,13 @@ so this test can fail.
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("suite", "algorithms", "sweeps", "reports")
+from tests.contract import added_package
+from tests.contract.added_package import REPO
 IMPORT = "from rlsuite.tasks import reverse  # noqa: F401"
 
 
@@ -34,28 +31,14 @@ def page_task() -> str:
 
 
 def namespace(tmp: Path, task_source: str) -> Path:
-    pkg = tmp / "rlsuite"
-    (pkg / "tasks").mkdir(parents=True)
-    (pkg / "__init__.py").write_text((REPO / "rlsuite" / "__init__.py").read_text())
-    for p in PACKAGES:
-        (pkg / p).symlink_to(REPO / p)
-    for f in (REPO / "tasks").iterdir():
-        if f.name != "__init__.py" and f.name != "__pycache__":
-            (pkg / "tasks" / f.name).symlink_to(f)
-    (pkg / "tasks" / "__init__.py").write_text((REPO / "tasks" / "__init__.py").read_text() + IMPORT + "\n")
-    (pkg / "tasks" / "reverse.py").write_text(task_source)
-    for f in ("tests", "pyproject.toml"):  # run from here: the checkout's own `rlsuite/` must not shadow
-        (tmp / f).symlink_to(REPO / f)
-    return tmp
+    """A folder whose ``rlsuite`` is this checkout with ``tasks/reverse.py`` added and imported."""
+    init = (REPO / "tasks" / "__init__.py").read_text() + IMPORT + "\n"
+    return added_package.namespace(tmp, "tasks", {"reverse.py": task_source, "__init__.py": init})
 
 
-def contract_run(ns: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": f"{ns}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
-                           "-k", "reverse", "tests/contract/test_tasks_contract.py",
-                           "tests/contract/test_config_ranges.py"],
-                          cwd=ns, env=env, capture_output=True, text=True, timeout=900)
+def contract_run(ns: Path):
+    return added_package.contract_run(ns, "reverse", "tests/contract/test_tasks_contract.py",
+                                      "tests/contract/test_config_ranges.py")
 
 
 def test_the_pages_task_is_the_one_tested():

@@ -11,16 +11,13 @@ selected by the new entry's name. The new entry must be discovered without editi
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-PACKAGES = ("suite", "tasks", "sweeps", "reports")
+from tests.contract import added_package
+
 
 ENTRY = textwrap.dedent('''
     """Throwaway GRPO — GRPO with the group advantage shrunk towards 0 (a test entry).
@@ -68,27 +65,11 @@ ENTRY = textwrap.dedent('''
 
 def namespace(tmp: Path, entry_source: str) -> Path:
     """A folder whose ``rlsuite`` is this checkout with ``algorithms/throwaway_grpo.py`` added."""
-    pkg = tmp / "rlsuite"
-    (pkg / "algorithms").mkdir(parents=True)
-    (pkg / "__init__.py").write_text((REPO / "rlsuite" / "__init__.py").read_text())
-    for p in PACKAGES:
-        (pkg / p).symlink_to(REPO / p)
-    for f in (REPO / "algorithms").iterdir():
-        if f.suffix == ".py" or f.name == "README.md":
-            (pkg / "algorithms" / f.name).symlink_to(f)
-    (pkg / "algorithms" / "throwaway_grpo.py").write_text(entry_source)
-    for f in ("tests", "pyproject.toml"):  # run from here: the checkout's own `rlsuite/` must not shadow
-        (tmp / f).symlink_to(REPO / f)
-    return tmp
+    return added_package.namespace(tmp, "algorithms", {"throwaway_grpo.py": entry_source})
 
 
-def contract_run(ns: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": f"{ns}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-           "OMP_NUM_THREADS": "1"}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
-                           "-k", "throwaway_grpo", "tests/contract",
-                           "--deselect", f"{Path(__file__).relative_to(REPO)}"],
-                          cwd=ns, env=env, capture_output=True, text=True, timeout=900)
+def contract_run(ns: Path):
+    return added_package.contract_run(ns, "throwaway_grpo")
 
 
 @pytest.mark.slow
