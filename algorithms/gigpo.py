@@ -144,7 +144,7 @@ def _similar_label(clusters: list[tuple[str, int]], s: str, tau: float, ids: dic
         if SequenceMatcher(None, s, rep).ratio() >= tau:
             return label
     label = len(ids)
-    ids[("similar", label)] = label  # reserve the label in the shared counter
+    ids[("similar", label)] = label  # the label is taken: exact-match keys (g, state) never equal this one
     clusters.append((s, label))
     return label
 

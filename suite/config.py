@@ -615,10 +615,11 @@ def _algo_when_set(name: Optional[str]) -> tuple[tuple[str, Any], ...]:
     unknown name: its document keeps every field)."""
     from rlsuite import algorithms  # noqa: F401  (registers the entries)
     from rlsuite.algorithms.base import ALGORITHMS
+    from rlsuite.suite.registry import UnknownName
 
     try:
         cls = ALGORITHMS.get(str(name)).Config
-    except Exception:  # an unknown or removed entry: nothing to leave out
+    except UnknownName:  # an unknown or removed entry: nothing to leave out
         return ()
     return tuple((f.name, f.default) for f in dataclasses.fields(cls) if f.metadata.get("identity") == "when_set")
 
