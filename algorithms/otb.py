@@ -6,6 +6,11 @@ group and token position t (verl ``docs/algo/otb.md``):
     Â_it = G_it − B_t,      B_t = Σ_j G_jt·W_jt / (Σ_j W_jt + ε),      W_it = Σ_{s ≤ t} w_is,
     w_is = ‖e_{y_s} − π_s‖² = 1 − 2·π_s(y_s) + Σ_v π_s(v)²    (the logit-gradient proxy),
 
+π = π_old over the whole vocabulary at the rollout temperature, from π_old's scoring pass (the entry
+needs ``old_sum_pi_sq``; verl's actor computes Σπ² in its old-log-prob pass). ``is_scaling``: where the
+trainer's ``loss.is_correction`` gives an importance weight ρ̄_t (μ → π_old), w_t is scaled by
+ρ̄_t² (verl's ``rollout_is_weights``: the baseline that minimises the MSE under truncated IS).
+
 G_it the return-to-go (the outcome reward on every policy token, plus the in-reward KL when
 ``kl_where = reward``), the sums over the group's samples that have a token at t. Trajectories with
 more accumulated uncertainty weigh more in the baseline, so the baseline tracks what each position
@@ -22,16 +27,15 @@ clip 3, token-mean, no KL.
 
 Fidelity: ``code`` — verl 0.9.1 ``verl/trainer/ppo/core_algos.py``
 (``compute_optimal_token_baseline_advantage``, ``compute_multi_turn_optimal_token_baseline_advantage``:
-ε = 1e-8, ``handle_zero_tail = True``), ``verl/trainer/ppo/ray_trainer.py`` (π from
-``old_log_probs``, Σπ² from the actor's logits), ``verl/utils/torch_functional.py``
-(``calculate_sum_pi_squared_from_logits``); ``docs/algo/otb.md`` and
-``examples/otb_trainer/run_qwen2_5-7b.sh`` of volcengine/verl at b178a3c (2026-01-29; no KL loss,
+ε = 1e-8, ``handle_zero_tail = True``, W scaled by ``rollout_is_weights``²),
+``verl/trainer/ppo/ray_trainer.py`` (π from ``old_log_probs``, Σπ² from the actor's old-log-prob
+pass), ``verl/workers/engine/fsdp/transformer_impl.py`` (Σπ² from the temperature-scaled logits),
+``verl/utils/torch_functional.py`` (``calculate_sum_pi_squared_from_logits``); ``docs/algo/otb.md``
+and ``examples/otb_trainer/run_qwen2_5-7b.sh`` of volcengine/verl at b178a3c (2026-01-29; no KL loss,
 entropy 0, the vanilla policy loss). Checked against verl 0.9.1's two functions on the inputs of
-``tests/algorithms/test_otb.py``. [ASSUMPTION]s: Σπ² is taken over the behaviour μ's top-K
-(``rollout.topk``, default 20; a lower bound short by at most (1 − Σ_K μ)·μ_(K), exact when K is the
-vocabulary) and π_t is μ(y_t) from the same engine pass, where verl reads π_old and its exact Σπ²
-from the actor's scoring pass (the two agree on-policy without an engine mismatch; the trainer has
-no Σπ² of π_old to give); verl's optional W scaling by the squared rollout IS weight is not applied.
+``tests/algorithms/test_otb.py``. ``energy = behaviour_topk`` keeps this suite's earlier reading
+(before 2026-12-07): π_t = μ(y_t) and Σπ² over the behaviour's top-K (``rollout.topk``; a lower
+bound short by at most (1 − Σ_K μ)·μ_(K)) — no Σπ² pass, a departure from verl.
 Metrics: ``algo/otb/{baseline_mean, energy_mean}`` (mean B_t and W_t over policy tokens).
 """
 
@@ -49,11 +53,10 @@ from rlsuite.suite.ops import broadcast_to_tokens, clipped_surrogate, masked_mea
 from rlsuite.suite.types import Batch, Forward
 
 
-def token_energy(behav_logp: torch.Tensor, topk_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The logit-gradient proxy ``w_t = 1 − 2·π(y_t) + Σ_v π(v)²`` per policy token, Σ over the
-    top-K given. Shapes: behav_logp, mask [B, T]; topk_logp [B, T, K] → [B, T] (0 off the mask)."""
-    sum_sq = torch.exp(2 * topk_logp).sum(-1)
-    return (1 - 2 * torch.exp(behav_logp) + sum_sq) * mask
+def token_energy(logp: torch.Tensor, sum_sq: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The logit-gradient proxy ``w_t = 1 − 2·π(y_t) + Σ_v π(v)²`` per policy token.
+    Shapes: logp (log π(y_t)), sum_sq (Σ_v π(v)²), mask [B, T] → [B, T] (0 off the mask)."""
+    return (1 - 2 * torch.exp(logp) + sum_sq) * mask
 
 
 def optimal_token_baseline(returns: torch.Tensor, energy: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor,
@@ -119,6 +122,13 @@ class OTBConfig(AlgoConfig):
     """B = 0 on a group's unique longest response beyond the second-longest length (verl's default)."""
     epsilon: float = 1e-8
     """ε added to Σ W_t in the baseline's divisor (verl 1e-8)."""
+    energy: Literal["pi_old", "behaviour_topk"] = "pi_old"
+    """Where w_t's π comes from: ``pi_old`` — π_old(y_t) and Σπ² over the whole vocabulary from π_old's
+    scoring pass (verl); ``behaviour_topk`` — μ(y_t) and Σπ² over the behaviour's top-K (``rollout.topk``
+    > 0; no Σπ² pass; a lower bound of Σπ²)."""
+    is_scaling: bool = True
+    """Scale w_t by ρ̄_t², the trainer's truncated importance weight (``loss.is_correction``), where
+    there is one (verl's ``rollout_is_weights``)."""
     aggregation: AggMode = "token-mean"
 
     def __post_init__(self) -> None:
@@ -134,28 +144,37 @@ class OTB(Algorithm):
     citation = ("Li, Xu, Li, Liu, Liu, Tong, Zheng, Xue, Zhang, Cai, Zhang, Liu, Wang 2026, The Optimal Token "
                 "Baseline: Variance Reduction for Long-Horizon LLM-RL, arXiv:2602.07078")
     fidelity = "code"
-    assumptions = ("Σπ² over the behaviour's top-K (rollout.topk) and π(y_t) from the behaviour μ, where verl uses "
-                   "π_old's full vocabulary",
-                   "verl's W scaling by the squared rollout IS weight is not applied")
+    assumptions = ()
     not_group_relative = ("a per-token baseline: equal rewards give Â = G·ε/(ΣW + ε), and a group's unique longest "
                           "response keeps its return beyond the second longest (handle_zero_tail)")
-    switches = ("variant", "handle_zero_tail")
+    switches = ("variant", "handle_zero_tail", "energy", "is_scaling")
     inert = {"variant": "the two alignments differ only when observations sit inside a response (multi-turn "
-                        "tasks; tests/algorithms/test_otb.py)"}
+                        "tasks; tests/algorithms/test_otb.py)",
+             "is_scaling": "acts only with a trainer-level importance weight (loss.is_correction *_tis or *_mis)"}
+    old_logp_before_update = True  # its advantages read π_old(y_t) and π_old's Σπ² (energy = pi_old)
     Config = OTBConfig
     cfg: OTBConfig
 
     @property
     def needs(self) -> frozenset[str]:
-        return super().needs | {"old_logp", "topk"}
+        extra = {"old_sum_pi_sq"} if self.cfg.energy == "pi_old" else {"topk"}
+        return super().needs | {"old_logp"} | extra
 
     def advantages(self, batch: Batch, ctx: Context) -> AdvOut:
-        if batch.topk_logp is None:
-            raise ValueError("otb needs the behaviour's top-K log-probs for Σπ²: set rollout.topk > 0")
         c, mask = self.cfg, batch.loss_mask
+        if c.energy == "pi_old":
+            if batch.old_sum_pi_sq is None or batch.old_logp is None:
+                raise ValueError("otb (energy=pi_old) needs π_old's log-probs and Σπ² from the scoring pass")
+            energy = token_energy(batch.old_logp, batch.old_sum_pi_sq, mask)
+        else:
+            if batch.topk_logp is None:
+                raise ValueError("otb (energy=behaviour_topk) needs the behaviour's top-K log-probs for Σπ²: "
+                                 "set rollout.topk > 0")
+            energy = token_energy(batch.behav_logp, torch.exp(2 * batch.topk_logp).sum(-1), mask)
+        if c.is_scaling and "is_weight" in batch.extras:
+            energy = energy * batch.extras["is_weight"] ** 2
         returns = (broadcast_to_tokens(batch.rewards, mask) if batch.token_rewards is None
                    else returns_to_go(batch.token_rewards, mask))
-        energy = token_energy(batch.behav_logp, batch.topk_logp, mask)
         adv = optimal_token_baseline(returns, energy, mask, batch.group_id, batch.prompt_width,
                                      "column" if c.variant == "otb" else "token", c.handle_zero_tail, c.epsilon)
         m = {"algo/otb/baseline_mean": float(masked_mean(returns - adv, mask)),

@@ -47,6 +47,9 @@ def check_capabilities(model, needs: frozenset[str], algo_name: str, update_fiel
     if missing:
         raise BadInput(f"algorithm '{algo_name}' needs {', '.join(missing)}, which the backend of "
                        f"model '{model_name}' with rollout.engine={rollout.engine} cannot produce")
+    if "topk" in needs and rollout.topk == 0:
+        raise BadInput(f"algorithm '{algo_name}' (as configured) needs the behaviour's top-K log-probs, but "
+                       f"rollout.topk=0; set rollout.topk > 0 (default 20)")
     t = train
     levers = [f"train.{k}" for k in ("share_prefix", "compile") if getattr(t, k) is True]
     if levers:

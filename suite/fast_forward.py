@@ -20,8 +20,8 @@ runs without them are bit-identical to the HF forward. Log-prob rows keep the la
 
 Supported: ``llama``, ``mistral`` and ``qwen2`` (RMSNorm, rotary embeddings from the model's
 own rotary module — so RoPE scaling variants are honoured — grouped-query attention, SwiGLU,
-optional q/k/v, output and MLP biases), for the fields ``logp``, ``entropy`` and ``topk`` (``topk`` without
-prefix sharing). Anything else (hidden states, values, attention statistics, other
+optional q/k/v, output and MLP biases), for the fields ``logp``, ``entropy``, ``sum_pi_sq`` and ``topk``
+(``topk`` without prefix sharing). Anything else (hidden states, values, attention statistics, other
 architectures, a sliding window shorter than the sequence) uses the HF forward.
 """
 
@@ -36,7 +36,9 @@ from torch import Tensor
 from rlsuite.suite.types import Forward
 
 FAST_ARCHITECTURES = ("llama", "mistral", "qwen2")
-FAST_FIELDS = frozenset({"entropy", "topk"})
+FAST_FIELDS = frozenset({"entropy", "sum_pi_sq", "topk"})
+POSITION_STATS = ("entropy", "sum_pi_sq")
+"""The per-position statistics of the full distribution :func:`_stats` computes on request."""
 LINEARS = (("self_attn", "q_proj"), ("self_attn", "k_proj"), ("self_attn", "v_proj"), ("self_attn", "o_proj"),
            ("mlp", "gate_proj"), ("mlp", "up_proj"), ("mlp", "down_proj"))
 """A decoder layer's linear layers, (submodule, name), in the order :func:`_stack` applies them."""
@@ -221,16 +223,21 @@ def _mask(key_mask: Tensor, n_queries: int, offset: int, explicit: bool = False)
 
 
 def _stats(logits: Tensor, targets: Tensor, temperature: float, want: frozenset[str],
-           topk_ids: Optional[Tensor]) -> tuple[Tensor, Optional[Tensor], Optional[Tensor]]:
-    """logits [N, S, V] predicting targets [N, S] → logp [N, S], entropy [N, S], top-K logp [N, S, K]."""
+           topk_ids: Optional[Tensor]) -> tuple[Tensor, dict[str, Tensor], Optional[Tensor]]:
+    """logits [N, S, V] predicting targets [N, S] → logp [N, S], the wanted :data:`POSITION_STATS`
+    (entropy, Σπ²: name → [N, S]), top-K logp [N, S, K]."""
     logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
     logp_all = torch.log_softmax(logits, -1)
     logp = logp_all.gather(-1, targets[..., None]).squeeze(-1)
-    ent = -(logp_all.exp() * logp_all).sum(-1) if "entropy" in want else None
+    stats = {}
+    if "entropy" in want:
+        stats["entropy"] = -(logp_all.exp() * logp_all).sum(-1)
+    if "sum_pi_sq" in want:
+        stats["sum_pi_sq"] = torch.exp(2 * logp_all).sum(-1)
     topk = logp_all.gather(-1, topk_ids) if topk_ids is not None else None
-    return logp, ent, topk
+    return logp, stats, topk
 
 
 def share_plan(tokens: Tensor, attn_mask: Tensor, prompt_width: int) -> Optional[tuple[int, Tensor, Tensor]]:
@@ -298,7 +305,7 @@ def pass_overhead(model) -> float:
 def fast_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float, want: frozenset[str] = frozenset(),
                  prompt_width: int = 0, compiled: bool = False, topk_ids: Optional[Tensor] = None,
                  logits_from: int = 0) -> Forward:
-    """``policy_forward``'s result (fields logp, entropy, topk_logp) from the functional forward.
+    """``policy_forward``'s result (fields logp, entropy, sum_pi_sq, topk_logp) from the functional forward.
 
     tokens, attn_mask [B, T]; prompt_width > 0 shares the prompt pass among rows whose first
     ``prompt_width`` tokens (and mask) are equal; topk_ids [B, T, K] (top-K log-probs; no
@@ -334,10 +341,10 @@ def fast_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float, w
         cos, sin = model.model.rotary_emb(x, pos)
         h, _ = stack(x, cos, sin, _mask(attn_mask, T, 0, compiled), None, layers, norm_w, n_heads, n_kv, head_dim, eps,
                      n_kv != n_heads)
-        logp, ent, topk = _stats(model.lm_head(h[:, s0 - 1:-1]), tokens[:, s0:], temperature, want,
-                                 topk_ids[:, s0:] if want_topk else None)
+        logp, stats, topk = _stats(model.lm_head(h[:, s0 - 1:-1]), tokens[:, s0:], temperature, want,
+                                   topk_ids[:, s0:] if want_topk else None)
         pad = (s0, 0)
-        return Forward(logp=F.pad(logp, pad), entropy=F.pad(ent, pad) if ent is not None else None,
+        return Forward(logp=F.pad(logp, pad), **{k: F.pad(v, pad) for k, v in stats.items()},
                        topk_logp=F.pad(topk, (0, 0, s0, 0)) if topk is not None else None)
     # one prompt pass per distinct prompt (row `first` of each), its keys/values indexed by `inv`;
     # one embedding call and (below) one LM-head call for the whole batch: the table's gradient is
@@ -355,7 +362,7 @@ def fast_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float, w
     R = T - W
     real = attn_mask[:, W:].bool()
     lengths = torch.where(real, torch.arange(1, R + 1, device=dev), 0).amax(1).tolist()
-    want_ent = "entropy" in want
+    wanted = [k for k in POSITION_STATS if k in want]
     # the hidden states predicting a wanted position, with that position's (row, column) and token
     hs, at_row, at_col = [], [], []
     if s0 <= W:  # the last prompt position predicts each row's first response token
@@ -377,16 +384,14 @@ def fast_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float, w
             at_row.append(idx[:, None].expand(-1, cols.numel()).reshape(-1))
             at_col.append(cols[None].expand(idx.numel(), -1).reshape(-1))
     logp = h_p.new_zeros(B, T, dtype=torch.float32)  # statistics in fp32 for any weight dtype, as the HF path
-    ent = h_p.new_zeros(B, T, dtype=torch.float32) if want_ent else None
+    out = {k: h_p.new_zeros(B, T, dtype=torch.float32) for k in wanted}
     if hs:
         at_row, at_col = torch.cat(at_row), torch.cat(at_col)
-        lp, en, _ = _stats(model.lm_head(torch.cat(hs))[None], tokens[at_row, at_col][None], temperature, want, None)
+        lp, st, _ = _stats(model.lm_head(torch.cat(hs))[None], tokens[at_row, at_col][None], temperature, want, None)
         logp = logp.index_put((at_row, at_col), lp[0])
-        if want_ent:
-            ent = ent.index_put((at_row, at_col), en[0])
+        out = {k: out[k].index_put((at_row, at_col), st[k][0]) for k in wanted}
     if s0 < W:  # prompt positions s0..W-1, once per prompt, copied to each of its rows
-        lp, en, _ = _stats(model.lm_head(h_p[:, s0 - 1:-1]), p_tok[:, s0:], temperature, want, None)
+        lp, st, _ = _stats(model.lm_head(h_p[:, s0 - 1:-1]), p_tok[:, s0:], temperature, want, None)
         logp = torch.cat([logp[:, :s0], lp[inv], logp[:, W:]], 1)
-        if want_ent:
-            ent = torch.cat([ent[:, :s0], en[inv], ent[:, W:]], 1)
-    return Forward(logp=logp, entropy=ent)
+        out = {k: torch.cat([out[k][:, :s0], st[k][inv], out[k][:, W:]], 1) for k in wanted}
+    return Forward(logp=logp, **out)

@@ -1,7 +1,8 @@
 """The policy forward used for training and scoring passes (any HF causal LM).
 
 ``policy_forward`` returns, on request, ``logp [B, T]`` (always), ``entropy [B, T]``,
-``hidden [B, T, H]``, ``attn_stat [B, T]`` and critic-head ``values [B, T]``. Everything is
+``hidden [B, T, H]``, ``attn_stat [B, T]``, critic-head ``values [B, T]``, the behaviour's top-K
+log-probs ``topk_logp [B, T, K]`` and ``sum_pi_sq [B, T]`` (Σ_v π(v)² over the vocabulary). Everything is
 aligned with the tokens (see :mod:`rlsuite.suite.types`): position t holds the prediction of
 ``tokens[:, t]`` made from the prefix, i.e. the model's output at t − 1; position 0 is 0.
 
@@ -20,7 +21,7 @@ from torch import Tensor
 from rlsuite.suite.fast_forward import fast_forward, unsupported
 from rlsuite.suite.types import Forward
 
-HF_CAPABILITIES = frozenset({"logp", "entropy", "hidden", "values", "topk"})
+HF_CAPABILITIES = frozenset({"logp", "entropy", "hidden", "values", "topk", "sum_pi_sq"})
 
 
 def capabilities(model) -> frozenset[str]:
@@ -58,7 +59,7 @@ def policy_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float,
     """One forward of ``model`` on full sequences.
 
     Args: tokens, attn_mask [B, T]; temperature: logits are divided by it (the sampling
-    distribution); want: subset of {"entropy", "hidden", "attn_stat", "values", "topk"};
+    distribution); want: subset of {"entropy", "hidden", "attn_stat", "values", "topk", "sum_pi_sq"};
     value_head: the critic head applied to the last hidden state when "values" is wanted;
     prompt_width > 0 (``train.share_prefix``) or ``compiled`` (``train.compile``): the
     functional forward of :mod:`rlsuite.suite.fast_forward` where it serves the call, else the HF one;
@@ -83,9 +84,11 @@ def policy_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float,
         logits = logits / temperature
     logp_all = torch.log_softmax(logits, -1)
     logp = torch.nn.functional.pad(logp_all.gather(-1, tokens[:, s:, None]).squeeze(-1), (s, 0))
-    entropy = None
+    entropy = sum_pi_sq = None
     if "entropy" in want:
         entropy = torch.nn.functional.pad(-(logp_all.exp() * logp_all).sum(-1), (s, 0))
+    if "sum_pi_sq" in want:
+        sum_pi_sq = torch.nn.functional.pad(torch.exp(2 * logp_all).sum(-1), (s, 0))
     hidden = out.hidden_states[-1] if need_hidden else None
     values = _shift(value_head(hidden)) if "values" in want and value_head is not None else None
     attn_stat = None
@@ -97,7 +100,7 @@ def policy_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float,
     if "topk" in want and topk_ids is not None:
         topk_logp = torch.nn.functional.pad(logp_all.gather(-1, topk_ids[:, s:]), (0, 0, s, 0))
     return Forward(logp=logp, entropy=entropy, hidden=hidden if "hidden" in want else None,
-                   attn_stat=attn_stat, values=values, topk_logp=topk_logp)
+                   attn_stat=attn_stat, values=values, topk_logp=topk_logp, sum_pi_sq=sum_pi_sq)
 
 
 def forward_options(train, prompt_width: int) -> dict[str, Any]:

@@ -5,7 +5,7 @@ rollout, which turn it into a training :class:`rlsuite.suite.types.Batch`.
   or, with ``rollout.old_logp=recompute``, the update's own forward where that forward is π_old
   itself (:func:`rlsuite.suite.update_plan.old_logp_from_update`: the pass and its FLOPs are
   skipped, its statistics logged after the update); else a no-grad forward of the policy (with a
-  head critic's values from the same forward);
+  head critic's values and, where the entry needs it, π_old's Σ_v π_old(v)² from the same forward);
 * values of a separate critic (its own forward and FLOPs);
 * π_ref (with the KL at π_old that the reward or the adaptive controller reads:
   :func:`rlsuite.suite.kl_control.reward_kl`), π_init and the distillation teacher π_T
@@ -82,23 +82,27 @@ class Scorer:
             and (rec.stage is None or not bool((rec.stage == 2).any()))
         fields: dict[str, Any] = {}
         head = st.value_head
+        sum_sq = "old_sum_pi_sq" in st.algo.needs  # the entry reads π_old's Σπ²: only a scoring pass has it
         aliased = False  # π_old is μ itself (an importance weight between them is exactly 1)
-        if r.old_logp == "behaviour" and on_policy and head is None:
+        if r.old_logp == "behaviour" and on_policy and head is None and not sum_sq:
             fields["old_logp"] = rec.behav_logp.to(dev)
             aliased = True
         elif r.old_logp == "recompute" and rec.stage is None and not replayed and bool((rec.behaviour_id == 0).all()) \
                 and self.from_update(rec.batch_size):  # on-policy or stale: π_old is the current weights either way
             fields["old_logp_mask"] = mask  # π_old comes from the update's forward (the trainer fills old_logp)
         else:
-            want = frozenset({"values"}) if head is not None else frozenset()
+            want = (frozenset({"values"}) if head is not None else frozenset()) | (
+                frozenset({"sum_pi_sq"}) if sum_sq else frozenset())
             with amp():
                 fwd = policy_forward(st.model, tokens, attn, r.temperature, want, head, **opts)
             fields["old_logp"] = fwd.logp.float() * mask
             if head is not None:
                 fields["values"] = fwd.values.float() * mask
+            if sum_sq:
+                fields["old_sum_pi_sq"] = fwd.sum_pi_sq.float() * mask
             st.budget.charge_flops("score_old", scoring_flops(self.P, computed(want)))
             if r.old_logp == "behaviour" and on_policy:
-                fields["old_logp"] = rec.behav_logp.to(dev)  # aliased; the pass ran for the values only
+                fields["old_logp"] = rec.behav_logp.to(dev)  # aliased; the pass ran for the values or Σπ² only
                 aliased = True
         if st.separate_critic is not None:
             with amp():  # the precision its training forward runs in (values are clipped against these)

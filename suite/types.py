@@ -173,7 +173,9 @@ class Batch(Rollout):
         (e.g. importance weights), keyed by name;
       old_logp_mask [B, T]: set instead of ``old_logp`` when π_old is taken from the update's own
         forward (``Scorer.from_update``, :mod:`rlsuite.suite.scoring`): the mask the scoring pass
-        would have applied.
+        would have applied;
+      old_sum_pi_sq [B, T]: Σ_v π_old(v)² over the vocabulary, from π_old's scoring pass (when
+        ``needs`` has ``old_sum_pi_sq``; 0 off the loss mask).
     """
 
     old_logp: Optional[Tensor] = None
@@ -186,6 +188,7 @@ class Batch(Rollout):
     returns: Optional[Tensor] = None
     extras: Mapping[str, Tensor] = field(default_factory=dict)
     old_logp_mask: Optional[Tensor] = None
+    old_sum_pi_sq: Optional[Tensor] = None
 
     @classmethod
     def from_rollout(cls, r: Rollout, **kw: Any) -> "Batch":
@@ -201,7 +204,8 @@ class Forward:
     logp [B, T] (aligned with tokens, 0 where no prediction), entropy [B, T],
     hidden [B, T, H] (last layer, after the final norm), attn_stat [B, T] (detached),
     values [B, T] (when a critic head was evaluated in the same pass), topk_logp [B, T, K]
-    (π_θ's log-probs at the behaviour's top-K ids ``Batch.topk_ids``).
+    (π_θ's log-probs at the behaviour's top-K ids ``Batch.topk_ids``), sum_pi_sq [B, T]
+    (Σ_v π_θ(v)² over the vocabulary at the forward's temperature; 0 where no prediction).
     """
 
     logp: Tensor
@@ -210,6 +214,7 @@ class Forward:
     attn_stat: Optional[Tensor] = None
     values: Optional[Tensor] = None
     topk_logp: Optional[Tensor] = None
+    sum_pi_sq: Optional[Tensor] = None
 
 
 def cat_rollouts(parts: list[Rollout], offset_groups: bool = True) -> Rollout:

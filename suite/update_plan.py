@@ -32,7 +32,7 @@ def old_logp_from_update(spec, algo, update_fields: frozenset[str], rows: int) -
     update), an entry that neither filters nor reads π_old before its update
     (:attr:`~rlsuite.algorithms.base.Algorithm.old_logp_before_update`) and no trainer-level filter
     (``rollout.filter_zero_variance=drop``: the first draw's statistics of π_old are logged before
-    it), no critic, and a training
+    it), no critic, no need of π_old's Σπ² (``old_sum_pi_sq``: read by the advantages), and a training
     forward that computes nothing but log-probs and entropy (``update_fields``)."""
     from rlsuite.algorithms.base import Algorithm
 
@@ -41,7 +41,7 @@ def old_logp_from_update(spec, algo, update_fields: frozenset[str], rows: int) -
             and not t.bucket_by_length and d.world_size == 1 and d.shard == "none"
             and spec.loss.is_correction == "none" and not algo.old_logp_before_update
             and type(algo).filter is Algorithm.filter and spec.rollout.filter_zero_variance != "drop"
-            and "values" not in algo.needs
+            and "values" not in algo.needs and "old_sum_pi_sq" not in algo.needs
             and not ("ref_logp" in algo.needs and (cfg.kl_where == "reward" or cfg.kl_target is not None))
             and update_fields == frozenset({"entropy"}))
 

@@ -363,7 +363,8 @@ def flops_per_sample(spec, arch: Arch, tokens: int) -> dict[str, int]:
     P, Pc = arch.flops_params, arch.critic_flops_params
     out = {"rollout": 2 * P * tokens}
     on_policy = r.staleness == 0 and r.mismatch == "none" and r.top_p == 1.0 and r.top_k == 0
-    aliased = r.old_logp == "behaviour" and on_policy and critic in (None, "separate")
+    aliased = (r.old_logp == "behaviour" and on_policy and critic in (None, "separate")
+               and "old_sum_pi_sq" not in needs)  # π_old's Σπ²: the scoring pass runs
     fields = update_fields(needs, algo.critic or spec.model.critic)
     from_update = r.old_logp == "recompute" and old_logp_from_update(
         spec, algo, fields, r.prompts_per_step * r.group_size)  # π_old from the update's forward: no pass

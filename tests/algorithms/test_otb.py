@@ -1,6 +1,7 @@
 """OTB: the per-token baseline B_t = Σ G·W / (Σ W + ε) worked by hand from chosen token distributions,
 the zero tail, the singleton group, the tool-integrated (policy-token) alignment against the column
-one on a row with an observation, and the dual-clip PPO loss.
+one on a row with an observation, the energy's two sources (π_old's full-vocabulary Σπ², verl's; the
+behaviour's top-K), the W scaling by the squared importance weight, and the dual-clip PPO loss.
 
 The ``VERL_*`` constants were produced once by running verl 0.9.1's
 ``compute_optimal_token_baseline_advantage`` and ``compute_multi_turn_optimal_token_baseline_advantage``
@@ -39,10 +40,14 @@ GID = [0, 0, 0, 1, 1, 2]
 R = [0.0, 1.0, 1.0, 1.0, 0.0, 1.0]
 
 
-def otb_batch(rows=ROWS, mask=MASK, gid=GID, rewards=R):
-    behav = t([[math.log(DIST[d][0]) for d in r] for r in rows])
+def otb_batch(rows=ROWS, mask=MASK, gid=GID, rewards=R, **kw):
+    """π_old(y_t) and Σπ² from the distributions above (the scoring pass's fields); the same π as μ's
+    log-prob and the top probabilities as μ's top-K (``energy = behaviour_topk``)."""
+    logp = t([[math.log(DIST[d][0]) for d in r] for r in rows]) * t(mask)
     topk = t([[[math.log(p) for p in DIST[d][1]] for d in r] for r in rows])
-    return hand_batch(mask, gid, rewards, behav_logp=behav * t(mask), topk_logp=topk)
+    sum_sq = t([[sum(p * p for p in DIST[d][1]) for d in r] for r in rows]) * t(mask)
+    return hand_batch(mask, gid, rewards, **{"behav_logp": logp, "topk_logp": topk, "old_logp": logp,
+                                             "old_sum_pi_sq": sum_sq, **kw})
 
 
 # Cumulative energies W (response columns) and the baselines:
@@ -65,7 +70,7 @@ VERL_OTB = [[-0.692307710647583, -0.6774193644523621, -0.0, 0.0], [0.30769228935
 
 def test_energy_is_one_minus_two_pi_plus_sum_of_squares():
     b = otb_batch()
-    w = token_energy(b.behav_logp, b.topk_logp, b.loss_mask)
+    w = token_energy(b.old_logp, b.old_sum_pi_sq, b.loss_mask)
     want = [[0, 0.5, 0.125, 0, 0], [0, 0.8125, 0.5, 0.5, 0], [0, 0.3125, 0, 0, 0],
             [0, 0.5, 0.5, 0, 0], [0, 0.125, 0.8125, 0, 0], [0, 0.5, 0, 0, 0]]
     torch.testing.assert_close(w, t(want))
@@ -73,7 +78,8 @@ def test_energy_is_one_minus_two_pi_plus_sum_of_squares():
 
 def test_advantage_by_hand_and_as_verl():
     alg = make_entry("otb")
-    assert alg.needs >= {"topk", "old_logp"} and not alg.group_relative
+    assert alg.needs >= {"old_sum_pi_sq", "old_logp"} and "topk" not in alg.needs and not alg.group_relative
+    assert alg.old_logp_before_update  # π_old's scoring pass runs (its Σπ² is read before the update)
     out = alg.advantages(otb_batch(), CTX)
     torch.testing.assert_close(out.adv, t(HAND), rtol=0, atol=1e-7)  # ε = 1e-8 in the divisor: |ΔÂ| < 2e-8
     torch.testing.assert_close(out.adv[:, 1:], t(VERL_OTB), rtol=0, atol=1e-6)
@@ -81,6 +87,39 @@ def test_advantage_by_hand_and_as_verl():
     # + 16/31 + 0.8 + 16/31 + 0)/11
     want = (3 * 9 / 13 + 2 * 21 / 31 + 2 * 0.8 + 2 * 16 / 31) / 11
     assert out.metrics["algo/otb/baseline_mean"] == pytest.approx(want)
+
+
+def test_energy_reads_pi_old_by_default_and_the_behaviour_top_k_when_asked():
+    # μ differs from π_old: the default reads π_old(y_t) and its Σπ² only (μ's fields scrambled: same Â);
+    # behaviour_topk reads μ(y_t) and Σ over μ's top-K only (π_old's fields scrambled: same Â)
+    good = otb_batch()
+    junk_mu = otb_batch(behav_logp=torch.full_like(good.behav_logp, LN5 * 3) * good.loss_mask,
+                        topk_logp=torch.full_like(good.topk_logp, -5.0))
+    torch.testing.assert_close(make_entry("otb").advantages(junk_mu, CTX).adv, t(HAND), rtol=0, atol=1e-7)
+    junk_old = otb_batch(old_logp=torch.full_like(good.old_logp, -3.0) * good.loss_mask,
+                         old_sum_pi_sq=torch.full_like(good.old_sum_pi_sq, 0.9))
+    topk = make_entry("otb", energy="behaviour_topk")
+    assert "topk" in topk.needs and "old_sum_pi_sq" not in topk.needs
+    torch.testing.assert_close(topk.advantages(junk_old, CTX).adv, t(HAND), rtol=0, atol=1e-7)
+    with pytest.raises(ValueError, match="scoring pass"):
+        make_entry("otb").advantages(otb_batch(old_sum_pi_sq=None), CTX)
+    with pytest.raises(ValueError, match="rollout.topk"):
+        topk.advantages(otb_batch(topk_logp=None), CTX)
+
+
+def test_importance_weight_scales_the_energy_by_its_square():
+    # group b (rows 3-4) with ρ̄ = 2 on row 3, 1 elsewhere: row 3's w (0.5, 0.5) → (2, 2), W (2, 4);
+    # row 4 W (0.125, 0.9375). col 0: B = (1·2 + 0)/(2 + 0.125) = 16/17; col 1: B = 4/(4 + 0.9375) = 64/79
+    b = otb_batch()
+    rho = torch.ones_like(b.loss_mask)
+    rho[3] = 2.0
+    b = b.replace(extras={"is_weight": rho * b.loss_mask})
+    adv = make_entry("otb").advantages(b, CTX).adv
+    torch.testing.assert_close(adv[3:5, 1:3], t([[1 - 16 / 17, 1 - 64 / 79], [-16 / 17, -64 / 79]]),
+                               rtol=0, atol=1e-7)
+    torch.testing.assert_close(adv[:3], t(HAND)[:3], rtol=0, atol=1e-7)  # ρ̄ = 1: unchanged
+    off = make_entry("otb", is_scaling=False).advantages(b, CTX).adv
+    torch.testing.assert_close(off, t(HAND), rtol=0, atol=1e-7)
 
 
 def test_without_zero_tail_the_longest_tail_is_its_own_baseline():
@@ -129,8 +168,8 @@ def test_return_to_go_includes_the_in_reward_kl():
     # G row 0 = (0.8, 0.9), row 1 = (−0.4, −0.2); W = (0.5, 1.0) on both rows
     # B_0 = (0.8·0.5 − 0.4·0.5)/1.0 = 0.2; B_1 = (0.9·1.0 − 0.2·1.0)/2.0 = 0.35
     mask = [[0, 1, 1], [0, 1, 1]]
-    b = hand_batch(mask, [0, 0], [0.8, -0.4], behav_logp=t([[0, LN5, LN5]] * 2),
-                   topk_logp=t([[[LN5, LN5]] * 3] * 2), token_rewards=t([[0, -0.1, 0.9], [0, -0.2, -0.2]]))
+    b = hand_batch(mask, [0, 0], [0.8, -0.4], old_logp=t([[0, LN5, LN5]] * 2),
+                   old_sum_pi_sq=t([[0, 0.5, 0.5]] * 2), token_rewards=t([[0, -0.1, 0.9], [0, -0.2, -0.2]]))
     adv = make_entry("otb").advantages(b, CTX).adv
     torch.testing.assert_close(adv, t([[0, 0.6, 0.55], [0, -0.6, -0.55]]), rtol=0, atol=1e-8)
 

@@ -284,7 +284,8 @@ def algo_batch(G: int, dtype: torch.dtype, all_equal: bool, seed: int = 0) -> tu
                   rewards=rewards, truncated=lengths == RW, prompt_width=PW, old_logp=old,
                   ref_logp=(old - 0.1 * rnd(B, T)) * mask, values=torch.randn(B, T, generator=gen).to(dtype) * mask,
                   token_rewards=last, topk_ids=torch.randint(4, 90, (B, T, K), generator=gen),
-                  topk_logp=topk.sort(-1, descending=True).values.to(dtype), attn_stat=rnd(B, T) * mask)
+                  topk_logp=topk.sort(-1, descending=True).values.to(dtype), attn_stat=rnd(B, T) * mask,
+                  old_sum_pi_sq=(old.exp() ** 2 + 0.3 * rnd(B, T)).clamp(max=1) * mask)
     return batch, equal
 
 

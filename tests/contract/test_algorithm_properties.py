@@ -79,7 +79,9 @@ def random_batch(seed: int = 0, equal_group: bool = True) -> tuple[Batch, Forwar
                   topk_ids=torch.randint(4, 90, (B, T, K), generator=g), topk_logp=_topk(g, (B, T)),
                   attn_stat=torch.rand(B, T, generator=g) * mask,
                   teacher_logp=(old - 8 * torch.rand(B, T, generator=torch.Generator().manual_seed(seed + 1000)))
-                  * mask)
+                  * mask,
+                  old_sum_pi_sq=(old.exp() ** 2 + 0.3 * torch.rand(
+                      B, T, generator=torch.Generator().manual_seed(seed + 2000))).clamp(max=1) * mask)
     fwd = Forward(logp=logp, entropy=torch.rand(B, T, generator=g), hidden=torch.randn(B, T, 8, generator=g),
                   attn_stat=torch.rand(B, T, generator=g) * mask,
                   values=(batch.values + torch.randn(B, T, generator=g)) * mask, topk_logp=_topk(g, (B, T)))

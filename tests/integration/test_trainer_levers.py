@@ -9,7 +9,10 @@
 * bucket_by_length: micro-batches take rows longest first and drop trailing padding columns
   (``Rollout.trim`` by hand); the update equals the unbucketed one to float rounding;
 * an algorithm that needs a field the functional forward does not compute is refused with one
-  message naming the lever and the field;
+  message naming the lever and the field; one that reads the behaviour's top-K with
+  ``rollout.topk=0`` likewise;
+* OTB's π_old Σπ² comes from the scoring pass (which runs whatever ``rollout.old_logp``), equal to
+  the full softmax's by hand;
 * train.compile on a CPU without a C++ compiler is refused before anything is written;
 * optim.fused builds torch's fused AdamW, whose update equals the default's to float rounding;
 * (slow) train.compile runs a short training and its first update equals the default's.
@@ -140,6 +143,15 @@ def test_a_field_the_fast_forward_cannot_compute_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2
     assert "train.share_prefix" in err and "'hidden'" in err and "is_grpo" in err
+    assert not list(tmp_path.rglob("metrics.jsonl"))
+
+
+def test_an_entry_reading_the_behaviour_top_k_without_one_is_refused(tmp_path, capsys):
+    code = main(["run", *SMALL, "--algo", "otb", "--set", "algo.energy=behaviour_topk", "--set", "rollout.topk=0",
+                 "--budget", "updates=1", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("error:") == 1
+    assert "'otb'" in err and "rollout.topk=0" in err and "rollout.topk > 0" in err
     assert not list(tmp_path.rglob("metrics.jsonl"))
 
 
@@ -285,3 +297,47 @@ def test_pi_old_keeps_its_scoring_pass_where_the_update_cannot_supply_it(tmp_pat
                  ["--algo", "ggpo"]):
         rows, _ = _run(tmp_path / "-".join(args), capsys, *args, "--budget", "updates=2")
         assert rows[0]["budget/flops_score_old"] > 0, args
+
+
+@pytest.mark.parametrize("old_logp", ["recompute", "behaviour"])
+def test_otb_reads_pi_old_sum_of_squares_from_the_scoring_pass(tmp_path, monkeypatch, old_logp):
+    """OTB's energy reads Σ_v π_old(v)² (``Batch.old_sum_pi_sq``): the scoring pass runs even where
+    π_old could come from the update's forward or be aliased to μ, and its field is the full softmax's
+    Σπ² at the rollout temperature, computed by hand from the model's logits at the same weights."""
+    import rlsuite.suite.scoring as scoring
+    from rlsuite.algorithms.otb import OTB
+    from rlsuite.suite.runner import execute
+
+    seen, batches = [], []
+    real_forward, real_adv = scoring.policy_forward, OTB.advantages
+
+    def forward(model, tokens, attn, temperature, want=frozenset(), *a, **kw):
+        fwd = real_forward(model, tokens, attn, temperature, want, *a, **kw)
+        if "sum_pi_sq" in want:
+            with torch.no_grad():
+                logits = model(input_ids=tokens, attention_mask=attn,
+                               position_ids=(attn.long().cumsum(-1) - 1).clamp(min=0)).logits.float() / temperature
+            hand = torch.exp(torch.logsumexp(2 * logits, -1) - 2 * torch.logsumexp(logits, -1))
+            seen.append(torch.nn.functional.pad(hand[:, :-1], (1, 0)))
+        return fwd
+
+    def advantages(self, batch, ctx):
+        batches.append(batch)
+        return real_adv(self, batch, ctx)
+
+    monkeypatch.setattr(scoring, "policy_forward", forward)
+    monkeypatch.setattr(OTB, "advantages", advantages)
+    spec = resolve("arith", "otb", "tiny", 0, sets=[("model.warm_start", "none"), ("eval.max_prompts", 4),
+                                                   ("eval.test_prompts", 4), ("rollout.prompts_per_step", 4),
+                                                   ("rollout.group_size", G), ("rollout.old_logp", old_logp),
+                                                   ("rollout.temperature", 0.8)], budgets=[("updates", 2)])
+    code, run_dir = execute(spec, tmp_path)
+    assert code == 0 and len(seen) == len(batches) == 2
+    for hand, b in zip(seen, batches):
+        m = b.loss_mask
+        assert b.old_sum_pi_sq is not None and float(m.sum()) > 0
+        torch.testing.assert_close(b.old_sum_pi_sq, hand * m, atol=1e-6, rtol=1e-5)
+        assert bool(((b.old_sum_pi_sq >= torch.exp(b.old_logp) ** 2 - 1e-6) | (m == 0)).all())
+    rows = read_jsonl(run_dir / "metrics.jsonl")
+    assert all(r["budget/flops_score_old"] > 0 for r in rows)
+    assert rows[0]["algo/otb/energy_mean"] > 0

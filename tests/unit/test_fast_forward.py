@@ -1,6 +1,6 @@
 """The functional forward behind ``train.share_prefix`` / ``train.compile`` (suite/fast_forward.py).
 
-* with and without prompt sharing it gives the HF forward's log-probs, entropies, top-K
+* with and without prompt sharing it gives the HF forward's log-probs, entropies, Σπ², top-K
   log-probs and parameter gradients (to float rounding), for the tiny model, a Llama with
   grouped-query attention and untied head, a Llama with biases on every projection, and a Qwen2
   model with q/k/v biases, on batches with
@@ -114,6 +114,29 @@ def test_topk_logp_equals_the_hf_forward():
     m = _predicted(attn)
     torch.testing.assert_close(out.topk_logp[m], ref.topk_logp[m], atol=1e-5, rtol=1e-5)
     assert out.entropy is None
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_sum_pi_sq_is_the_full_softmax_sum_of_squares_on_both_forwards(share):
+    # Σ_v π(v)² at temperature 0.7, from the logits by hand (verl's logsumexp form), against the HF
+    # forward's field and the functional forward's (with and without prompt sharing, from the response on)
+    model = _model("qwen2")
+    tokens, attn, _, W = _batch()
+    m = _predicted(attn)
+    m[:, :W] = False
+    with torch.no_grad():
+        logits = model(input_ids=tokens, attention_mask=attn,
+                       position_ids=(attn.cumsum(-1) - 1).clamp(min=0)).logits.float() / 0.7
+    hand = torch.exp(torch.logsumexp(2 * logits, -1) - 2 * torch.logsumexp(logits, -1))
+    hand = torch.nn.functional.pad(hand[:, :-1], (1, 0))  # aligned with the token each position predicts
+    want = frozenset({"sum_pi_sq"})
+    with torch.no_grad():
+        ref = policy_forward(model, tokens, attn, 0.7, want, logits_from=W)
+        out = fast_forward(model, tokens, attn, 0.7, want, prompt_width=W if share else 0, logits_from=W)
+    assert ref.entropy is None and out.entropy is None and (ref.sum_pi_sq[:, :W] == 0).all()
+    assert float(hand[m].min()) > 1 / 60 and float(hand[m].max()) < 1  # a real distribution: 1/V ≤ Σπ² ≤ 1
+    torch.testing.assert_close(ref.sum_pi_sq[m], hand[m], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(out.sum_pi_sq[m], hand[m], atol=1e-6, rtol=1e-5)
 
 
 def test_policy_forward_routes_to_the_fast_forward_only_when_asked():
