@@ -86,7 +86,7 @@ def merge(acc: dict[str, list[tuple[float, float]]]) -> dict[str, float]:
         elif k.startswith("loss/"):
             n_updates = max(1, len(acc.get("stats/grad_norm", [])))
             out[k] = sum(xs) / n_updates
-        elif k == "stats/grad_norm":
+        elif k in NORMS:
             out[k] = sum(xs) / len(xs)
         else:
             wsum = sum(w for _, w in vals)
@@ -95,12 +95,17 @@ def merge(acc: dict[str, list[tuple[float, float]]]) -> dict[str, float]:
 
 
 
+NORMS = ("stats/grad_norm", "stats/critic_grad_norm")
+"""Per-update gradient norms (after the ranks' gradients are summed: the same on every rank): the
+mean over the step's updates."""
+
+
 def gather_ranks(acc: dict[str, list[tuple[float, float]]], world) -> dict[str, list[tuple[float, float]]]:
     """Every data-parallel rank's micro-batch metrics ``acc`` (``(value, normaliser share)`` lists),
-    in rank order, as one process accumulates them before :func:`merge`; ``stats/grad_norm`` (the
-    same on every rank) stays this rank's. In one process, ``acc`` itself."""
+    in rank order, as one process accumulates them before :func:`merge`; the gradient norms
+    (:data:`NORMS`, the same on every rank) stay this rank's. In one process, ``acc`` itself."""
     if not world.active:
         return acc
-    gathered = world.all_gather_object({k: v for k, v in acc.items() if k != "stats/grad_norm"})
-    return {k: (acc[k] if k == "stats/grad_norm" else [x for g in gathered for x in g.get(k, [])])
+    gathered = world.all_gather_object({k: v for k, v in acc.items() if k not in NORMS})
+    return {k: (acc[k] if k in NORMS else [x for g in gathered for x in g.get(k, [])])
             for k in dict.fromkeys([*acc, *(k for g in gathered for k in g)])}

@@ -335,7 +335,10 @@ class Trainer:
                     share = float(w.sum())  # this micro-batch's share of the normaliser
                     for k, v in (m.items() if live else ()):
                         acc.setdefault(k, []).append((float(v), share))
-                acc.setdefault("stats/grad_norm", []).append((self._clip_and_step(nonfinite, warmup), 1.0))
+                norms = self._clip_and_step(nonfinite, warmup)
+                acc.setdefault("stats/grad_norm", []).append((norms[0], 1.0))
+                if len(norms) > 1:  # the critic's parameter group (a head or a separate critic)
+                    acc.setdefault("stats/critic_grad_norm", []).append((norms[1], 1.0))
                 if not warmup:
                     st.entropy_control.step(self.world)  # the adaptive entropy coefficient (loss.entropy_target)
                 st.budget.charge("updates", 1)
@@ -364,7 +367,9 @@ class Trainer:
             return 0
         return min(self.state.step_no - 1, t.critic_warmup_steps) * t.epochs * t.minibatches
 
-    def _clip_and_step(self, nonfinite: Optional[str] = None, critic_only: bool = False) -> float:
+    def _clip_and_step(self, nonfinite: Optional[str] = None, critic_only: bool = False) -> list[float]:
+        """Clip each parameter group's gradient (``optim.grad_clip``), step the optimizer; the groups'
+        norms before clipping (policy, then the critic's where there is one)."""
         st = self.state
         self.parallel.reduce_grads(st.opt, nonfinite, st.step_no)  # data parallel: the ranks' shares summed
         if critic_only:  # train.critic_warmup_steps: the policy's parameters (group 0) are not stepped
@@ -380,7 +385,7 @@ class Trainer:
         if not all(torch.isfinite(n) for n in norms):
             raise Diverged(f"non-finite gradient norm at step {st.step_no}")
         st.opt.step()
-        return float(norms[0])
+        return [float(n) for n in norms]
 
     # -- the loop ----------------------------------------------------------------------
     def step(self) -> dict[str, Any]:

@@ -47,8 +47,9 @@ def test_the_warmup_steps_train_the_critic_alone_then_the_policy_learns(tmp_path
     assert not _same(_weights(st.critic), critic0)  # the critic learned
     assert all(r["loss/value"] != 0 for r in rows) and st.budget.counters["updates"] == 4  # 2 steps x 2 updates
     assert all(r["stats/grad_norm"] == 0.0 for r in rows)  # the policy's gradient was dropped, not stepped
+    assert all(r["stats/critic_grad_norm"] > 0 for r in rows)  # the critic's, logged on its own
     row = tr.step()
-    assert row["train/critic_warmup"] == 0.0
+    assert row["train/critic_warmup"] == 0.0 and row["stats/grad_norm"] > 0 and row["stats/critic_grad_norm"] > 0
     assert not _same(_weights(st.model), policy0)  # after the warm-up the policy learns
 
 
@@ -57,6 +58,8 @@ def test_without_warmup_the_first_step_moves_the_policy_and_logs_no_warmup_metri
     policy0 = _weights(tr.state.model)
     row = tr.step()
     assert "train/critic_warmup" not in row and not _same(_weights(tr.state.model), policy0)
+    (tmp_path / "grpo").mkdir()
+    assert "stats/critic_grad_norm" not in _trainer(tmp_path / "grpo", "grpo").step()  # no critic: no critic norm
 
 
 def test_critic_warmup_needs_an_entry_with_a_critic_and_is_out_of_the_id_at_zero():
