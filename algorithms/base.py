@@ -150,7 +150,8 @@ class Algorithm:
     π_old from that forward instead of a scoring pass of its own: the same tensor, computed once
     (``Scorer.from_update``, :mod:`rlsuite.suite.scoring`). Rows a ``replay`` hook brings back always
     get the scoring pass. A contract test checks every False entry: its advantages and filter are the
-    same with ``old_logp`` absent."""
+    same with ``old_logp`` absent. An entry whose reading depends on its config overrides it with a
+    property (OTB's ``energy``)."""
     inert: ClassVar[dict[str, str]] = {}
     """Config fields that deliberately change neither rewards, advantages, filter nor loss on
     their own, with the reason (the "live knobs" contract test skips them)."""

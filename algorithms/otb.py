@@ -9,7 +9,9 @@ group and token position t (verl ``docs/algo/otb.md``):
 π = π_old over the whole vocabulary at the rollout temperature, from π_old's scoring pass (the entry
 needs ``old_sum_pi_sq``; verl's actor computes Σπ² in its old-log-prob pass). ``is_scaling``: where the
 trainer's ``loss.is_correction`` gives an importance weight ρ̄_t (μ → π_old), w_t is scaled by
-ρ̄_t² (verl's ``rollout_is_weights``: the baseline that minimises the MSE under truncated IS).
+ρ̄_t² (verl's ``rollout_is_weights``: the baseline that minimises the MSE under truncated IS). The
+``token_*`` and ``seq_*`` weights are verl's (TIS: truncated above at ``is_high``; MIS: 0 outside the
+band, as verl's masked weights); the ``geo_*`` weights have no verl counterpart, squared the same way.
 
 G_it the return-to-go (the outcome reward on every policy token, plus the in-reward KL when
 ``kl_where = reward``), the sums over the group's samples that have a token at t. Trajectories with
@@ -33,9 +35,10 @@ pass), ``verl/workers/engine/fsdp/transformer_impl.py`` (Σπ² from the tempera
 ``verl/utils/torch_functional.py`` (``calculate_sum_pi_squared_from_logits``); ``docs/algo/otb.md``
 and ``examples/otb_trainer/run_qwen2_5-7b.sh`` of volcengine/verl at b178a3c (2026-01-29; no KL loss,
 entropy 0, the vanilla policy loss). Checked against verl 0.9.1's two functions on the inputs of
-``tests/algorithms/test_otb.py``. ``energy = behaviour_topk`` keeps this suite's earlier reading
-(before 2026-12-07): π_t = μ(y_t) and Σπ² over the behaviour's top-K (``rollout.topk``; a lower
-bound short by at most (1 − Σ_K μ)·μ_(K)) — no Σπ² pass, a departure from verl.
+``tests/algorithms/test_otb.py``. ``energy = behaviour_topk`` with ``is_scaling = false`` is this
+suite's earlier reading (before 2026-12-07): π_t = μ(y_t) and Σπ² over the behaviour's top-K
+(``rollout.topk``; a lower bound short by at most (1 − Σ_K μ)·μ_(K)) — no Σπ² field, a departure
+from verl.
 Metrics: ``algo/otb/{baseline_mean, energy_mean}`` (mean B_t and W_t over policy tokens).
 """
 
@@ -127,8 +130,8 @@ class OTBConfig(AlgoConfig):
     scoring pass (verl); ``behaviour_topk`` — μ(y_t) and Σπ² over the behaviour's top-K (``rollout.topk``
     > 0; no Σπ² pass; a lower bound of Σπ²)."""
     is_scaling: bool = True
-    """Scale w_t by ρ̄_t², the trainer's truncated importance weight (``loss.is_correction``), where
-    there is one (verl's ``rollout_is_weights``)."""
+    """Scale w_t by ρ̄_t², the trainer's importance weight (``loss.is_correction`` ``*_tis`` / ``*_mis``),
+    where there is one (verl's ``rollout_is_weights``); either energy."""
     aggregation: AggMode = "token-mean"
 
     def __post_init__(self) -> None:
@@ -151,9 +154,13 @@ class OTB(Algorithm):
     inert = {"variant": "the two alignments differ only when observations sit inside a response (multi-turn "
                         "tasks; tests/algorithms/test_otb.py)",
              "is_scaling": "acts only with a trainer-level importance weight (loss.is_correction *_tis or *_mis)"}
-    old_logp_before_update = True  # its advantages read π_old(y_t) and π_old's Σπ² (energy = pi_old)
     Config = OTBConfig
     cfg: OTBConfig
+
+    @property
+    def old_logp_before_update(self) -> bool:  # type: ignore[override]
+        """Its advantages read π_old(y_t) and π_old's Σπ² with ``energy = pi_old`` (μ's with ``behaviour_topk``)."""
+        return self.cfg.energy == "pi_old"
 
     @property
     def needs(self) -> frozenset[str]:

@@ -229,7 +229,8 @@ class RolloutConfig:
     mismatch_scale: float = 1e-3
     """Relative std of the ``noise`` mismatch (noise = scale · std(weight) per tensor)."""
     old_logp: Literal["recompute", "behaviour"] = "recompute"
-    """π_old: recomputed by a scoring pass, or aliased to μ for exactly on-policy samples."""
+    """π_old: recomputed by a scoring pass, or aliased to μ for exactly on-policy samples (not for an
+    entry that reads π_old's Σπ², ``old_sum_pi_sq``: its π_old is the scoring pass's, which runs anyway)."""
     max_turns: int = 4
     """Multi-turn tasks: most policy turns per episode."""
     max_obs_tokens: int = 256

@@ -28,7 +28,7 @@ from torch import Tensor
 #: ``teacher_logp``: log-probs under the frozen distillation teacher ``algo.teacher`` (implied by
 #: ``distill_coef > 0``; :mod:`rlsuite.suite.distill`); ``old_sum_pi_sq``: Σ_v π_old(v)² per token over
 #: the whole vocabulary (at the rollout temperature), from π_old's scoring pass (which then always
-#: runs; OTB's energy).
+#: runs, and whose log-probs are then ``old_logp`` even with ``rollout.old_logp=behaviour``; OTB's energy).
 NEEDS = frozenset({"entropy", "hidden", "attn_stat", "old_logp", "ref_logp", "init_logp", "values", "topk",
                    "behav_attn_stat", "behav_hidden", "anchor", "ref_anchor", "teacher_logp", "old_sum_pi_sq"})
 

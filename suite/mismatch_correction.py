@@ -21,7 +21,9 @@ and used in one of three ways (bounds ``[is_low, is_high]``; ``is_low = 0``: no 
 * ``*_reject`` — rejection: no weight; tokens (or sequences) whose ratio falls outside the bounds
   leave the loss mask before the advantages are computed, so they also leave the normaliser.
 
-The weight is detached and multiplies only the policy term (not the KL loss or the critic's).
+The weight is detached and multiplies only the policy term (not the KL loss or the critic's); OTB
+(``algorithms/otb.py``, ``is_scaling``) also scales its baseline's token energies by its square, as
+verl's optimal token baseline does with its ``rollout_is_weights``.
 A row with no response tokens has ``r = 1``.
 
 Peers, as read in their installed source:

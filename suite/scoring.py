@@ -101,9 +101,10 @@ class Scorer:
             if sum_sq:
                 fields["old_sum_pi_sq"] = fwd.sum_pi_sq.float() * mask
             st.budget.charge_flops("score_old", scoring_flops(self.P, computed(want)))
-            if r.old_logp == "behaviour" and on_policy:
-                fields["old_logp"] = rec.behav_logp.to(dev)  # aliased; the pass ran for the values or Σπ² only
+            if r.old_logp == "behaviour" and on_policy and not sum_sq:
+                fields["old_logp"] = rec.behav_logp.to(dev)  # aliased; the pass ran for the values only
                 aliased = True
+            # (an entry reading π_old's Σπ² keeps the pass's log-probs: π(y_t) and Σπ² of one distribution)
         if st.separate_critic is not None:
             with amp():  # the precision its training forward runs in (values are clipped against these)
                 fields["values"] = st.separate_critic.forward_separate(tokens, attn).float() * mask

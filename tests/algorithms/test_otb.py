@@ -99,8 +99,10 @@ def test_energy_reads_pi_old_by_default_and_the_behaviour_top_k_when_asked():
     junk_old = otb_batch(old_logp=torch.full_like(good.old_logp, -3.0) * good.loss_mask,
                          old_sum_pi_sq=torch.full_like(good.old_sum_pi_sq, 0.9))
     topk = make_entry("otb", energy="behaviour_topk")
-    assert "topk" in topk.needs and "old_sum_pi_sq" not in topk.needs
+    assert "topk" in topk.needs and "old_sum_pi_sq" not in topk.needs and not topk.old_logp_before_update
     torch.testing.assert_close(topk.advantages(junk_old, CTX).adv, t(HAND), rtol=0, atol=1e-7)
+    no_old = otb_batch(old_logp=None, old_sum_pi_sq=None)  # it does not read π_old before the update
+    torch.testing.assert_close(topk.advantages(no_old, CTX).adv, t(HAND), rtol=0, atol=1e-7)
     with pytest.raises(ValueError, match="scoring pass"):
         make_entry("otb").advantages(otb_batch(old_sum_pi_sq=None), CTX)
     with pytest.raises(ValueError, match="rollout.topk"):

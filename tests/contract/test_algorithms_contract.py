@@ -162,6 +162,7 @@ def test_old_logp_before_update_is_declared_truthfully(name):
     same = without is not None and with_old[0] == without[0] and all(
         (a is None and b is None) or (a is not None and b is not None and torch.equal(a, b))
         for a, b in zip(with_old[1], without[1]))
-    assert same != cls.old_logp_before_update, (
-        f"{name}: old_logp_before_update={cls.old_logp_before_update}, but its advantages/filter "
+    declared = cls(cls.Config(name=name)).old_logp_before_update  # a class flag, or a property of the config
+    assert same != declared, (
+        f"{name}: old_logp_before_update={declared}, but its advantages/filter "
         f"{'do not read' if same else 'read'} batch.old_logp")

@@ -146,12 +146,13 @@ def test_a_field_the_fast_forward_cannot_compute_is_refused(tmp_path, capsys):
     assert not list(tmp_path.rglob("metrics.jsonl"))
 
 
-def test_an_entry_reading_the_behaviour_top_k_without_one_is_refused(tmp_path, capsys):
-    code = main(["run", *SMALL, "--algo", "otb", "--set", "algo.energy=behaviour_topk", "--set", "rollout.topk=0",
-                 "--budget", "updates=1", "--out", str(tmp_path)])
+@pytest.mark.parametrize("algo, sets", [("dppo_pdm", []), ("otb", ["--set", "algo.energy=behaviour_topk"])])
+def test_an_entry_reading_the_behaviour_top_k_without_one_is_refused(tmp_path, capsys, algo, sets):
+    code = main(["run", *SMALL, "--algo", algo, *sets, "--set", "rollout.topk=0", "--budget", "updates=1",
+                 "--out", str(tmp_path)])
     err = capsys.readouterr().err
     assert code == 2 and err.count("error:") == 1
-    assert "'otb'" in err and "rollout.topk=0" in err and "rollout.topk > 0" in err
+    assert f"'{algo}'" in err and "rollout.topk=0" in err and "rollout.topk > 0" in err
     assert not list(tmp_path.rglob("metrics.jsonl"))
 
 
@@ -303,7 +304,8 @@ def test_pi_old_keeps_its_scoring_pass_where_the_update_cannot_supply_it(tmp_pat
 def test_otb_reads_pi_old_sum_of_squares_from_the_scoring_pass(tmp_path, monkeypatch, old_logp):
     """OTB's energy reads Σ_v π_old(v)² (``Batch.old_sum_pi_sq``): the scoring pass runs even where
     π_old could come from the update's forward or be aliased to μ, and its field is the full softmax's
-    Σπ² at the rollout temperature, computed by hand from the model's logits at the same weights."""
+    Σπ² at the rollout temperature, computed by hand from the model's logits at the same weights; π_old's
+    log-probs are that pass's (not aliased to μ under ``rollout.old_logp=behaviour``: one distribution)."""
     import rlsuite.suite.scoring as scoring
     from rlsuite.algorithms.otb import OTB
     from rlsuite.suite.runner import execute
@@ -318,7 +320,9 @@ def test_otb_reads_pi_old_sum_of_squares_from_the_scoring_pass(tmp_path, monkeyp
                 logits = model(input_ids=tokens, attention_mask=attn,
                                position_ids=(attn.long().cumsum(-1) - 1).clamp(min=0)).logits.float() / temperature
             hand = torch.exp(torch.logsumexp(2 * logits, -1) - 2 * torch.logsumexp(logits, -1))
-            seen.append(torch.nn.functional.pad(hand[:, :-1], (1, 0)))
+            logp = torch.log_softmax(logits, -1)[:, :-1].gather(-1, tokens[:, 1:, None]).squeeze(-1)
+            pad = lambda x: torch.nn.functional.pad(x, (1, 0))  # noqa: E731  (aligned with the tokens)
+            seen.append((pad(hand[:, :-1]), pad(logp)))
         return fwd
 
     def advantages(self, batch, ctx):
@@ -333,10 +337,11 @@ def test_otb_reads_pi_old_sum_of_squares_from_the_scoring_pass(tmp_path, monkeyp
                                                    ("rollout.temperature", 0.8)], budgets=[("updates", 2)])
     code, run_dir = execute(spec, tmp_path)
     assert code == 0 and len(seen) == len(batches) == 2
-    for hand, b in zip(seen, batches):
+    for (hand, logp), b in zip(seen, batches):
         m = b.loss_mask
         assert b.old_sum_pi_sq is not None and float(m.sum()) > 0
         torch.testing.assert_close(b.old_sum_pi_sq, hand * m, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(b.old_logp, logp * m, atol=1e-5, rtol=1e-5)
         assert bool(((b.old_sum_pi_sq >= torch.exp(b.old_logp) ** 2 - 1e-6) | (m == 0)).all())
     rows = read_jsonl(run_dir / "metrics.jsonl")
     assert all(r["budget/flops_score_old"] > 0 for r in rows)

@@ -90,7 +90,7 @@ def test_equals_the_hf_forward(kind, share):
     model = _model(kind)
     vocab = model.config.vocab_size
     tokens, attn, loss_mask, W = _batch(vocab=vocab)
-    want = frozenset({"entropy"})
+    want = frozenset({"entropy", "sum_pi_sq"})
     ref = policy_forward(model, tokens, attn, 0.7, want)
     g_ref = _grads(model, ref, loss_mask)
     out = fast_forward(model, tokens, attn, 0.7, want, prompt_width=W if share else 0)
@@ -99,6 +99,7 @@ def test_equals_the_hf_forward(kind, share):
     assert out.logp.shape == ref.logp.shape and (out.logp[:, 0] == 0).all()
     torch.testing.assert_close(out.logp[m], ref.logp[m], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(out.entropy[m], ref.entropy[m], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.sum_pi_sq[m], ref.sum_pi_sq[m], atol=1e-6, rtol=1e-5)  # prompt positions too
     scale = max(float(x.abs().max()) for x in g_ref)
     assert scale > 0
     for a, b in zip(g, g_ref):
