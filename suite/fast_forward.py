@@ -38,7 +38,7 @@ from rlsuite.suite.types import Forward
 FAST_ARCHITECTURES = ("llama", "mistral", "qwen2")
 FAST_FIELDS = frozenset({"entropy", "sum_pi_sq", "topk"})
 POSITION_STATS = ("entropy", "sum_pi_sq")
-"""The per-position statistics of the full distribution :func:`_stats` computes on request."""
+"""The per-position statistics of the full distribution :func:`distribution_stats` computes on request."""
 LINEARS = (("self_attn", "q_proj"), ("self_attn", "k_proj"), ("self_attn", "v_proj"), ("self_attn", "o_proj"),
            ("mlp", "gate_proj"), ("mlp", "up_proj"), ("mlp", "down_proj"))
 """A decoder layer's linear layers, (submodule, name), in the order :func:`_stack` applies them."""
@@ -222,10 +222,11 @@ def _mask(key_mask: Tensor, n_queries: int, offset: int, explicit: bool = False)
     return allowed | (k_pos == q_pos)[None, None]
 
 
-def _stats(logits: Tensor, targets: Tensor, temperature: float, want: frozenset[str],
+def distribution_stats(logits: Tensor, targets: Tensor, temperature: float, want: frozenset[str],
            topk_ids: Optional[Tensor]) -> tuple[Tensor, dict[str, Tensor], Optional[Tensor]]:
     """logits [N, S, V] predicting targets [N, S] → logp [N, S], the wanted :data:`POSITION_STATS`
-    (entropy, Σπ²: name → [N, S]), top-K logp [N, S, K]."""
+    (entropy, Σπ²: name → [N, S]), top-K logp [N, S, K]; in fp32 at ``temperature``. The one place
+    both forwards (this module's and :func:`rlsuite.suite.policy.policy_forward`'s HF one) compute them."""
     logits = logits.float()
     if temperature != 1.0:
         logits = logits / temperature
@@ -341,7 +342,7 @@ def fast_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float, w
         cos, sin = model.model.rotary_emb(x, pos)
         h, _ = stack(x, cos, sin, _mask(attn_mask, T, 0, compiled), None, layers, norm_w, n_heads, n_kv, head_dim, eps,
                      n_kv != n_heads)
-        logp, stats, topk = _stats(model.lm_head(h[:, s0 - 1:-1]), tokens[:, s0:], temperature, want,
+        logp, stats, topk = distribution_stats(model.lm_head(h[:, s0 - 1:-1]), tokens[:, s0:], temperature, want,
                                    topk_ids[:, s0:] if want_topk else None)
         pad = (s0, 0)
         return Forward(logp=F.pad(logp, pad), **{k: F.pad(v, pad) for k, v in stats.items()},
@@ -387,11 +388,12 @@ def fast_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float, w
     out = {k: h_p.new_zeros(B, T, dtype=torch.float32) for k in wanted}
     if hs:
         at_row, at_col = torch.cat(at_row), torch.cat(at_col)
-        lp, st, _ = _stats(model.lm_head(torch.cat(hs))[None], tokens[at_row, at_col][None], temperature, want, None)
+        lp, st, _ = distribution_stats(model.lm_head(torch.cat(hs))[None], tokens[at_row, at_col][None], temperature,
+                                       want, None)
         logp = logp.index_put((at_row, at_col), lp[0])
         out = {k: out[k].index_put((at_row, at_col), st[k][0]) for k in wanted}
     if s0 < W:  # prompt positions s0..W-1, once per prompt, copied to each of its rows
-        lp, st, _ = _stats(model.lm_head(h_p[:, s0 - 1:-1]), p_tok[:, s0:], temperature, want, None)
+        lp, st, _ = distribution_stats(model.lm_head(h_p[:, s0 - 1:-1]), p_tok[:, s0:], temperature, want, None)
         logp = torch.cat([logp[:, :s0], lp[inv], logp[:, W:]], 1)
         out = {k: torch.cat([out[k][:, :s0], st[k][inv], out[k][:, W:]], 1) for k in wanted}
     return Forward(logp=logp, **out)

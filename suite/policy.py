@@ -18,7 +18,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from rlsuite.suite.fast_forward import fast_forward, unsupported
+from rlsuite.suite.fast_forward import distribution_stats, fast_forward, unsupported
 from rlsuite.suite.types import Forward
 
 HF_CAPABILITIES = frozenset({"logp", "entropy", "hidden", "values", "topk", "sum_pi_sq"})
@@ -79,16 +79,10 @@ def policy_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float,
     s = min(max(int(logits_from), 1), T)  # position 0 is never predicted
     out = model(input_ids=tokens, attention_mask=attn_mask, position_ids=position_ids(attn_mask),
                 output_hidden_states=need_hidden, output_attentions="attn_stat" in want, use_cache=False)
-    logits = out.logits[:, s - 1:-1].float()  # [B, T-s, V]: the predictions of positions s..T-1
-    if temperature != 1.0:  # x / 1 == x exactly: skip the copy
-        logits = logits / temperature
-    logp_all = torch.log_softmax(logits, -1)
-    logp = torch.nn.functional.pad(logp_all.gather(-1, tokens[:, s:, None]).squeeze(-1), (s, 0))
-    entropy = sum_pi_sq = None
-    if "entropy" in want:
-        entropy = torch.nn.functional.pad(-(logp_all.exp() * logp_all).sum(-1), (s, 0))
-    if "sum_pi_sq" in want:
-        sum_pi_sq = torch.nn.functional.pad(torch.exp(2 * logp_all).sum(-1), (s, 0))
+    # the predictions of positions s..T-1 ([B, T-s, V]), statistics as the functional forward's
+    logp, dist, topk = distribution_stats(out.logits[:, s - 1:-1], tokens[:, s:], temperature, want,
+                                           topk_ids[:, s:] if "topk" in want and topk_ids is not None else None)
+    pad = torch.nn.functional.pad
     hidden = out.hidden_states[-1] if need_hidden else None
     values = _shift(value_head(hidden)) if "values" in want and value_head is not None else None
     attn_stat = None
@@ -96,11 +90,9 @@ def policy_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float,
         with torch.no_grad():
             stats = torch.stack([attention_concentration(a, attn_mask) for a in out.attentions]).mean(0)
         attn_stat = _shift(stats)
-    topk_logp = None
-    if "topk" in want and topk_ids is not None:
-        topk_logp = torch.nn.functional.pad(logp_all.gather(-1, topk_ids[:, s:]), (0, 0, s, 0))
-    return Forward(logp=logp, entropy=entropy, hidden=hidden if "hidden" in want else None,
-                   attn_stat=attn_stat, values=values, topk_logp=topk_logp, sum_pi_sq=sum_pi_sq)
+    return Forward(logp=pad(logp, (s, 0)), **{k: pad(v, (s, 0)) for k, v in dist.items()},
+                   hidden=hidden if "hidden" in want else None, attn_stat=attn_stat, values=values,
+                   topk_logp=pad(topk, (0, 0, s, 0)) if topk is not None else None)
 
 
 def forward_options(train, prompt_width: int) -> dict[str, Any]:

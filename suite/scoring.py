@@ -83,16 +83,18 @@ class Scorer:
         fields: dict[str, Any] = {}
         head = st.value_head
         sum_sq = "old_sum_pi_sq" in st.algo.needs  # the entry reads π_old's Σπ²: only a scoring pass has it
+        # π_old aliased to μ (``rollout.old_logp=behaviour``); not for an entry reading π_old's Σπ², which
+        # keeps the pass's log-probs (π(y_t) and Σπ² of one distribution)
+        alias = r.old_logp == "behaviour" and on_policy and not sum_sq
         aliased = False  # π_old is μ itself (an importance weight between them is exactly 1)
-        if r.old_logp == "behaviour" and on_policy and head is None and not sum_sq:
+        if alias and head is None:
             fields["old_logp"] = rec.behav_logp.to(dev)
             aliased = True
         elif r.old_logp == "recompute" and rec.stage is None and not replayed and bool((rec.behaviour_id == 0).all()) \
                 and self.from_update(rec.batch_size):  # on-policy or stale: π_old is the current weights either way
             fields["old_logp_mask"] = mask  # π_old comes from the update's forward (the trainer fills old_logp)
         else:
-            want = (frozenset({"values"}) if head is not None else frozenset()) | (
-                frozenset({"sum_pi_sq"}) if sum_sq else frozenset())
+            want = frozenset({"values"} if head is not None else ()) | frozenset({"sum_pi_sq"} if sum_sq else ())
             with amp():
                 fwd = policy_forward(st.model, tokens, attn, r.temperature, want, head, **opts)
             fields["old_logp"] = fwd.logp.float() * mask
@@ -101,10 +103,9 @@ class Scorer:
             if sum_sq:
                 fields["old_sum_pi_sq"] = fwd.sum_pi_sq.float() * mask
             st.budget.charge_flops("score_old", scoring_flops(self.P, computed(want)))
-            if r.old_logp == "behaviour" and on_policy and not sum_sq:
+            if alias:
                 fields["old_logp"] = rec.behav_logp.to(dev)  # aliased; the pass ran for the values only
                 aliased = True
-            # (an entry reading π_old's Σπ² keeps the pass's log-probs: π(y_t) and Σπ² of one distribution)
         if st.separate_critic is not None:
             with amp():  # the precision its training forward runs in (values are clipped against these)
                 fields["values"] = st.separate_critic.forward_separate(tokens, attn).float() * mask

@@ -73,6 +73,11 @@ def old_logp_metrics(b: Batch, algo_cfg) -> dict[str, float]:
 
 
 
+NORMS = ("stats/grad_norm", "stats/critic_grad_norm")
+"""Per-update gradient norms (after the ranks' gradients are summed: the same on every rank): the
+mean over the step's updates."""
+
+
 def merge(acc: dict[str, list[tuple[float, float]]]) -> dict[str, float]:
     """Combine micro-batch metrics: ``*_min``/``*_max`` by min/max, ``loss/*`` summed (they are
     already weighted shares of the aggregated loss), the rest weighted by normaliser share."""
@@ -93,11 +98,6 @@ def merge(acc: dict[str, list[tuple[float, float]]]) -> dict[str, float]:
             out[k] = sum(v * w for v, w in vals) / wsum if wsum > 0 else sum(xs) / len(xs)
     return out
 
-
-
-NORMS = ("stats/grad_norm", "stats/critic_grad_norm")
-"""Per-update gradient norms (after the ranks' gradients are summed: the same on every rank): the
-mean over the step's updates."""
 
 
 def gather_ranks(acc: dict[str, list[tuple[float, float]]], world) -> dict[str, list[tuple[float, float]]]:
