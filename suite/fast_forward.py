@@ -223,7 +223,7 @@ def _mask(key_mask: Tensor, n_queries: int, offset: int, explicit: bool = False)
 
 
 def distribution_stats(logits: Tensor, targets: Tensor, temperature: float, want: frozenset[str],
-           topk_ids: Optional[Tensor]) -> tuple[Tensor, dict[str, Tensor], Optional[Tensor]]:
+                       topk_ids: Optional[Tensor]) -> tuple[Tensor, dict[str, Tensor], Optional[Tensor]]:
     """logits [N, S, V] predicting targets [N, S] → logp [N, S], the wanted :data:`POSITION_STATS`
     (entropy, Σπ²: name → [N, S]), top-K logp [N, S, K]; in fp32 at ``temperature``. The one place
     both forwards (this module's and :func:`rlsuite.suite.policy.policy_forward`'s HF one) compute them."""
@@ -343,7 +343,7 @@ def fast_forward(model, tokens: Tensor, attn_mask: Tensor, temperature: float, w
         h, _ = stack(x, cos, sin, _mask(attn_mask, T, 0, compiled), None, layers, norm_w, n_heads, n_kv, head_dim, eps,
                      n_kv != n_heads)
         logp, stats, topk = distribution_stats(model.lm_head(h[:, s0 - 1:-1]), tokens[:, s0:], temperature, want,
-                                   topk_ids[:, s0:] if want_topk else None)
+                                               topk_ids[:, s0:] if want_topk else None)
         pad = (s0, 0)
         return Forward(logp=F.pad(logp, pad), **{k: F.pad(v, pad) for k, v in stats.items()},
                        topk_logp=F.pad(topk, (0, 0, s0, 0)) if topk is not None else None)

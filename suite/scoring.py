@@ -85,11 +85,9 @@ class Scorer:
         sum_sq = "old_sum_pi_sq" in st.algo.needs  # the entry reads π_old's Σπ²: only a scoring pass has it
         # π_old aliased to μ (``rollout.old_logp=behaviour``); not for an entry reading π_old's Σπ², which
         # keeps the pass's log-probs (π(y_t) and Σπ² of one distribution)
-        alias = r.old_logp == "behaviour" and on_policy and not sum_sq
-        aliased = False  # π_old is μ itself (an importance weight between them is exactly 1)
+        alias = r.old_logp == "behaviour" and on_policy and not sum_sq  # then π/μ between them is exactly 1
         if alias and head is None:
             fields["old_logp"] = rec.behav_logp.to(dev)
-            aliased = True
         elif r.old_logp == "recompute" and rec.stage is None and not replayed and bool((rec.behaviour_id == 0).all()) \
                 and self.from_update(rec.batch_size):  # on-policy or stale: π_old is the current weights either way
             fields["old_logp_mask"] = mask  # π_old comes from the update's forward (the trainer fills old_logp)
@@ -105,7 +103,6 @@ class Scorer:
             st.budget.charge_flops("score_old", scoring_flops(self.P, computed(want)))
             if alias:
                 fields["old_logp"] = rec.behav_logp.to(dev)  # aliased; the pass ran for the values only
-                aliased = True
         if st.separate_critic is not None:
             with amp():  # the precision its training forward runs in (values are clipped against these)
                 fields["values"] = st.separate_critic.forward_separate(tokens, attn).float() * mask
@@ -140,7 +137,7 @@ class Scorer:
         if lo.is_correction != "none":  # μ → π_old, for every algorithm (suite.mismatch_correction)
             weight, keep, m = correction(fields["old_logp"], moved["behav_logp"], mask, lo.is_correction, lo.is_low,
                                          lo.is_high)
-            self.is_metrics = {**m, "mismatch/is_aliased": float(aliased)}
+            self.is_metrics = {**m, "mismatch/is_aliased": float(alias)}
             if weight is not None:
                 moved["extras"] = {**moved.get("extras", {}), "is_weight": weight}
             if keep is not None:
